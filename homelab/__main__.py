@@ -1,0 +1,5 @@
+"""``python -m homelab`` runs the command line."""
+
+from homelab.cli import main
+
+raise SystemExit(main())

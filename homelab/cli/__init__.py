@@ -1,0 +1,57 @@
+"""The ``homelab`` command line: argparse subcommands, human output or ``--json``.
+
+Each subcommand lives in its own module with ``register(subparsers)``, which adds
+its parser and sets ``func`` to a ``run(args) -> int``. Domain errors are
+``HomelabError``s: printed to stderr as one titled paragraph, never a traceback,
+and turned into the exit code the error class names (see ``homelab.errors``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from homelab import __version__
+from homelab.errors import ExitCode, HomelabError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command tree."""
+    from homelab.cli import engine_cmd, gpu_cmd, plan_cmd
+
+    parser = argparse.ArgumentParser(
+        prog="homelab",
+        description="Run a local LLM well on one home NVIDIA card.",
+    )
+    parser.add_argument("--version", action="version", version=f"homelab {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in (gpu_cmd, plan_cmd, engine_cmd):
+        module.register(subparsers)
+    return parser
+
+
+def report_error(error: HomelabError) -> None:
+    """Print an error for a person: title, message, hint; on stderr."""
+    print(f"homelab: {error.title}: {error.message}", file=sys.stderr)
+    if error.hint:
+        print(f"  {error.hint}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``homelab`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return int(ExitCode.USAGE)
+    try:
+        return int(args.func(args))
+    except HomelabError as error:
+        report_error(error)
+        return int(error.exit_code)
+    except KeyboardInterrupt:
+        print("homelab: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return int(ExitCode.OK)

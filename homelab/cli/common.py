@@ -1,0 +1,32 @@
+"""Options and helpers shared by several subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_gpu_options(parser: argparse.ArgumentParser) -> None:
+    """``--gpu-snapshot FILE`` (replay a recorded card) and ``--sample-seconds S``."""
+    parser.add_argument(
+        "--gpu-snapshot",
+        metavar="FILE",
+        type=Path,
+        help="plan against a recorded GPU snapshot (JSON) instead of the live card",
+    )
+    parser.add_argument(
+        "--sample-seconds",
+        metavar="S",
+        type=float,
+        default=2.0,
+        help="watch the card this long and plan on the worst moment (default 2)",
+    )
+
+
+def print_json(value: Any) -> None:
+    """One JSON object on stdout."""
+    json.dump(value, sys.stdout, indent=2, sort_keys=False)
+    sys.stdout.write("\n")

@@ -1,0 +1,101 @@
+"""``homelab plan MODEL``: the fit, the working and the llama-server flags."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from homelab.cli.common import add_gpu_options, print_json
+from homelab.errors import ExitCode, UsageError
+from homelab.units import format_bytes, parse_size
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="work out how a model fits this card and the llama-server flags",
+        description="Read MODEL's GGUF header and the card, and show the plan with its working.",
+    )
+    parser.add_argument("model", help="path to a .gguf file (any part of a split model)")
+    parser.add_argument("--vram", metavar="SIZE", help="plan for a card of this total with nothing else on it (e.g. 16GiB)")
+    parser.add_argument("--gpu", metavar="N", type=int, help="plan on GPU N (default: the one with most free memory)")
+    parser.add_argument("--workload", default="agent", help="agent (~100k tokens per slot), chat (~8k) or a token count")
+    parser.add_argument("--ctx", type=int, metavar="N", help="total context (-c) instead of the workload's")
+    parser.add_argument("--parallel", type=int, metavar="N", help="slots (-np) instead of as many as fit")
+    parser.add_argument("--cache-type", metavar="T", help="K and V cache type (default q8_0)")
+    parser.add_argument("--cache-type-k", metavar="T", help="K cache type")
+    parser.add_argument("--cache-type-v", metavar="T", help="V cache type")
+    parser.add_argument("--ubatch", type=int, default=512, metavar="N", help="micro-batch (-ub), default 512")
+    parser.add_argument("--kv-unified", action="store_true", help="one KV pool shared by all slots (-kvu)")
+    parser.add_argument("--port", type=int, default=8080, help="port for the argv (default 8080)")
+    parser.add_argument("--json", action="store_true", help="one JSON object, sizes in bytes")
+    add_gpu_options(parser)
+    parser.set_defaults(func=run)
+
+
+def _request(args: argparse.Namespace):
+    from homelab.plan.planner import PlanRequest
+    from homelab.plan.workload import parse_workload
+
+    base_type = args.cache_type or "q8_0"
+    for name in ("ctx", "parallel", "ubatch"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name} must be at least 1, not {value}")
+    return PlanRequest(
+        workload=parse_workload(args.workload),
+        ctx=args.ctx,
+        parallel=args.parallel,
+        type_k=(args.cache_type_k or base_type).lower(),
+        type_v=(args.cache_type_v or base_type).lower(),
+        ubatch=args.ubatch,
+        unified=args.kv_unified,
+        device_index=args.gpu,
+    )
+
+
+def _report(args: argparse.Namespace):
+    from homelab.gpu.probe import probe, synthetic_report
+
+    if args.vram is not None:
+        try:
+            total = parse_size(args.vram)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        if total <= 0:
+            raise UsageError("--vram must be a positive size, e.g. 16GiB")
+        return synthetic_report(total)
+    return probe(snapshot=args.gpu_snapshot, window_s=args.sample_seconds)
+
+
+def run(args: argparse.Namespace) -> int:
+    from homelab.gguf.model_file import read_model
+    from homelab.plan.argv import llama_server_argv
+    from homelab.plan.planner import make_plan
+    from homelab.plan.serialize import plan_to_dict
+
+    request = _request(args)
+    model = read_model(args.model)
+    report = _report(args)
+    plan = make_plan(model, str(args.model), report, request)
+    argv = llama_server_argv(plan, port=args.port)
+    code = ExitCode.OK if plan.verdict == "fits" else ExitCode.DOES_NOT_FIT
+    if args.json:
+        print_json(plan_to_dict(plan, argv))
+        return int(code)
+    for line in plan.steps:
+        print(line)
+    for warning in plan.warnings:
+        print(f"! {warning}")
+    verdict = {
+        "fits": "Fits.",
+        "partial": "Does not fit on the card as a whole: partial offload below.",
+        "does_not_fit": "Does not fit.",
+    }[plan.verdict]
+    alloc = plan.candidate.allocation
+    print(
+        f"{verdict} {plan.settings.n_seq} slot(s) × {alloc.ctx_per_slot:,} tokens, "
+        f"KV {format_bytes(alloc.total)}"
+    )
+    print(shlex.join(argv))
+    return int(code)

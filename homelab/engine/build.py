@@ -1,0 +1,403 @@
+"""Build llama-server from pinned, checksummed source, once, and cache it by version.
+
+The llama.cpp source comes from the llama-cpp-python sdist on PyPI (it vendors
+llama.cpp at ``vendor/llama.cpp``), fetched with ``pip download`` so the only
+network homelab needs is the package registry. Steps: fetch the sdist into
+``cache_dir()/sources`` (reused), check its sha256, extract only
+``vendor/llama.cpp``, configure with CMake (Release, static, no tests, no UI
+download, no OpenSSL), build the ``llama-server`` target, check the binary's
+``--version``, and install it atomically with a JSON manifest under
+``data_dir()/engine`` (see ``homelab.engine.locate`` for the layout).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import ctypes.util
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from homelab import __version__
+from homelab.engine import locate
+from homelab.errors import EngineError
+from homelab.paths import cache_dir, state_dir
+
+SDIST_PACKAGE = "llama-cpp-python"
+SDIST_VERSION = "0.3.36"
+SDIST_FILE = f"llama_cpp_python-{SDIST_VERSION}.tar.gz"
+SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+SDIST_SOURCE_DIR = f"llama_cpp_python-{SDIST_VERSION}/vendor/llama.cpp"
+
+Variant = Literal["cpu", "cuda"]
+ProgressFn = Callable[[float | None, str], None]
+
+APT_TOOLCHAIN = "sudo apt-get install cmake build-essential"
+FREE_BYTES_NEEDED = {"cpu": 1 << 30, "cuda": 6 << 30}
+LOG_TAIL_LINES = 25
+
+_MAKE_PROGRESS = re.compile(r"^\[\s*(\d{1,3})%\]")
+_NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
+_DIAGNOSES = (  # (pattern in the log, message, hint); first match wins
+    ("No space left on device", "the disk filled up while building llama-server",
+     "free some disk space (the build needs about 1 GiB, CUDA more) and run it again"),
+    ("No CMAKE_CXX_COMPILER could be found", "no C++ compiler found", APT_TOOLCHAIN),
+    ("No CMAKE_C_COMPILER could be found", "no C compiler found", APT_TOOLCHAIN),
+    ("No CMAKE_CUDA_COMPILER could be found", "CUDA compiler (nvcc) not usable",
+     "install the CUDA toolkit (Debian: nvidia-cuda-toolkit) or build with --cpu"),
+    ("CUDA::cublas", "the CUDA toolkit has no cuBLAS, which the CUDA engine needs",
+     "install cuBLAS (NVIDIA's libcublas-dev-<version> or Debian's nvidia-cuda-toolkit), "
+     "or build with --cpu"),
+    ("or higher is required", "this CMake is too old for llama.cpp (3.18 or newer needed)",
+     "install a newer cmake (Debian bookworm's cmake or `pip install cmake`)"),
+    ("Killed signal terminated program", "the compiler was killed (out of memory?)",
+     "build with fewer parallel jobs: homelab engine build --jobs 1"),
+)
+
+
+class _StepFailed(Exception):
+    """A build step exited non-zero: ``args == (step name, log tail)``."""
+
+
+def _no_progress(fraction: float | None, line: str) -> None:
+    """Default progress sink: ignore."""
+
+
+# --- pure parts -----------------------------------------------------------------
+
+
+def find_nvcc() -> str | None:
+    """The CUDA compiler: on PATH, else under $CUDA_HOME or /usr/local/cuda."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and os.access(Path(root, "bin", "nvcc"), os.X_OK):
+            return str(Path(root, "bin", "nvcc"))
+    return None
+
+
+def nvidia_driver_present() -> bool:
+    """True when an NVIDIA kernel driver (or at least its user library) is installed."""
+    if Path("/proc/driver/nvidia/version").exists():
+        return True
+    return ctypes.util.find_library("cuda") is not None
+
+
+def resolve_variant(variant: str | None) -> Variant:
+    """``cpu``/``cuda`` as asked; None picks cuda when nvcc and an NVIDIA driver are both there
+    (a toolkit without a driver, as in CI containers, would build a binary that cannot start)."""
+    if variant is None:
+        return "cuda" if find_nvcc() and nvidia_driver_present() else "cpu"
+    if variant not in ("cpu", "cuda"):
+        raise EngineError(f"unknown engine variant {variant!r}", hint="use cpu or cuda")
+    return variant  # type: ignore[return-value]
+
+
+def cmake_args(variant: Variant, *, nvcc: str | None = None,
+               cuda_architectures: str | None = None) -> list[str]:
+    """The ``-D`` options of the configure step for one variant."""
+    args = [
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DBUILD_SHARED_LIBS=OFF",  # one self-contained binary
+        "-DGGML_NATIVE=OFF",  # portable x86-64 (AVX2/FMA/F16C), not -march=native
+        "-DGGML_CCACHE=OFF",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_UI=OFF",
+        "-DLLAMA_USE_PREBUILT_UI=OFF",  # would download web UI assets at build time
+        "-DLLAMA_OPENSSL=OFF",
+        # the sdist carries no usable git history, so name the release explicitly
+        f"-DLLAMA_BUILD_NUMBER={locate.LLAMA_CPP_BUILD_NUMBER}",
+        f"-DLLAMA_BUILD_COMMIT={locate.LLAMA_CPP_COMMIT}",
+    ]
+    if variant == "cuda":
+        args.append("-DGGML_CUDA=ON")
+        if nvcc:
+            args.append(f"-DCMAKE_CUDA_COMPILER={nvcc}")
+        if cuda_architectures:
+            args.append(f"-DCMAKE_CUDA_ARCHITECTURES={cuda_architectures}")
+    return args
+
+
+def parse_progress(line: str) -> float | None:
+    """Fraction done from a ``[ 45%]`` (make) or ``[12/345]`` (ninja) build line, else None."""
+    match = _MAKE_PROGRESS.match(line)
+    if match:
+        return min(int(match.group(1)), 100) / 100.0
+    match = _NINJA_PROGRESS.match(line)
+    if match and int(match.group(2)) > 0:
+        return min(int(match.group(1)) / int(match.group(2)), 1.0)
+    return None
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_sha256(path: Path, expected: str | None = None) -> None:
+    """Raise EngineError (after deleting the file) when ``path`` does not hash to ``expected``
+    (default: the pinned sdist's sha256)."""
+    expected = expected or SDIST_SHA256
+    actual = sha256_file(path)
+    if actual != expected:
+        path.unlink(missing_ok=True)
+        raise EngineError(
+            f"{path.name} has sha256 {actual}, expected {expected}; the file was deleted",
+            hint="run `homelab engine build` again to download it afresh",
+            title="Source checksum mismatch",
+        )
+
+
+def build_manifest(*, variant: Variant, args: list[str], seconds: float,
+                   version_output: str, sha256: str = SDIST_SHA256) -> dict[str, Any]:
+    """What an installed build records about itself (``manifest.json``)."""
+    return {
+        "engine": "llama.cpp",
+        "version": locate.LLAMA_CPP_VERSION,
+        "commit": locate.LLAMA_CPP_COMMIT,
+        "variant": variant,
+        "source": {"package": SDIST_PACKAGE, "version": SDIST_VERSION,
+                   "file": SDIST_FILE, "sha256": sha256},
+        "cmake_args": args,
+        "build_seconds": round(seconds, 1),
+        "version_output": version_output.strip(),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "built_by": f"homelab {__version__}",
+    }
+
+
+def diagnose(step: str, tail: str) -> EngineError:
+    """Turn a failed step and its log tail into an error a person can act on."""
+    for needle, message, hint in _DIAGNOSES:
+        if needle in tail:
+            return EngineError(f"{message} ({step} failed)\n{tail}", hint=hint)
+    return EngineError(f"{step} failed:\n{tail}",
+                       hint="see the full build log named above; fix the cause and run it again")
+
+
+def install_binary(built: Path, manifest: dict[str, Any], dest: Path) -> Path:
+    """Copy ``built`` to ``dest/bin/llama-server`` with ``dest/manifest.json``; the folder
+    appears complete or not at all (staged beside it, then renamed into place)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.staging-", dir=dest.parent))
+    try:
+        staging.chmod(0o755)  # mkdtemp makes it private; the engine is for every user
+        (staging / "bin").mkdir()
+        shutil.copy2(built, staging / "bin" / "llama-server")
+        os.chmod(staging / "bin" / "llama-server", 0o755)
+        (staging / locate.MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
+        old = None
+        if dest.exists():
+            old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+            os.replace(dest, old)
+        os.replace(staging, dest)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return dest / "bin" / "llama-server"
+
+
+# --- steps that touch the world ---------------------------------------------------
+
+
+def check_toolchain(variant: Variant) -> None:
+    """cmake, make and a C/C++ compiler (and nvcc for CUDA) must be there."""
+    if not shutil.which("cmake"):
+        raise EngineError("cmake not found", hint=APT_TOOLCHAIN, title="Build tools missing")
+    if not (shutil.which("make") or shutil.which("ninja")):
+        raise EngineError("make not found", hint=APT_TOOLCHAIN, title="Build tools missing")
+    for env, names in (("CC", ("cc", "gcc", "clang")), ("CXX", ("c++", "g++", "clang++"))):
+        if not (os.environ.get(env) or any(shutil.which(n) for n in names)):
+            raise EngineError(f"no {'C++' if env == 'CXX' else 'C'} compiler found "
+                              f"(looked for {', '.join(names)})",
+                              hint=APT_TOOLCHAIN, title="Build tools missing")
+    if variant == "cuda" and not find_nvcc():
+        raise EngineError("a CUDA build needs nvcc, which was not found",
+                          hint="install the CUDA toolkit (Debian: nvidia-cuda-toolkit), "
+                               "or build the CPU engine: homelab engine build --cpu")
+
+
+def check_free_space(folder: Path, variant: Variant) -> None:
+    """EngineError when ``folder``'s disk has less room than a build needs."""
+    free = shutil.disk_usage(folder).free
+    if free < FREE_BYTES_NEEDED[variant]:
+        raise EngineError(
+            f"only {free / 2**30:.1f} GiB free at {folder}; building the {variant} engine "
+            f"needs {FREE_BYTES_NEEDED[variant] / 2**30:.0f} GiB",
+            hint="free some disk space, or point HOMELAB_CACHE_DIR at a larger disk",
+            title="No disk space",
+        )
+
+
+def fetch_sdist(progress: ProgressFn = _no_progress) -> Path:
+    """The checksummed llama-cpp-python sdist in ``cache_dir()/sources``, downloaded if absent."""
+    sources = cache_dir() / "sources"
+    sources.mkdir(parents=True, exist_ok=True)
+    target = sources / SDIST_FILE
+    if target.exists():
+        verify_sha256(target)
+        return target
+    progress(None, f"downloading {SDIST_PACKAGE} {SDIST_VERSION} source from PyPI (77 MB)")
+    scratch = Path(tempfile.mkdtemp(prefix=".download-", dir=sources))
+    try:
+        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                "--disable-pip-version-check", "--progress-bar", "off",
+                f"{SDIST_PACKAGE}=={SDIST_VERSION}", "-d", str(scratch)]
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, check=False)
+        got = scratch / SDIST_FILE
+        if done.returncode != 0 or not got.exists():
+            tail = "\n".join(done.stdout.decode("utf-8", "replace").splitlines()[-LOG_TAIL_LINES:])
+            raise EngineError(
+                f"could not download {SDIST_PACKAGE}=={SDIST_VERSION} with pip:\n{tail}",
+                hint=f"homelab needs PyPI once to fetch the llama.cpp source; offline, put "
+                     f"{SDIST_FILE} (sha256 {SDIST_SHA256}) into {sources}",
+                title="Source download failed",
+            )
+        verify_sha256(got)
+        os.replace(got, target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
+def extract_source(archive: Path, dest: Path) -> Path:
+    """Extract only ``vendor/llama.cpp`` (minus its git link) from the sdist into ``dest``."""
+    prefix = SDIST_SOURCE_DIR + "/"
+
+    def only_llama_cpp(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
+        if not member.name.startswith(prefix) or member.name == prefix + ".git":
+            return None
+        return tarfile.data_filter(member.replace(name=member.name[len(prefix):]), path)
+
+    partial = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    with tarfile.open(archive, "r:gz") as tar:
+        tar.extractall(partial, filter=only_llama_cpp)
+    if not (partial / "CMakeLists.txt").exists():
+        raise EngineError(f"{archive.name} holds no {SDIST_SOURCE_DIR}",
+                          hint=f"delete {archive} and run it again")
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(partial, dest)
+    return dest
+
+
+def run_step(step: str, argv: list[str], log: Any, progress: ProgressFn) -> None:
+    """Run one build command, tee its output to ``log`` and report ``[NN%]`` lines."""
+    log.write(f"\n$ {' '.join(argv)}\n")
+    log.flush()
+    tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+    env = {**os.environ, "LC_ALL": "C"}
+    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, env=env, text=True, errors="replace",
+                          bufsize=1) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            tail.append(line.rstrip())
+            fraction = parse_progress(line)
+            if fraction is not None:
+                progress(fraction, line.strip())
+    if proc.returncode != 0:
+        raise _StepFailed(step, "\n".join(tail))
+
+
+@contextlib.contextmanager
+def _build_lock(name: str, progress: ProgressFn) -> Iterator[None]:
+    """One build of a given engine at a time on this machine (others wait)."""
+    root = locate.engine_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{name}.lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(None, "waiting for another homelab engine build to finish")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def build_llama_server(*, variant: str | None = None, jobs: int | None = None,
+                       progress: ProgressFn | None = None, force: bool = False) -> Path:
+    """Build (or find already built) the pinned llama-server; returns the binary's path."""
+    report = progress or _no_progress
+    chosen = resolve_variant(variant)
+    name = locate.install_dir(chosen).name
+    with _build_lock(name, report):
+        existing = locate.cached_build(chosen)
+        if existing is not None and not force:
+            report(1.0, f"already built: {existing}")
+            return existing
+        check_toolchain(chosen)
+        work = cache_dir() / "build" / name
+        work.mkdir(parents=True, exist_ok=True)
+        check_free_space(work, chosen)
+        log_path = state_dir() / "logs" / f"engine-build-{name}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return _build(chosen, jobs or os.cpu_count() or 1, work, log_path, report)
+        except _StepFailed as failed:
+            error = diagnose(*failed.args)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise EngineError(f"building llama-server failed: {exc}",
+                                  hint=f"full log: {log_path}") from None
+            error = diagnose("writing files", "No space left on device")
+        error.message += f"\nfull log: {log_path}"
+        raise error
+
+
+def _build(variant: Variant, jobs: int, work: Path, log_path: Path, report: ProgressFn) -> Path:
+    """The build proper, inside the lock: fetch, extract, configure, compile, check, install."""
+    started = time.monotonic()
+    archive = fetch_sdist(report)
+    source = work / "src"
+    if not (source / "CMakeLists.txt").exists():
+        report(None, f"extracting llama.cpp {locate.LLAMA_CPP_VERSION} source")
+        extract_source(archive, source)
+    nvcc = find_nvcc() if variant == "cuda" else None
+    archs = os.environ.get("HOMELAB_CUDA_ARCHITECTURES") or (
+        "native" if nvidia_driver_present() else None)
+    args = cmake_args(variant, nvcc=nvcc, cuda_architectures=archs)
+    nice = ["nice", "-n", "10"] if shutil.which("nice") else []
+    build_dir = work / "build"
+    with log_path.open("w", encoding="utf-8") as log:
+        report(None, f"configuring llama.cpp {locate.LLAMA_CPP_VERSION} ({variant}) with cmake")
+        run_step("cmake configure", [*nice, "cmake", "-S", str(source), "-B", str(build_dir),
+                                     *args], log, report)
+        report(0.0, f"compiling llama-server with {jobs} jobs (log: {log_path})")
+        run_step("cmake build", [*nice, "cmake", "--build", str(build_dir), "--config", "Release",
+                                 "--target", "llama-server", "-j", str(jobs)], log, report)
+    built = build_dir / "bin" / "llama-server"
+    output = locate.run_version(built) or ""
+    parsed = locate.parse_version_output(output)
+    if parsed is None or parsed.build != locate.LLAMA_CPP_BUILD_NUMBER:
+        raise EngineError(f"the freshly built {built} does not report build "
+                          f"{locate.LLAMA_CPP_BUILD_NUMBER}; `--version` said:\n{output.strip()}",
+                          hint=f"full log: {log_path}")
+    manifest = build_manifest(variant=variant, args=args, seconds=time.monotonic() - started,
+                              version_output=output)
+    installed = install_binary(built, manifest, locate.install_dir(variant))
+    shutil.rmtree(work, ignore_errors=True)
+    report(1.0, f"installed {installed} in {manifest['build_seconds']:.0f} s")
+    return locate.binary_path(variant)

@@ -1,0 +1,174 @@
+"""Which llama-server homelab runs, and where homelab's own builds live.
+
+Resolution order of :func:`find_llama_server`:
+
+1. ``HOMELAB_LLAMA_SERVER`` (a path; it must exist and be executable),
+2. homelab's own build under ``data_dir()/engine`` (the CUDA build before the CPU one),
+3. ``llama-server`` on ``PATH``.
+
+The pinned engine identity (llama.cpp release build number and commit) lives here
+too, because both this module (which cached build to look for) and
+``homelab.engine.build`` (what to build) need it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from homelab.errors import EngineError
+from homelab.paths import data_dir
+
+#: The llama.cpp release homelab is built and tested against (tag ``b11312``).
+LLAMA_CPP_BUILD_NUMBER = 11312
+#: Its commit, as upstream abbreviates it in release names (``b11312-0c1e57098``).
+LLAMA_CPP_COMMIT = "0c1e57098"
+#: Folder-name version of the pinned engine.
+LLAMA_CPP_VERSION = f"b{LLAMA_CPP_BUILD_NUMBER}"
+
+ENV_VAR = "HOMELAB_LLAMA_SERVER"
+VARIANTS = ("cuda", "cpu")  # preference order of our own builds
+MANIFEST_NAME = "manifest.json"
+BUILD_HINT = (
+    "run `homelab engine build` (builds llama.cpp from source once, ~7 min on 2 cores), "
+    f"or set {ENV_VAR}=/path/to/llama-server"
+)
+
+_VERSION_NEW = re.compile(r"version:\s*(\S+)\s*\(build\s+(\d+),\s*commit\s+([0-9A-Za-z]+)\)")
+_VERSION_OLD = re.compile(r"version:\s*(\d+)\s*\(([0-9A-Za-z]+)\)")
+
+
+@dataclass(frozen=True)
+class EngineVersion:
+    """What ``llama-server --version`` says about itself."""
+
+    build: int
+    commit: str
+    release: str | None = None  # e.g. "0.5.0-dev"; older builds do not print one
+
+    @property
+    def tag(self) -> str:
+        """The upstream release name, e.g. ``b11312-0c1e57098``."""
+        return f"b{self.build}-{self.commit}"
+
+
+@dataclass(frozen=True)
+class Located:
+    """A llama-server binary and which rule found it (``env``, ``build:cpu``, ``path``...)."""
+
+    path: Path
+    origin: str
+
+
+def engine_root() -> Path:
+    """Folder holding homelab's own llama-server builds."""
+    return data_dir() / "engine"
+
+
+def install_dir(variant: str, version: str = LLAMA_CPP_VERSION) -> Path:
+    """Folder of one build, e.g. ``.../engine/llama.cpp-b11312-cpu``."""
+    return engine_root() / f"llama.cpp-{version}-{variant}"
+
+
+def binary_path(variant: str, version: str = LLAMA_CPP_VERSION) -> Path:
+    """The llama-server inside one build folder."""
+    return install_dir(variant, version) / "bin" / "llama-server"
+
+
+def read_manifest(variant: str, version: str = LLAMA_CPP_VERSION) -> dict[str, Any] | None:
+    """The JSON manifest of one build, or None when it is missing or unreadable."""
+    try:
+        value = json.loads((install_dir(variant, version) / MANIFEST_NAME).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def is_executable_file(path: Path) -> bool:
+    """True for an existing regular file this user may execute."""
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def cached_build(variant: str) -> Path | None:
+    """Our complete build of the pinned version for ``variant`` (binary + manifest), if any."""
+    path = binary_path(variant)
+    if is_executable_file(path) and read_manifest(variant) is not None:
+        return path
+    return None
+
+
+def locate_llama_server() -> Located:
+    """Find the llama-server to run and say which rule found it (see module docstring)."""
+    override = os.environ.get(ENV_VAR, "").strip()
+    if override:
+        path = Path(override).expanduser()
+        if not path.exists():
+            raise EngineError(
+                f"{ENV_VAR} points to {path}, which does not exist",
+                hint=f"fix or unset {ENV_VAR}, or run `homelab engine build`",
+            )
+        if not is_executable_file(path):
+            raise EngineError(
+                f"{ENV_VAR} points to {path}, which is not an executable file",
+                hint=f"chmod +x it, or fix or unset {ENV_VAR}",
+            )
+        return Located(path.resolve(), "env")
+    for variant in VARIANTS:
+        found = cached_build(variant)
+        if found is not None:
+            return Located(found, f"build:{variant}")
+    on_path = shutil.which("llama-server")
+    if on_path:
+        return Located(Path(on_path).resolve(), "path")
+    looked = ", ".join(str(binary_path(v)) for v in VARIANTS)
+    raise EngineError(
+        f"no llama-server found ({ENV_VAR} unset; none at {looked}; none on PATH)",
+        hint=BUILD_HINT,
+        title="No engine",
+    )
+
+
+def find_llama_server() -> Path:
+    """Path of the llama-server to run; EngineError with a build hint when there is none."""
+    return locate_llama_server().path
+
+
+def parse_version_output(text: str) -> EngineVersion | None:
+    """Parse ``--version`` output, new (``version: 0.5.0-dev (build N, commit H)``) or old
+    (``version: N (H)``) style; None when no version line is there."""
+    match = _VERSION_NEW.search(text)
+    if match:
+        return EngineVersion(int(match.group(2)), match.group(3), match.group(1))
+    match = _VERSION_OLD.search(text)
+    if match:
+        return EngineVersion(int(match.group(1)), match.group(2))
+    return None
+
+
+def run_version(path: Path, timeout: float = 60.0) -> str | None:
+    """Raw ``path --version`` output (stdout + stderr), or None when it cannot run."""
+    try:
+        done = subprocess.run(
+            [str(path), "--version"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.decode("utf-8", "replace")
+
+
+def engine_version(path: Path) -> str | None:
+    """The engine's release tag (e.g. ``b11312-0c1e57098``), or None when unknown."""
+    output = run_version(path)
+    parsed = parse_version_output(output) if output is not None else None
+    return parsed.tag if parsed else None

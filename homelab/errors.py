@@ -1,0 +1,82 @@
+"""One error family for everything homelab tells a person.
+
+Every error carries a short ``title`` (what went wrong, in a few words), a
+``message`` (what happened, with the values involved) and an optional ``hint``
+(the next step). The CLI prints these and exits with the class's ``exit_code``;
+the TUI shows them in a dialog. Third-party exceptions are translated into one of
+these at the boundary of the module that calls the library.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Exit codes that scripts can rely on (the CLI contract)."""
+
+    OK = 0
+    FAILURE = 1
+    USAGE = 2
+    DOES_NOT_FIT = 3
+    BAD_MODEL = 4
+    GPU_PROBE_FAILED = 5
+    ENGINE = 6
+
+
+class HomelabError(Exception):
+    """Base of every error homelab reports to a person."""
+
+    title = "homelab error"
+    exit_code: ExitCode = ExitCode.FAILURE
+
+    def __init__(self, message: str, *, hint: str | None = None, title: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        if title is not None:
+            self.title = title
+
+    def __str__(self) -> str:
+        return self.message if self.hint is None else f"{self.message}\n{self.hint}"
+
+
+class UsageError(HomelabError):
+    """The command line asked for something that cannot be done as written."""
+
+    title = "Invalid usage"
+    exit_code = ExitCode.USAGE
+
+
+class ModelFileError(HomelabError):
+    """A model file is missing, truncated, foreign or of an unknown kind."""
+
+    title = "Bad model file"
+    exit_code = ExitCode.BAD_MODEL
+
+
+class UnknownArchitectureError(ModelFileError):
+    """The GGUF names an architecture whose memory layout homelab does not know."""
+
+    title = "Unknown architecture"
+
+
+class GpuProbeError(HomelabError):
+    """NVML could not tell us about the card (driver missing, no permission, ...)."""
+
+    title = "GPU probe failed"
+    exit_code = ExitCode.GPU_PROBE_FAILED
+
+
+class DoesNotFitError(HomelabError):
+    """The model, or the asked-for context, does not fit the memory there is."""
+
+    title = "Does not fit"
+    exit_code = ExitCode.DOES_NOT_FIT
+
+
+class EngineError(HomelabError):
+    """Building, finding or running the inference engine failed."""
+
+    title = "Engine error"
+    exit_code = ExitCode.ENGINE

@@ -1,0 +1,328 @@
+"""A model's memory geometry: which layers keep KV, of what size, and what state.
+
+``geometry_of(model)`` turns a GGUF header into a ``Geometry``: for each layer
+whether it keeps a KV cache (full attention or sliding window), a recurrent
+state, or nothing of its own (an MLP-only block, a layer that reuses another's
+KV, a NextN/MTP layer the main context skips), with its K and V row widths.
+The per-architecture rules live in ``homelab.gguf.archs``; this module applies
+them to the generic hyper-parameters the way llama.cpp's loader does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from homelab.errors import ModelFileError, UnknownArchitectureError
+from homelab.gguf.archs import ArchRule, rule_for
+from homelab.gguf.header import GgufHeader, GgufModel, LazyArray
+
+LayerKind = Literal["full", "swa", "recurrent", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class LayerMemory:
+    """What one layer keeps per token (KV) or per sequence (recurrent state)."""
+
+    index: int
+    kind: LayerKind
+    n_head_kv: int
+    k_width: int
+    """Elements of K per cell (``n_embd_k_gqa``); 0 when the layer keeps no KV."""
+    v_width: int
+    """Elements of V per cell; 0 for MLA (V is a view of K) or no KV."""
+    also_recurrent: bool = False
+    """A layer with both KV and a recurrent state (falcon-h1 style)."""
+    why_none: str | None = None
+    """For ``kind == "none"``: why this layer owns no memory."""
+
+
+@dataclass(frozen=True, slots=True)
+class Geometry:
+    """Everything about a model that sizes its KV cache and recurrent state."""
+
+    arch: str
+    n_layer_all: int
+    """``block_count``, NextN/MTP layers included."""
+    n_layer: int
+    """Layers of the main model (``block_count - nextn_predict_layers``)."""
+    layers: tuple[LayerMemory, ...]
+    trained_ctx: int
+    n_embd: int
+    n_head: int
+    n_vocab: int | None
+    n_swa: int
+    """Sliding window in tokens; 0 when the model has no SWA layers."""
+    is_mla: bool
+    n_embd_r: int
+    """Elements per sequence of a recurrent layer's conv/shift state (F32)."""
+    n_embd_s: int
+    """Elements per sequence of a recurrent layer's SSM/WKV state (F32)."""
+    verified: bool
+    """True when this architecture's rules were checked against llama-server's log."""
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def kv_layers(self) -> tuple[LayerMemory, ...]:
+        return tuple(layer for layer in self.layers if layer.kind in ("full", "swa"))
+
+    @property
+    def full_layers(self) -> tuple[LayerMemory, ...]:
+        return tuple(layer for layer in self.layers if layer.kind == "full")
+
+    @property
+    def swa_layers(self) -> tuple[LayerMemory, ...]:
+        return tuple(layer for layer in self.layers if layer.kind == "swa")
+
+    @property
+    def recurrent_layers(self) -> tuple[LayerMemory, ...]:
+        return tuple(
+            layer for layer in self.layers if layer.kind == "recurrent" or layer.also_recurrent
+        )
+
+
+class _Meta:
+    """Typed access to ``{arch}.*`` keys with the file named in every error."""
+
+    def __init__(self, header: GgufHeader, arch: str) -> None:
+        self.header = header
+        self.arch = arch
+        self.values: dict[str, Any] = header.metadata
+
+    def _fail(self, key: str, why: str) -> ModelFileError:
+        return ModelFileError(
+            f"{self.header.source_name}: metadata {key!r} {why}",
+            hint="The file may be from a newer or broken converter; re-download or re-convert it.",
+        )
+
+    def get(self, suffix: str, default: Any = None) -> Any:
+        return self.values.get(f"{self.arch}.{suffix}", default)
+
+    def int(self, suffix: str, default: int | None = None) -> int:
+        key = f"{self.arch}.{suffix}"
+        value = self.values.get(key, default)
+        if value is None:
+            raise self._fail(key, "is missing")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._fail(key, f"should be an integer, not {value!r}")
+        if value < 0:
+            raise self._fail(key, f"is negative ({value})")
+        return value
+
+    def per_layer(self, suffix: str, n_layer_all: int, default: int | list[int]) -> list[int]:
+        """A scalar-or-array key expanded to one value per layer (llama.cpp's get_key_or_arr)."""
+        key = f"{self.arch}.{suffix}"
+        value = self.values.get(key, default)
+        if isinstance(value, LazyArray):
+            raise self._fail(key, f"is an array of {value.count} items, not one per layer")
+        if isinstance(value, list):
+            if len(value) != n_layer_all or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value
+            ):
+                raise self._fail(key, f"should hold {n_layer_all} integers, one per layer")
+            return list(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._fail(key, f"should be an integer or per-layer array, not {value!r}")
+        return [value] * n_layer_all
+
+    def bool_array(self, suffix: str, n_layer_all: int) -> list[bool] | None:
+        key = f"{self.arch}.{suffix}"
+        value = self.values.get(key)
+        if not isinstance(value, list) or not value or not isinstance(value[0], bool):
+            return None
+        if len(value) > n_layer_all:
+            raise self._fail(key, f"has {len(value)} entries for {n_layer_all} layers")
+        return list(value) + [False] * (n_layer_all - len(value))
+
+
+def _swa_flags(meta: _Meta, rule: ArchRule, n_layer: int, n_layer_all: int) -> tuple[int, list[bool]]:
+    """(n_swa, per-layer is_swa), as llama.cpp's load_swa_pattern / set_swa_pattern do."""
+    none = [False] * n_layer_all
+    if rule.swa is None:
+        return 0, none
+    n_swa = meta.int("attention.sliding_window", rule.swa_default_window)
+    if n_swa == 0 and rule.swa_needs_window:
+        return 0, none
+    if rule.swa == "all_attention":
+        return n_swa, [True] * n_layer + [False] * (n_layer_all - n_layer)
+    flags = meta.bool_array("attention.sliding_window_pattern", n_layer_all)
+    if flags is not None:
+        return n_swa, flags
+    n_pattern = meta.int("attention.sliding_window_pattern", rule.swa_pattern)
+    pattern = [n_pattern == 0 or (il % n_pattern < n_pattern - 1) for il in range(n_layer)]
+    return n_swa, pattern + [False] * (n_layer_all - n_layer)
+
+
+def _recurrent_flags(
+    meta: _Meta, rule: ArchRule, n_layer: int, n_layer_all: int, n_head_kv: list[int], n_ff: list[int]
+) -> list[bool]:
+    if rule.memory == "recurrent":
+        return [True] * n_layer_all
+    if rule.recurrent == "interval":
+        flags = meta.bool_array("attention.recurrent_layers", n_layer_all)
+        if flags is not None:
+            return flags
+        interval = meta.int("full_attention_interval", 4)
+        if interval == 0:
+            raise meta._fail(f"{meta.arch}.full_attention_interval", "is 0")
+        return [il < n_layer and (il + 1) % interval != 0 for il in range(n_layer_all)]
+    if rule.recurrent == "no_kv_heads":
+        return [il < n_layer and n_head_kv[il] == 0 for il in range(n_layer_all)]
+    if rule.recurrent == "no_kv_heads_no_ff":
+        return [il < n_layer and n_head_kv[il] == 0 and n_ff[il] == 0 for il in range(n_layer_all)]
+    return [False] * n_layer_all
+
+
+def _recurrent_widths(meta: _Meta, n_embd: int) -> tuple[int, int]:
+    """(n_embd_r, n_embd_s) in F32 elements per sequence, as llama_hparams computes them."""
+    l_cache = meta.int("shortconv.l_cache", 0)
+    if l_cache:
+        return n_embd * (l_cache - 1), 0
+    d_conv = meta.int("ssm.conv_kernel", 0)
+    d_inner = meta.int("ssm.inner_size", 0)
+    d_state = meta.int("ssm.state_size", 0)
+    n_group = meta.int("ssm.group_count", 0)
+    n_conv = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
+    return n_conv, d_state * d_inner
+
+
+def geometry_of(model: GgufModel | GgufHeader) -> Geometry:
+    """Read a model's memory geometry from its GGUF header.
+
+    Raises:
+        UnknownArchitectureError: homelab has no verified rules for this architecture
+            (the message names it; nothing is guessed silently).
+        ModelFileError: a key the architecture needs is missing or malformed.
+    """
+    header = model.header if isinstance(model, GgufModel) else model
+    arch = header.arch
+    if arch is None:
+        raise ModelFileError(
+            f"{header.source_name}: no general.architecture in the GGUF metadata",
+            hint="This is not a llama.cpp model file (maybe an adapter, a vocab-only file or a projector).",
+        )
+    rule = rule_for(arch)
+    if rule is None:
+        raise UnknownArchitectureError(
+            f"{header.source_name}: architecture {arch!r} is not one homelab knows how to size",
+            hint="Its KV layout cannot be derived exactly; pass --ctx and --parallel yourself, "
+            "or open an issue naming the architecture.",
+        )
+    meta = _Meta(header, arch)
+    n_layer_all = meta.int("block_count")
+    if n_layer_all == 0 or n_layer_all > 4096:
+        raise meta._fail(f"{arch}.block_count", f"is {n_layer_all}, not a plausible layer count")
+    n_nextn = meta.int("nextn_predict_layers", 0)
+    if n_nextn > n_layer_all:
+        raise meta._fail(f"{arch}.nextn_predict_layers", f"({n_nextn}) exceeds block_count")
+    n_layer = n_layer_all - n_nextn
+    n_embd = meta.int("embedding_length")
+    trained_ctx = meta.int("context_length")
+    n_head_arr = meta.per_layer("attention.head_count", n_layer_all, 0)
+    n_head = n_head_arr[0]
+    n_head_kv = meta.per_layer("attention.head_count_kv", n_layer_all, n_head_arr)
+    n_ff = meta.per_layer("feed_forward_length", n_layer_all, 0)
+
+    head_k = head_v = 0
+    if n_head > 0:
+        head_k = meta.int("attention.key_length", n_embd // n_head)
+        head_v = meta.int("attention.value_length", n_embd // n_head)
+    head_k_swa = meta.int("attention.key_length_swa", head_k)
+    head_v_swa = meta.int("attention.value_length_swa", head_v)
+    is_mla = rule.mla and (
+        f"{arch}.attention.key_length_mla" in meta.values
+        and f"{arch}.attention.value_length_mla" in meta.values
+    )
+
+    n_swa, is_swa = _swa_flags(meta, rule, n_layer, n_layer_all)
+    is_recr = _recurrent_flags(meta, rule, n_layer, n_layer_all, n_head_kv, n_ff)
+    kv_from_start = rule.kv_from_start(meta.values, arch, n_layer_all)
+
+    layers = []
+    for il in range(n_layer_all):
+        why = _why_no_kv(rule, il, n_layer, is_recr[il], n_ff[il], kv_from_start)
+        recurrent_here = rule.memory != "kv" and _keeps_recurrent(rule, il, n_layer, is_recr[il], n_ff[il])
+        if why is None:
+            swa = is_swa[il]
+            hk, hv = (head_k_swa, head_v_swa) if swa else (head_k, head_v)
+            layers.append(
+                LayerMemory(
+                    index=il,
+                    kind="swa" if swa else "full",
+                    n_head_kv=n_head_kv[il],
+                    k_width=hk * n_head_kv[il],
+                    v_width=0 if is_mla else hv * n_head_kv[il],
+                    also_recurrent=recurrent_here,
+                )
+            )
+        elif recurrent_here:
+            layers.append(LayerMemory(il, "recurrent", n_head_kv[il], 0, 0))
+        else:
+            layers.append(LayerMemory(il, "none", n_head_kv[il], 0, 0, why_none=why))
+
+    n_embd_r, n_embd_s = (0, 0)
+    if any(layer.kind == "recurrent" or layer.also_recurrent for layer in layers):
+        n_embd_r, n_embd_s = _recurrent_widths(meta, n_embd)
+    tokens = header.metadata.get("tokenizer.ggml.tokens")
+    n_vocab = len(tokens) if isinstance(tokens, (list, LazyArray)) else None
+    if n_vocab is None and isinstance(meta.get("vocab_size"), int):
+        n_vocab = meta.get("vocab_size")
+    notes = []
+    if not rule.verified:
+        notes.append(
+            f"the memory rules for {arch!r} follow llama.cpp's source but were not yet "
+            "checked against a running llama-server: treat the KV figure as unverified"
+        )
+    return Geometry(
+        arch=arch,
+        n_layer_all=n_layer_all,
+        n_layer=n_layer,
+        layers=tuple(layers),
+        trained_ctx=trained_ctx,
+        n_embd=n_embd,
+        n_head=n_head,
+        n_vocab=n_vocab,
+        n_swa=n_swa if any(layer.kind == "swa" for layer in layers) else 0,
+        is_mla=is_mla,
+        n_embd_r=n_embd_r,
+        n_embd_s=n_embd_s,
+        verified=rule.verified,
+        notes=tuple(notes),
+    )
+
+
+def _why_no_kv(
+    rule: ArchRule, il: int, n_layer: int, recurrent: bool, n_ff: int, kv_from_start: int | None
+) -> str | None:
+    """None when layer ``il`` owns a KV cache in the main context, else the reason it does not."""
+    if kv_from_start is not None and il >= kv_from_start:
+        return "reuses an earlier layer's KV cache"
+    if rule.memory == "recurrent":
+        return "recurrent"
+    if rule.memory == "hybrid":
+        if rule.hybrid_filter == "qwen":
+            if il >= n_layer:
+                return "NextN/MTP layer (not in the main context)"
+            return "recurrent" if recurrent else None
+        if rule.hybrid_filter == "nemotron":
+            if recurrent:
+                return "recurrent"
+            return "MLP-only block" if n_ff != 0 else None
+        if rule.hybrid_filter == "both":
+            return None
+        return "recurrent" if recurrent else None
+    if il >= n_layer and n_layer > 0:
+        return "NextN/MTP layer (not in the main context)"
+    return None
+
+
+def _keeps_recurrent(rule: ArchRule, il: int, n_layer: int, recurrent: bool, n_ff: int) -> bool:
+    if rule.memory == "recurrent":
+        return True
+    if rule.hybrid_filter == "qwen":
+        return il < n_layer and recurrent
+    if rule.hybrid_filter == "nemotron":
+        return recurrent and n_ff == 0
+    if rule.hybrid_filter == "both":
+        return True
+    return recurrent

@@ -1,0 +1,116 @@
+"""The parsed GGUF header: metadata key/values and tensor infos, never tensor data.
+
+These are the values the reader (``homelab.gguf.reader``) produces and the arch
+rules (``homelab.gguf.geometry``) consume.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """One tensor's entry in the header."""
+
+    name: str
+    shape: tuple[int, ...]
+    """Dimensions as GGUF stores them (ne0 first)."""
+    ggml_type: int
+    """The ``ggml_type`` enum value (``gguf.GGMLQuantizationType``)."""
+    type_name: str
+    """The type's name, e.g. ``"Q4_K"``; ``"type_<n>"`` for a value we do not know."""
+    offset: int
+    """Offset of the data, relative to the start of the data section."""
+    n_bytes: int | None
+    """Exact bytes of the data (block size arithmetic); ``None`` for an unknown type."""
+
+
+@dataclass(frozen=True, slots=True)
+class LazyArray:
+    """A big metadata array (e.g. a 150k-token vocabulary) kept as a count, not decoded.
+
+    Only its length matters for planning (``len(header.metadata["tokenizer.ggml.tokens"])``).
+    """
+
+    item_type: int
+    """GGUF value type of the items (``gguf.GGUFValueType``)."""
+    count: int
+    offset: int
+    """Absolute byte offset in the file of the first item."""
+
+    def __len__(self) -> int:
+        return self.count
+
+
+@dataclass(frozen=True, slots=True)
+class GgufHeader:
+    """Everything before the tensor data of one GGUF file."""
+
+    source_name: str
+    """Path or URL the header was read from (for messages)."""
+    version: int
+    metadata: dict[str, Any]
+    """Key -> value. Scalars are int/float/bool/str; arrays are lists, or ``LazyArray``."""
+    tensors: tuple[TensorInfo, ...]
+    alignment: int
+    header_bytes: int
+    """Bytes from the start of the file to the end of the tensor infos."""
+    data_offset: int
+    """Start of the tensor data section (``header_bytes`` rounded up to ``alignment``)."""
+    file_size: int | None = None
+    """Total size of the file when the source knows it."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def arch(self) -> str | None:
+        """``general.architecture``, or ``None`` when the file does not say."""
+        value = self.metadata.get("general.architecture")
+        return value if isinstance(value, str) else None
+
+    @property
+    def weights_bytes(self) -> int | None:
+        """Sum of the tensors' exact data bytes; ``None`` if any tensor's type is unknown."""
+        total = 0
+        for tensor in self.tensors:
+            if tensor.n_bytes is None:
+                return None
+            total += tensor.n_bytes
+        return total
+
+
+@dataclass(frozen=True, slots=True)
+class GgufModel:
+    """A model as llama.cpp loads it: one GGUF file, or every part of a split model."""
+
+    parts: tuple[GgufHeader, ...]
+    """The first part carries the model's metadata; later parts add tensors."""
+
+    @property
+    def header(self) -> GgufHeader:
+        """The first part (metadata lives here)."""
+        return self.parts[0]
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.parts[0].metadata
+
+    @property
+    def arch(self) -> str | None:
+        return self.parts[0].arch
+
+    @property
+    def tensors(self) -> tuple[TensorInfo, ...]:
+        return tuple(t for part in self.parts for t in part.tensors)
+
+    @property
+    def weights_bytes(self) -> int | None:
+        """Exact tensor data bytes over every part; ``None`` if any part cannot say."""
+        total = 0
+        for part in self.parts:
+            part_bytes = part.weights_bytes
+            if part_bytes is None:
+                return None
+            total += part_bytes
+        return total

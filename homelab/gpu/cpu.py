@@ -1,0 +1,23 @@
+"""System RAM, for planning when there is no usable NVIDIA card.
+
+``available`` is psutil's estimate of memory a new program can take without swapping
+(Linux ``MemAvailable``, the same figure ollama plans CPU inference on), not ``free``,
+which leaves out reclaimable page cache.
+"""
+
+from __future__ import annotations
+
+import psutil
+
+from homelab.gpu.report import CpuMemory, GpuReport
+
+
+def cpu_memory() -> CpuMemory:
+    """Total and available system RAM in bytes."""
+    memory = psutil.virtual_memory()
+    return CpuMemory(total=int(memory.total), available=int(memory.available))
+
+
+def cpu_report(note: str, warnings: tuple[str, ...] = ()) -> GpuReport:
+    """A report with no cards: the planner plans for RAM and says ``note``."""
+    return GpuReport(source="cpu", devices=(), cpu=cpu_memory(), note=note, warnings=warnings)

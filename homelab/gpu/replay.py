@@ -1,0 +1,214 @@
+"""Replay a recorded GPU snapshot through the same :class:`NvmlBackend` protocol.
+
+``ReplayNvml`` is the only stand-in for hardware: it answers each NVML call from the
+JSON (schema in ``homelab.gpu.snapshot``) and, where the recording holds
+``{"error": "<name>"}``, raises the *real* ``pynvml`` exception of that name, so the
+probe's fallbacks run exactly as they would against a driver. It also keeps NVML's
+rules that matter to callers: calls before ``init()`` raise ``Uninitialized``, an
+unknown pid's name raises ``NotFound``.
+
+Time: each ``memory_v2``/``memory_v1`` call on a device takes that device's next
+recorded sample (holding the last); process lists answer for the sample the memory
+calls last reached. :attr:`ReplayNvml.sample_count` tells the probe how many samples
+the recording holds, so a replay never sleeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from homelab.gpu.nvml import make_error
+from homelab.gpu.snapshot import is_fault, is_series, load_snapshot
+
+_NO_MIG = 0xFFFFFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayHandle:
+    """Opaque device handle of a replayed card."""
+
+    index: int
+
+
+class ReplayNvml:
+    """An :class:`~homelab.gpu.nvml.NvmlBackend` that answers from a recorded snapshot.
+
+    Args:
+        snapshot: the parsed JSON, or a path to it.
+
+    Raises:
+        GpuProbeError: the snapshot cannot be read or breaks the schema (named field).
+    """
+
+    def __init__(self, snapshot: dict[str, Any] | Path | str) -> None:
+        self.data, self.label = load_snapshot(snapshot)
+        self._devices: list[dict[str, Any]] = list(self.data.get("devices", []))
+        self._v2_calls = [0] * len(self._devices)
+        self._v1_calls = [0] * len(self._devices)
+        self._initialized = 0
+
+    # -- what a recording knows beyond NVML ---------------------------------------------
+
+    @property
+    def sample_count(self) -> int:
+        """Samples the recording holds: the longest series of any device (at least 1)."""
+        longest = 1
+        for device in self._devices:
+            for key in ("memory_v2", "memory_v1", "graphics_procs", "compute_procs"):
+                value = device.get(key)
+                if isinstance(value, list) and (key.startswith("memory") or is_series(value)):
+                    longest = max(longest, len(value))
+        return longest
+
+    @property
+    def window_s(self) -> float:
+        """Seconds the recording spans: the latest ``t`` of any memory sample (0 if none)."""
+        latest = 0.0
+        for device in self._devices:
+            for key in ("memory_v2", "memory_v1"):
+                value = device.get(key)
+                for entry in value if isinstance(value, list) else ():
+                    t = entry.get("t") if isinstance(entry, dict) else None
+                    if isinstance(t, (int, float)) and not isinstance(t, bool):
+                        latest = max(latest, float(t))
+        return latest
+
+    def os_process_name(self, pid: int) -> str | None:
+        """What the recording machine's OS called ``pid`` (``None`` if it could not tell)."""
+        for proc in self._all_procs():
+            if proc["pid"] == pid and isinstance(proc.get("os_name"), str):
+                return str(proc["os_name"])
+        return None
+
+    # -- NvmlBackend ------------------------------------------------------------------
+
+    def init(self) -> None:
+        error = self.data.get("init", {}).get("error")
+        if error is not None:
+            raise make_error(error)
+        self._initialized += 1
+
+    def shutdown(self) -> None:
+        self._check_init()
+        self._initialized -= 1
+
+    def driver_version(self) -> str:
+        return str(self._answer(self.data["system"]["driver"]))
+
+    def cuda_driver_version(self) -> int:
+        return int(self._answer(self.data["system"]["cuda_driver"]))
+
+    def device_count(self) -> int:
+        return int(self._answer(self.data.get("device_count", len(self._devices))))
+
+    def device_handle(self, index: int) -> ReplayHandle:
+        self._check_init()
+        if not 0 <= index < len(self._devices):
+            raise make_error("InvalidArgument")
+        if "handle" in self._devices[index]:
+            raise make_error(self._devices[index]["handle"]["error"])
+        return ReplayHandle(index)
+
+    def device_name(self, handle: ReplayHandle) -> str:
+        return str(self._answer(self._device(handle)["name"]))
+
+    def device_uuid(self, handle: ReplayHandle) -> str:
+        return str(self._answer(self._device(handle)["uuid"]))
+
+    def display_active(self, handle: ReplayHandle) -> int:
+        return int(self._answer(self._device(handle)["display_active"]))
+
+    def memory_v2(self, handle: ReplayHandle) -> SimpleNamespace:
+        device = self._device(handle)
+        self._v2_calls[handle.index] += 1
+        entry = self._nth(device["memory_v2"], self._v2_calls[handle.index] - 1)
+        return SimpleNamespace(
+            version=2,
+            total=entry["total"],
+            reserved=entry["reserved"],
+            used=entry["used"],
+            free=entry["free"],
+        )
+
+    def memory_v1(self, handle: ReplayHandle) -> SimpleNamespace:
+        device = self._device(handle)
+        self._v1_calls[handle.index] += 1
+        n = self._v1_calls[handle.index] - 1
+        if "memory_v1" in device:
+            entry = self._nth(device["memory_v1"], n)
+            return SimpleNamespace(total=entry["total"], used=entry["used"], free=entry["free"])
+        entry = self._nth(device["memory_v2"], n)
+        used = None if entry["used"] is None else entry["reserved"] + entry["used"]
+        return SimpleNamespace(total=entry["total"], used=used, free=entry["free"])
+
+    def compute_processes(self, handle: ReplayHandle) -> list[SimpleNamespace]:
+        return self._procs(handle, "compute_procs")
+
+    def graphics_processes(self, handle: ReplayHandle) -> list[SimpleNamespace]:
+        return self._procs(handle, "graphics_procs")
+
+    def process_name(self, pid: int) -> str:
+        self._check_init()
+        for proc in self._all_procs():
+            if proc["pid"] == pid and "name" in proc:
+                return str(self._answer(proc["name"]))
+        raise make_error("NotFound")
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _check_init(self) -> None:
+        if self._initialized <= 0:
+            raise make_error("Uninitialized")
+
+    def _answer(self, value: Any) -> Any:
+        self._check_init()
+        if is_fault(value):
+            raise make_error(value["error"])
+        return value
+
+    def _device(self, handle: ReplayHandle) -> dict[str, Any]:
+        self._check_init()
+        if not isinstance(handle, ReplayHandle) or not 0 <= handle.index < len(self._devices):
+            raise make_error("InvalidArgument")
+        return self._devices[handle.index]
+
+    def _nth(self, series: Any, n: int) -> dict[str, Any]:
+        """Sample ``n`` of a series (holding the last); raise if it is an error."""
+        if isinstance(series, dict) and not is_fault(series):
+            series = [series]
+        value = self._answer(series)
+        entry = value[min(n, len(value) - 1)]
+        return dict(self._answer(entry))
+
+    def _sample_index(self, handle: ReplayHandle) -> int:
+        return max(self._v2_calls[handle.index], self._v1_calls[handle.index], 1) - 1
+
+    def _procs(self, handle: ReplayHandle, key: str) -> list[SimpleNamespace]:
+        value = self._answer(self._device(handle)[key])
+        if is_series(value):
+            value = self._answer(value[min(self._sample_index(handle), len(value) - 1)])
+        return [
+            SimpleNamespace(
+                pid=p["pid"],
+                usedGpuMemory=p["used"],
+                gpuInstanceId=p.get("gi", _NO_MIG),
+                computeInstanceId=p.get("ci", _NO_MIG),
+            )
+            for p in value
+        ]
+
+    def _all_procs(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        for device in self._devices:
+            for key in ("graphics_procs", "compute_procs"):
+                value = device.get(key)
+                if not isinstance(value, list):
+                    continue
+                samples = value if is_series(value) else [value]
+                for sample in samples:
+                    if isinstance(sample, list):
+                        found.extend(sample)
+        return found

@@ -1,0 +1,162 @@
+"""The fixed part of the budget: what the card has before any conversation.
+
+total − reserved − desktop (peak) − other processes − headroom is what
+llama-server may use at all; the weights it places on the card and its own state
+come out of that; what is left holds conversations. This module reads those
+figures off a ``GpuReport`` (or system RAM) and places the weights as llama.cpp
+does: the input embedding stays on the CPU, the output layer goes to the GPU
+first, tied embeddings are loaded twice.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from homelab.errors import GpuProbeError, UsageError
+from homelab.gguf.header import GgufModel
+from homelab.gpu.report import GpuDevice, GpuReport
+from homelab.units import GiB, MiB
+
+HEADROOM_HEADLESS = 512 * MiB
+HEADROOM_DISPLAY = 1024 * MiB
+"""A card that drives a desktop needs more slack: windows, video and screenshots
+allocate without warning, and an engine at the edge is killed by them."""
+HEADROOM_RAM = 2 * GiB
+"""Planning in system RAM leaves room for the OS and the user's programs."""
+
+_BLOCK = re.compile(r"^blk\.(\d+)\.")
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceBudget:
+    """The memory one device offers the engine, by where the rest went."""
+
+    kind: Literal["gpu", "cpu"]
+    name: str
+    total: int
+    reserved: int
+    desktop: int
+    other: int
+    headroom: int
+    display_active: bool
+    notes: tuple[str, ...] = ()
+
+    @property
+    def usable(self) -> int:
+        """What llama-server may take in all: weights, state and KV."""
+        return self.total - self.reserved - self.desktop - self.other - self.headroom
+
+
+def pick_device(report: GpuReport, index: int | None) -> GpuDevice | None:
+    """The card to plan on: the one asked for, else the one with most free memory."""
+    if not report.devices:
+        if index is not None:
+            raise UsageError(f"GPU {index} was asked for, but {report.note or 'no NVIDIA GPU is visible'}")
+        return None
+    if index is None:
+        return max(report.devices, key=lambda d: d.free_min)
+    for device in report.devices:
+        if device.index == index:
+            return device
+    found = ", ".join(str(d.index) for d in report.devices)
+    raise UsageError(f"there is no GPU {index} (found: {found})")
+
+
+def device_budget(report: GpuReport, index: int | None = None) -> DeviceBudget:
+    """Fixed budget of the chosen card, or of system RAM when there is no card.
+
+    Raises:
+        GpuProbeError: the report has neither a card nor RAM figures.
+    """
+    device = pick_device(report, index)
+    if device is None:
+        if report.cpu is None:
+            raise GpuProbeError("no GPU and no system memory figures to plan with")
+        note = report.note or "No NVIDIA GPU: planning against system RAM."
+        return DeviceBudget(
+            kind="cpu",
+            name="system RAM",
+            total=report.cpu.total,
+            reserved=0,
+            desktop=0,
+            other=report.cpu.total - report.cpu.available,
+            headroom=HEADROOM_RAM,
+            display_active=False,
+            notes=(note,),
+        )
+    notes = []
+    reserved = device.reserved
+    if reserved is None:
+        notes.append("This driver does not report reserved memory; it is inside 'other'.")
+        reserved = 0
+    desktop = device.desktop_peak
+    if desktop is None:
+        desktop = 0
+        if device.display_active:
+            notes.append(
+                "NVML cannot attribute memory to processes here; the desktop's share is inside 'other'."
+            )
+    other = max(0, device.total - reserved - device.free_min - desktop)
+    display = bool(device.display_active) or desktop > 0
+    return DeviceBudget(
+        kind="gpu",
+        name=f"GPU {device.index}: {device.name}",
+        total=device.total,
+        reserved=reserved,
+        desktop=desktop,
+        other=other,
+        headroom=HEADROOM_DISPLAY if display else HEADROOM_HEADLESS,
+        display_active=display,
+        notes=tuple(notes),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WeightPlacement:
+    """Where llama.cpp puts the model's tensors, in bytes."""
+
+    total: int
+    input_embedding: int
+    """token_embd: always kept in host memory."""
+    output: int
+    """Output head and final norm (the tied embedding's copy when there is no output tensor)."""
+    per_block: tuple[int, ...]
+    """Bytes of each repeating block ``blk.N``."""
+
+    def on_device(self, n_gpu_blocks: int | None = None) -> int:
+        """Weights on the GPU with the last ``n_gpu_blocks`` blocks offloaded (None: all)."""
+        blocks = self.per_block if n_gpu_blocks is None else self.per_block[len(self.per_block) - n_gpu_blocks :]
+        if n_gpu_blocks == 0:
+            blocks = ()
+        return self.output + sum(blocks)
+
+
+def place_weights(model: GgufModel) -> WeightPlacement:
+    """Split the model's exact tensor bytes into input, output and per-block parts."""
+    total = model.weights_bytes
+    if total is None:
+        unknown = sorted({t.type_name for t in model.tensors if t.n_bytes is None})
+        raise UsageError(f"the model uses tensor types homelab cannot size: {', '.join(unknown)}")
+    n_blocks = 0
+    for tensor in model.tensors:
+        match = _BLOCK.match(tensor.name)
+        if match:
+            n_blocks = max(n_blocks, int(match.group(1)) + 1)
+    per_block = [0] * n_blocks
+    embedding = output = 0
+    has_output = False
+    for tensor in model.tensors:
+        size = tensor.n_bytes or 0
+        match = _BLOCK.match(tensor.name)
+        if match:
+            per_block[int(match.group(1))] += size
+        elif tensor.name.startswith("token_embd."):
+            embedding += size
+        else:
+            has_output = has_output or tensor.name == "output.weight"
+            output += size
+    if not has_output:
+        output += embedding  # tied embeddings: llama.cpp loads a device copy for the output head
+    return WeightPlacement(total, embedding, output, tuple(per_block))

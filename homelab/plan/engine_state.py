@@ -1,0 +1,92 @@
+"""What llama-server needs on the card besides weights and KV: the engine's state.
+
+Three parts. The CUDA context (driver state, cuBLAS handles, the memory pool),
+which no llama.cpp number reports: Ollama keeps 457 MiB for it, we keep 456 MiB.
+The compute buffer, which llama.cpp sizes by reserving its worst-case graph:
+logits for one micro-batch, the attention mask, activations, and (on CUDA, since
+llama.cpp PR #23907) F16 copies of the largest layer's K and V when the cache is
+quantized and flash attention runs. That last part grows with the context, so it
+is priced per token next to the KV. Everything but the KV is an estimate until
+llama-server's own log measures it (``sched_reserve: ... compute buffer size``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from homelab.gguf.geometry import Geometry
+from homelab.plan.kv import KvAllocation, KvSettings
+from homelab.units import MiB
+
+CUDA_CONTEXT_BYTES = 456 * MiB
+UNKNOWN_VOCAB = 256_000
+"""Vocabulary assumed when the header has no token list (the largest common ones)."""
+
+
+def fa_scratch_bytes_per_cell(geometry: Geometry, settings: KvSettings, *, on_gpu: bool) -> int:
+    """F16 K/V copies the CUDA flash-attention kernels make of one layer, per cache cell.
+
+    Only on a GPU, only with flash attention, only for a cache that is not already
+    F16; sized by the widest layer that holds the most cells.
+    """
+    if not on_gpu or not settings.flash_attn or not geometry.kv_layers:
+        return 0
+    layers = geometry.full_layers or geometry.swa_layers
+    k_width = max(layer.k_width for layer in layers)
+    v_width = max(layer.v_width for layer in layers)
+    per_cell = 0
+    if settings.type_k != "f16":
+        per_cell += 2 * k_width
+    if settings.type_v != "f16" and v_width:
+        per_cell += 2 * v_width
+    return per_cell
+
+
+@dataclass(frozen=True, slots=True)
+class EngineState:
+    """The engine's own memory on the device, in bytes, by part."""
+
+    cuda_context: int
+    logits: int
+    activations: int
+    attention_mask: int
+    fa_scratch: int
+    measured_compute: int | None = None
+    """The compute buffer llama-server logged for this model and flags, when known."""
+
+    @property
+    def compute_buffer(self) -> int:
+        if self.measured_compute is not None:
+            return self.measured_compute + self.fa_scratch
+        return self.logits + self.activations + self.attention_mask + self.fa_scratch
+
+    @property
+    def total(self) -> int:
+        return self.cuda_context + self.compute_buffer
+
+
+def estimate_engine_state(
+    geometry: Geometry,
+    allocation: KvAllocation,
+    settings: KvSettings,
+    *,
+    on_gpu: bool,
+    measured_compute: int | None = None,
+) -> EngineState:
+    """Engine state at one context size (see the module docstring for the parts)."""
+    n_ubatch = min(settings.n_ubatch, settings.n_batch, allocation.n_ctx)
+    n_vocab = geometry.n_vocab or UNKNOWN_VOCAB
+    cells = allocation.ctx_per_seq if geometry.full_layers else allocation.swa_cells
+    scratch = fa_scratch_bytes_per_cell(geometry, settings, on_gpu=on_gpu) * cells * allocation.n_stream
+    if settings.flash_attn:
+        mask = 2 * allocation.ctx_per_seq * n_ubatch
+    else:
+        mask = 4 * allocation.ctx_per_seq * n_ubatch * max(geometry.n_head, 1)
+    return EngineState(
+        cuda_context=CUDA_CONTEXT_BYTES if on_gpu else 0,
+        logits=4 * n_vocab * n_ubatch,
+        activations=4 * n_ubatch * 8 * geometry.n_embd,
+        attention_mask=mask,
+        fa_scratch=scratch,
+        measured_compute=measured_compute,
+    )

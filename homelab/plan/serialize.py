@@ -1,0 +1,71 @@
+"""A plan as one JSON-ready dict: the ``homelab plan --json`` contract, sizes in bytes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from homelab.plan.planner import Plan
+
+
+def plan_to_dict(plan: Plan, argv: list[str]) -> dict[str, Any]:
+    """The documented keys first (model, weights_bytes, ... argv), then extras."""
+    g = plan.geometry
+    c = plan.candidate
+    alloc = c.allocation
+    s = c.settings
+    b = plan.budget
+    engine = c.engine
+    return {
+        "model": {
+            "path": plan.model_path,
+            "arch": g.arch,
+            "n_layer": g.n_layer_all,
+            "kv_layers": len(g.kv_layers),
+            "swa_layers": len(g.swa_layers),
+            "recurrent_layers": len(g.recurrent_layers),
+            "trained_ctx": g.trained_ctx,
+            "n_vocab": g.n_vocab,
+            "verified": g.verified,
+        },
+        "weights_bytes": plan.weights.total,
+        "cache_type_k": s.type_k,
+        "cache_type_v": s.type_v,
+        "kv_bytes_per_token": alloc.bytes_per_token,
+        "ctx_size": alloc.n_ctx,
+        "parallel": s.n_seq,
+        "kv_unified": s.unified,
+        "ctx_per_slot": alloc.ctx_per_slot,
+        "kv_bytes": alloc.total,
+        "kv_breakdown": {
+            "full": alloc.full_bytes,
+            "swa": alloc.swa_bytes,
+            "recurrent": alloc.recurrent_bytes,
+            "swa_cells": alloc.swa_cells,
+        },
+        "tokens_fit": plan.tokens_fit,
+        "workload": {"name": plan.request.workload.name, "tokens_per_slot": plan.request.workload.tokens_per_slot},
+        "verdict": plan.verdict,
+        "n_gpu_layers": plan.n_gpu_layers,
+        "budget": {
+            "device": b.name,
+            "kind": b.kind,
+            "total": b.total,
+            "reserved": b.reserved,
+            "desktop": b.desktop,
+            "other": b.other,
+            "engine": engine.total,
+            "headroom": b.headroom,
+            "weights": plan.weights_on_device,
+            "kv": alloc.total,
+            "left_for_conversations": plan.left_for_conversations,
+        },
+        "engine": {
+            "cuda_context": engine.cuda_context,
+            "compute_buffer": engine.compute_buffer,
+            "fa_scratch": engine.fa_scratch,
+            "compute_measured": engine.measured_compute is not None,
+        },
+        "warnings": list(plan.warnings),
+        "steps": list(plan.steps),
+        "argv": argv,
+    }

@@ -1,0 +1,44 @@
+"""Fixtures shared by the whole suite.
+
+Every test gets its own state, config and cache folders (``HOMELAB_STATE_DIR``,
+``HOMELAB_CONFIG_DIR``, ``HOMELAB_CACHE_DIR``) so nothing leaks into the real
+home directory or between tests. ``HOMELAB_DATA_DIR`` is deliberately left alone:
+the llama-server that ``homelab engine build`` made lives there and is shared by
+all tests (a test that needs an empty engine folder sets it itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _isolated_homelab_dirs(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """Point state/config/cache at fresh per-test folders; yields their parent."""
+    base = tmp_path_factory.mktemp("homelab-dirs")
+    for kind in ("state", "config", "cache"):
+        monkeypatch.setenv(f"HOMELAB_{kind.upper()}_DIR", str(base / kind))
+    yield base
+
+
+@pytest.fixture(scope="session")
+def llama_server_bin() -> Path:
+    """The real llama-server the suite runs against. Missing → the test FAILS (never skips),
+    so CI cannot go green without exercising the real engine."""
+    from homelab.engine.locate import find_llama_server
+    from homelab.errors import EngineError
+
+    try:
+        return find_llama_server()
+    except EngineError as error:
+        problem = error.message
+    pytest.fail(
+        f"these tests need the real llama-server: {problem}\n"
+        "run `python -m homelab engine build` (or `make test`, which does it) first",
+        pytrace=False,
+    )

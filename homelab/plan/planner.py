@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from homelab.errors import DoesNotFitError
+from homelab.errors import DoesNotFitError, UsageError
 from homelab.gguf.geometry import Geometry, geometry_of
 from homelab.gguf.header import GgufModel
 from homelab.gpu.report import GpuReport
@@ -87,6 +87,12 @@ class Plan:
 def make_plan(model: GgufModel, model_path: str, report: GpuReport, request: PlanRequest) -> Plan:
     """Work out the plan. Raises DoesNotFitError with the numbers when nothing sensible fits."""
     geometry = geometry_of(model)
+    if geometry.is_mla and request.type_k != request.type_v:
+        raise UsageError(
+            f"{geometry.arch} uses MLA (V is a view of K), so llama-server refuses different K and V "
+            f"cache types ({request.type_k} / {request.type_v})",
+            hint=f"Use one type for both, e.g. --cache-type {request.type_k}.",
+        )
     budget = device_budget(report, request.device_index)
     weights = place_weights(model)
     on_gpu = budget.kind == "gpu"

@@ -137,3 +137,14 @@ def test_workload_parsing() -> None:
     assert parse_workload("agent").tokens_per_slot == 100_000
     assert parse_workload("32k").tokens_per_slot == 32_000
     assert parse_workload("4096").tokens_per_slot == 4096
+
+
+def test_mla_refuses_mixed_cache_types() -> None:
+    from homelab.errors import UsageError
+    from metadata_headers import deepseek_v3
+
+    model = _with_weights(deepseek_v3(), block_bytes=10 * MiB, embd_bytes=10 * MiB, output_bytes=10 * MiB)
+    with pytest.raises(UsageError, match="MLA"):
+        make_plan(model, "ds.gguf", synthetic_report(24 * GiB), PlanRequest(type_k="f16", type_v="q4_0"))
+    plan = make_plan(model, "ds.gguf", synthetic_report(24 * GiB), PlanRequest(type_k="q4_0", type_v="q4_0"))
+    assert plan.candidate.allocation.full_v == 0

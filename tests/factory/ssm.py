@@ -1,0 +1,172 @@
+"""Per-layer hybrids: granitehybrid and nemotron_h (Mamba2), lfm2 (short convolution).
+
+The layout is carried by per-layer arrays, as the converters write them:
+
+- granitehybrid: ``head_count_kv[il] == 0`` marks a Mamba2 layer.
+- nemotron_h: Mamba2 iff ``head_count_kv[il] == 0 and feed_forward_length[il] == 0``,
+  attention iff ``head_count_kv[il] > 0`` (and ff 0), MLP-only iff ``feed_forward_length[il] > 0``.
+- lfm2: ``head_count_kv[il] == 0`` marks a short-convolution layer
+  (state ``n_embd * (shortconv.l_cache - 1)`` floats per sequence).
+
+The attention KV geometry is real; the recurrent state is scaled down with
+``n_embd`` where llama.cpp ties them (granitehybrid asserts ``d_inner == 2 *
+n_embd``; lfm2's conv state is ``n_embd`` wide), and nemotron_h's Mamba2 heads
+are cut from 128 to 16.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import ModelWriter, T, tname
+from .blocks import attention, common_llm_keys, dense_ffn, embeddings
+
+# Nemotron-H-8B: M = Mamba2, * = attention, - = MLP (52 blocks, 4 attention).
+NEMOTRON_H_8B_PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    # Granite-4.0-H style: 40 blocks, attention (8 kv heads of 128) at 5, 15, 25, 35.
+    "granitehybrid": {
+        "n_layer": 40,
+        "n_ctx_train": 1048576,
+        "n_embd": 64,
+        "n_head": 32,
+        "n_head_kv": 8,
+        "head_dim": 128,
+        "n_ff": 64,
+        "attention_layers": (5, 15, 25, 35),
+        "ssm_conv_kernel": 4,
+        "ssm_state_size": 128,
+        "ssm_group_count": 1,
+        "ssm_head_dim": 64,
+    },
+    # Nemotron-H-8B: 52 blocks per NEMOTRON_H_8B_PATTERN, attention 8 kv heads of 128;
+    # Mamba2 with 16 heads of 64 (real: 128), 8 groups, state 128.
+    "nemotron_h": {
+        "n_ctx_train": 8192,
+        "n_embd": 32,
+        "n_head": 32,
+        "n_head_kv": 8,
+        "head_dim": 128,
+        "n_ff": 64,
+        "pattern": NEMOTRON_H_8B_PATTERN,
+        "ssm_conv_kernel": 4,
+        "ssm_state_size": 128,
+        "ssm_group_count": 8,
+        "ssm_heads": 16,
+        "ssm_head_dim": 64,
+    },
+    # LFM2-1.2B: 16 blocks, attention (8 kv heads of 64) at 2,5,8,10,12,14, l_cache 3;
+    # n_embd cut from 2048 to 512 (q width = n_embd = n_head * head_dim).
+    "lfm2": {
+        "n_layer": 16,
+        "n_ctx_train": 128000,
+        "n_head": 8,
+        "n_head_kv": 8,
+        "head_dim": 64,
+        "n_ff": 64,
+        "attention_layers": (2, 5, 8, 10, 12, 14),
+        "shortconv_l_cache": 3,
+    },
+}
+
+
+def _mamba2_layer(
+    mw: ModelWriter, il: int, n_embd: int, d_inner: int, n_heads: int, g: dict[str, Any]
+) -> None:
+    """Mamba2 mixer tensors of block ``il``."""
+    n_group, d_state = g["ssm_group_count"], g["ssm_state_size"]
+    conv_dim = d_inner + 2 * n_group * d_state
+    mw.matrix(tname(T.SSM_IN, il), n_embd, 2 * d_inner + 2 * n_group * d_state + n_heads)
+    mw.f32(tname(T.SSM_CONV1D, il), g["ssm_conv_kernel"], conv_dim)
+    mw.f32(tname(T.SSM_CONV1D, il, "bias"), conv_dim)
+    mw.f32(tname(T.SSM_DT, il, "bias"), n_heads, value=1.0)
+    mw.f32(tname(T.SSM_A, il, None), 1, n_heads, value=-1.0)
+    mw.f32(tname(T.SSM_D, il, None), 1, n_heads, value=1.0)
+    mw.f32(tname(T.SSM_NORM, il), d_inner // n_group, n_group, value=1.0)
+    mw.matrix(tname(T.SSM_OUT, il), d_inner, n_embd)
+
+
+def _ssm_keys(mw: ModelWriter, g: dict[str, Any], d_inner: int, n_heads: int) -> None:
+    """Mamba2 keys as GraniteHybridModel writes them (time_step_rank = n heads)."""
+    w = mw.w
+    w.add_ssm_conv_kernel(g["ssm_conv_kernel"])
+    w.add_ssm_state_size(g["ssm_state_size"])
+    w.add_ssm_group_count(g["ssm_group_count"])
+    w.add_ssm_inner_size(d_inner)
+    w.add_ssm_time_step_rank(n_heads)
+
+
+def build_granitehybrid(mw: ModelWriter, g: dict[str, Any]) -> None:
+    """``GraniteHybridModel``: per-layer head_count_kv (0 = Mamba2), no RoPE."""
+    n_embd, hd = g["n_embd"], g["head_dim"]
+    d_inner = 2 * n_embd
+    n_heads = d_inner // g["ssm_head_dim"]
+    attn = set(g["attention_layers"])
+    kv = [g["n_head_kv"] if il in attn else 0 for il in range(g["n_layer"])]
+    common_llm_keys(mw, {**g, "n_head_kv": kv})
+    mw.w.add_vocab_size(mw.n_vocab)
+    mw.w.add_rope_dimension_count(hd)
+    _ssm_keys(mw, g, d_inner, n_heads)
+    mw.w.add_rope_scaling_finetuned(False)
+    embeddings(mw, n_embd)
+    for il in range(g["n_layer"]):
+        mw.norm(T.ATTN_NORM, il, n_embd)
+        if il in attn:
+            attention(mw, il, n_embd, q_dim=g["n_head"] * hd, k_dim=kv[il] * hd, v_dim=kv[il] * hd)
+        else:
+            _mamba2_layer(mw, il, n_embd, d_inner, n_heads, g)
+        mw.norm(T.FFN_NORM, il, n_embd)
+        dense_ffn(mw, il, n_embd, g["n_ff"])
+
+
+def build_nemotron_h(mw: ModelWriter, g: dict[str, Any]) -> None:
+    """``NemotronHModel``: per-layer head_count_kv and feed_forward_length arrays."""
+    pattern, n_embd, hd = g["pattern"], g["n_embd"], g["head_dim"]
+    if set(pattern) - set("M*-"):
+        raise ValueError(f"nemotron_h pattern may only contain 'M', '*', '-': {pattern!r}")
+    kv = [g["n_head_kv"] if c == "*" else 0 for c in pattern]
+    ff = [g["n_ff"] if c == "-" else 0 for c in pattern]
+    d_inner = g["ssm_heads"] * g["ssm_head_dim"]
+    common_llm_keys(mw, {**g, "n_layer": len(pattern), "n_head_kv": kv, "n_ff": ff})
+    mw.w.add_layer_norm_eps(1e-5)
+    _ssm_keys(mw, g, d_inner, g["ssm_heads"])
+    mw.w.add_rope_scaling_finetuned(False)
+    embeddings(mw, n_embd)
+    for il, kind in enumerate(pattern):
+        mw.norm(T.ATTN_NORM, il, n_embd)
+        if kind == "M":
+            _mamba2_layer(mw, il, n_embd, d_inner, g["ssm_heads"], g)
+        elif kind == "*":
+            attention(mw, il, n_embd, q_dim=g["n_head"] * hd, k_dim=kv[il] * hd, v_dim=kv[il] * hd)
+        else:
+            dense_ffn(mw, il, n_embd, ff[il], gate=False)
+
+
+def build_lfm2(mw: ModelWriter, g: dict[str, Any]) -> None:
+    """``LFM2Model``: head_count_kv array (0 = conv layer) + shortconv.l_cache."""
+    n_embd = g["n_head"] * g["head_dim"]
+    attn = set(g["attention_layers"])
+    kv = [g["n_head_kv"] if il in attn else 0 for il in range(g["n_layer"])]
+    common_llm_keys(mw, {**g, "n_embd": n_embd, "n_head_kv": kv}, head_dims=False)
+    mw.w.add_vocab_size(mw.n_vocab)
+    mw.w.add_shortconv_l_cache(g["shortconv_l_cache"])
+    embeddings(mw, n_embd, tied=True, output_norm=T.TOKEN_EMBD_NORM)
+    gqa = g["n_head_kv"] * g["head_dim"]
+    for il in range(g["n_layer"]):
+        mw.norm(T.ATTN_NORM, il, n_embd)
+        if il in attn:
+            attention(mw, il, n_embd, q_dim=n_embd, k_dim=gqa, v_dim=gqa, qk_norm=g["head_dim"])
+        else:
+            mw.f32(tname(T.SHORTCONV_CONV, il), g["shortconv_l_cache"], n_embd)
+            mw.matrix(tname(T.SHORTCONV_INPROJ, il), n_embd, 3 * n_embd)
+            mw.matrix(tname(T.SHORTCONV_OUTPROJ, il), n_embd, n_embd)
+        mw.norm(T.FFN_NORM, il, n_embd)
+        dense_ffn(mw, il, n_embd, g["n_ff"])
+
+
+BUILDERS = {
+    "granitehybrid": build_granitehybrid,
+    "nemotron_h": build_nemotron_h,
+    "lfm2": build_lfm2,
+}

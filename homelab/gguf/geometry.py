@@ -61,6 +61,8 @@ class Geometry:
     verified: bool
     """True when this architecture's rules were checked against llama-server's log."""
     notes: tuple[str, ...] = field(default=())
+    n_ff_max: int = 0
+    """Widest feed-forward a token passes through (dense, or the routed experts together)."""
 
     @property
     def kv_layers(self) -> tuple[LayerMemory, ...]:
@@ -273,7 +275,14 @@ def geometry_of(model: GgufModel | GgufHeader) -> Geometry:
             f"the memory rules for {arch!r} follow llama.cpp's source but were not yet "
             "checked against a running llama-server: treat the KV figure as unverified"
         )
+    n_ff_max = max(n_ff, default=0)
+    experts_used = meta.get("expert_used_count")
+    expert_ff = meta.get("expert_feed_forward_length")
+    if isinstance(experts_used, int) and isinstance(expert_ff, int):
+        shared = meta.get("expert_shared_feed_forward_length", 0)
+        n_ff_max = max(n_ff_max, experts_used * expert_ff + (shared if isinstance(shared, int) else 0))
     return Geometry(
+        n_ff_max=n_ff_max,
         arch=arch,
         n_layer_all=n_layer_all,
         n_layer=n_layer,

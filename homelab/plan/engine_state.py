@@ -3,7 +3,8 @@
 Three parts. The CUDA context (driver state, cuBLAS handles, the memory pool),
 which no llama.cpp number reports: Ollama keeps 457 MiB for it, we keep 456 MiB.
 The compute buffer, which llama.cpp sizes by reserving its worst-case graph:
-logits for one micro-batch, the attention mask, activations, and (on CUDA, since
+logits for one row per slot (llama-server's n_outputs_max), the attention mask,
+one layer's F32 activations for a micro-batch, and (on CUDA, since
 llama.cpp PR #23907) F16 copies of the largest layer's K and V when the cache is
 quantized and flash attention runs. That last part grows with the context, so it
 is priced per token next to the KV. Everything but the KV is an estimate until
@@ -76,6 +77,9 @@ def estimate_engine_state(
     """Engine state at one context size (see the module docstring for the parts)."""
     n_ubatch = min(settings.n_ubatch, settings.n_batch, allocation.n_ctx)
     n_vocab = geometry.n_vocab or UNKNOWN_VOCAB
+    n_outputs = min(n_ubatch, settings.n_seq)  # llama-server reserves one output row per slot
+    widest_kv = max((layer.k_width + layer.v_width for layer in geometry.kv_layers), default=0)
+    per_token_activations = 2 * geometry.n_embd + 2 * geometry.n_ff_max + geometry.n_embd + widest_kv
     cells = allocation.ctx_per_seq if geometry.full_layers else allocation.swa_cells
     scratch = fa_scratch_bytes_per_cell(geometry, settings, on_gpu=on_gpu) * cells * allocation.n_stream
     if settings.flash_attn:
@@ -84,8 +88,8 @@ def estimate_engine_state(
         mask = 4 * allocation.ctx_per_seq * n_ubatch * max(geometry.n_head, 1)
     return EngineState(
         cuda_context=CUDA_CONTEXT_BYTES if on_gpu else 0,
-        logits=4 * n_vocab * n_ubatch,
-        activations=4 * n_ubatch * 8 * geometry.n_embd,
+        logits=4 * n_vocab * n_outputs,
+        activations=4 * n_ubatch * per_token_activations,
         attention_mask=mask,
         fa_scratch=scratch,
         measured_compute=measured_compute,

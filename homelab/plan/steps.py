@@ -90,7 +90,7 @@ def describe_plan(plan: Plan) -> list[str]:
     compute_label = "measured" if engine.measured_compute is not None else "estimated"
     steps.append(
         f"Engine: compute buffer {compute_label} {_b(engine.compute_buffer - engine.fa_scratch)} "
-        f"(logits 4 × {g.n_vocab or 'unknown'} vocab × {min(s.n_ubatch, alloc.n_ctx)} ubatch = {engine.logits:,} B, "
+        f"(logits 4 × {g.n_vocab or 'unknown'} vocab × {min(s.n_ubatch, s.n_seq)} output row(s) = {engine.logits:,} B, "
         f"attention mask {engine.attention_mask:,} B, activations ~{engine.activations:,} B)"
     )
     steps.append(f"Left for conversations: {_b(plan.left_for_conversations)}")

@@ -140,3 +140,19 @@ def test_real_smollm2_kv_matches(smollm2_gguf: Path, llama_server_bin: Path) -> 
     geometry = geometry_of(read_model(smollm2_gguf))
     alloc = kv_allocation(geometry, setting.kv_settings())
     _compare(log, alloc, 30, 0, setting)
+
+
+def test_compute_estimate_is_in_the_engines_ballpark(smollm2_gguf: Path, llama_server_bin: Path) -> None:
+    """The compute buffer is an estimate (llama.cpp has no closed form); on the real model it
+    must stay within a factor of two of what the CPU backend reserves."""
+    from homelab.plan.engine_state import estimate_engine_state
+
+    for setting in (SETTINGS["f16/q4_0 8k×3"], SETTINGS["q8_0 4k"]):
+        log = parse_load_log(capture_load_log(llama_server_bin, smollm2_gguf, setting.argv()))
+        logged = [b.mib for b in log.buffers if b.kind == "compute"]
+        assert logged, "no compute buffer line"
+        geometry = geometry_of(read_model(smollm2_gguf))
+        kv = setting.kv_settings()
+        engine = estimate_engine_state(geometry, kv_allocation(geometry, kv), kv, on_gpu=False)
+        ratio = engine.compute_buffer / (sum(logged) * 1024 * 1024)
+        assert 0.5 <= ratio <= 2.0, (setting.name, ratio)

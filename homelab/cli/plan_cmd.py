@@ -17,6 +17,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Read MODEL's GGUF header and the card, and show the plan with its working.",
     )
     parser.add_argument("model", help="path to a .gguf file (any part of a split model)")
+    add_plan_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="one JSON object, sizes in bytes")
+    parser.set_defaults(func=run)
+
+
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every planning command shares (plan, serve, quants, presets)."""
     parser.add_argument("--vram", metavar="SIZE", help="plan for a card of this total with nothing else on it (e.g. 16GiB)")
     parser.add_argument("--gpu", metavar="N", type=int, help="plan on GPU N (default: the one with most free memory)")
     parser.add_argument("--workload", default="agent", help="agent (~100k tokens per slot), chat (~8k) or a token count")
@@ -28,12 +35,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--ubatch", type=int, default=512, metavar="N", help="micro-batch (-ub), default 512")
     parser.add_argument("--kv-unified", action="store_true", help="one KV pool shared by all slots (-kvu)")
     parser.add_argument("--port", type=int, default=8080, help="port for the argv (default 8080)")
-    parser.add_argument("--json", action="store_true", help="one JSON object, sizes in bytes")
     add_gpu_options(parser)
-    parser.set_defaults(func=run)
 
 
-def _request(args: argparse.Namespace):
+def request_from_args(args: argparse.Namespace):
+    """The PlanRequest the shared plan options describe."""
     from homelab.plan.planner import PlanRequest
     from homelab.plan.workload import parse_workload
 
@@ -54,7 +60,8 @@ def _request(args: argparse.Namespace):
     )
 
 
-def _report(args: argparse.Namespace):
+def report_from_args(args: argparse.Namespace):
+    """The card to plan on: ``--vram`` (synthetic), ``--gpu-snapshot`` (replay) or the live probe."""
     from homelab.gpu.probe import probe, synthetic_report
 
     if args.vram is not None:
@@ -68,21 +75,22 @@ def _report(args: argparse.Namespace):
     return probe(snapshot=args.gpu_snapshot, window_s=args.sample_seconds)
 
 
-def run(args: argparse.Namespace) -> int:
+def plan_from_args(args: argparse.Namespace, model=None, model_path: str | None = None):
+    """Read the model (unless given), probe the card and make the plan; returns (plan, argv)."""
     from homelab.gguf.model_file import read_model
     from homelab.plan.argv import llama_server_argv
     from homelab.plan.planner import make_plan
-    from homelab.plan.serialize import plan_to_dict
 
-    request = _request(args)
-    model = read_model(args.model)
-    report = _report(args)
-    plan = make_plan(model, str(args.model), report, request)
-    argv = llama_server_argv(plan, port=args.port)
-    code = ExitCode.OK if plan.verdict == "fits" else ExitCode.DOES_NOT_FIT
-    if args.json:
-        print_json(plan_to_dict(plan, argv))
-        return int(code)
+    request = request_from_args(args)
+    if model is None:
+        model = read_model(args.model)
+    report = report_from_args(args)
+    plan = make_plan(model, model_path or str(args.model), report, request)
+    return plan, llama_server_argv(plan, port=args.port)
+
+
+def print_plan(plan, argv: list[str]) -> None:
+    """The working, the warnings, the verdict and the command line, for a person."""
     for line in plan.steps:
         print(line)
     for warning in plan.warnings:
@@ -98,4 +106,19 @@ def run(args: argparse.Namespace) -> int:
         f"KV {format_bytes(alloc.total)}"
     )
     print(shlex.join(argv))
-    return int(code)
+
+
+def exit_code(plan) -> int:
+    """0 when everything fits on the device, 3 otherwise (partial offload included)."""
+    return int(ExitCode.OK if plan.verdict == "fits" else ExitCode.DOES_NOT_FIT)
+
+
+def run(args: argparse.Namespace) -> int:
+    from homelab.plan.serialize import plan_to_dict
+
+    plan, argv = plan_from_args(args)
+    if args.json:
+        print_json(plan_to_dict(plan, argv))
+    else:
+        print_plan(plan, argv)
+    return exit_code(plan)

@@ -1,0 +1,1 @@
+"""Getting models: Hugging Face downloads, remote GGUF headers, quant choice, presets."""

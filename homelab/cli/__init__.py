@@ -9,6 +9,7 @@ and turned into the exit code the error class names (see ``homelab.errors``).
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
@@ -16,18 +17,40 @@ from homelab import __version__
 from homelab.errors import ExitCode, HomelabError
 
 
+COMMAND_MODULES = (
+    "gpu_cmd",
+    "plan_cmd",
+    "quants_cmd",
+    "pull_cmd",
+    "presets_cmd",
+    "serve_cmd",
+    "engine_cmd",
+)
+"""Subcommand modules in help order; each has ``register(subparsers)``."""
+
+
+def _command_modules() -> list[object]:
+    modules = []
+    for name in COMMAND_MODULES:
+        qualified = f"homelab.cli.{name}"
+        try:
+            modules.append(importlib.import_module(qualified))
+        except ModuleNotFoundError as error:
+            if error.name != qualified:  # a real import error inside the module: surface it
+                raise
+    return modules
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree."""
-    from homelab.cli import engine_cmd, gpu_cmd, plan_cmd
-
     parser = argparse.ArgumentParser(
         prog="homelab",
         description="Run a local LLM well on one home NVIDIA card.",
     )
     parser.add_argument("--version", action="version", version=f"homelab {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (gpu_cmd, plan_cmd, engine_cmd):
-        module.register(subparsers)
+    for module in _command_modules():
+        module.register(subparsers)  # type: ignore[attr-defined]
     return parser
 
 

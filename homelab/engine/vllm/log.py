@@ -1,0 +1,308 @@
+"""Read vLLM's start-up log: what it measured, whether it serves, and why it failed.
+
+Pure functions over log text (no I/O). Formats are vLLM 0.33.0's (research
+engines.md A1/A2; vllm/v1/worker/gpu_worker.py, vllm/v1/core/kv_cache_utils.py and
+kv_cache_planning.py), each line usually prefixed ``(EngineCore_DP0 pid=N) INFO
+MM-DD HH:MM:SS [file.py:line]``, so patterns are searched, not anchored. Older
+spellings are accepted where they differ (the capacity on two lines, "models's",
+the needed GiB without its parenthesis).
+
+Ready = ``GET /health`` answers 200 **and** the log says ``Application startup
+complete.`` with no failure: vLLM binds its port before the engine loads, and a
+process on its way down can still answer for a moment.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from homelab.errors import DoesNotFitError, EngineError, HomelabError, UsageError
+
+FailureKind = Literal[
+    "kv_too_small",
+    "no_kv_memory",
+    "free_memory",
+    "weights_oom",
+    "batch_below_block",
+    "max_len_exceeds_model",
+    "unknown_architecture",
+    "port_in_use",
+    "engine_init_failed",
+]
+
+_NUM = r"([\d,]+)"
+_GIB = r"(-?[\d.]+)"
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+_ENGINE_VERSION = re.compile(r"Initializing a V1 LLM engine \(v([^)\s]+)\)")
+_SERVER_VERSION = re.compile(r"vLLM server version (\S+), serving model (\S+)")
+_ARCH = re.compile(r"Resolved architecture: (\S+)")
+_MAX_LEN = re.compile(r"Using max model len (\d+)")
+_BLOCK = re.compile(r"Setting attention block size to (\d+) tokens")
+_WEIGHTS = re.compile(r"Model loading took ([\d.]+) GiB memory")
+_GRAPH_EST = re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB total")
+_AVAILABLE = re.compile(r"Available KV cache memory: " + _GIB + r" GiB")
+_KV_TOKENS = re.compile(r"(\w[\w +]*?) KV cache size: " + _NUM + r" tokens")
+_CONCURRENCY = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: ([\d.]+)x")
+_GRAPH_TOOK = re.compile(r"Graph capturing finished in \d+ secs, took ([\d.]+) GiB")
+_INIT_TOOK = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+)")
+_URL = re.compile(r"Starting vLLM (?:API )?server (?:\d+ )?on (https?://\S+)")
+_COMPLETE = re.compile(r"Application startup complete")
+
+_F_KV = re.compile(
+    r"max seq len \("
+    + _NUM
+    + r"\),?\s*\(?([\d.]+) GiB KV\s+cache is needed, which is larger than the "
+    r"available KV\s+cache\s+memory \(([\d.]+) GiB\)"
+)
+_F_KV_OLD = re.compile(
+    r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored "
+    r"in KV cache \((\d+)\)"
+)
+_F_ESTIMATE = re.compile(r"estimated maximum model length is " + _NUM, re.IGNORECASE)
+_F_NO_KV = re.compile(r"No available memory for the cache blocks|Cannot auto-fit max_model_len")
+_F_FREE = re.compile(
+    r"Free memory on device (\S+) \(([\d.]+)/([\d.]+) GiB\) on startup is less than desired GPU memory "
+    r"utilization \(([\d.]+), ([\d.]+) GiB\)"
+)
+_F_OOM = re.compile(
+    r"Failed to load model - not enough GPU memory|torch\.OutOfMemoryError|CUDA out of memory"
+)
+_F_BATCH = re.compile(r"block_size \((\d+)\) must be <= max_num_batched_tokens(?: \((\d+)\))?")
+_F_MAX_LEN = re.compile(
+    r"User-specified max_model_len \((\d+)\) is greater than the derived max_model_len"
+)
+_F_ARCH = re.compile(r"Model architectures (\[[^\]]*\]) are not supported")
+_F_PORT = re.compile(r"Address already in use")
+_F_INIT = re.compile(r"Engine core initialization failed")
+
+
+@dataclass(frozen=True, slots=True)
+class VllmFailure:
+    """Why vLLM did not start, with the numbers its message carried."""
+
+    kind: FailureKind
+    line: str
+    """The log line that said so (without its prefix noise trimmed: as printed)."""
+    max_model_len: int | None = None
+    needed_gib: float | None = None
+    available_gib: float | None = None
+    estimated_max_model_len: int | None = None
+    device: str | None = None
+    free_gib: float | None = None
+    total_gib: float | None = None
+    utilization: float | None = None
+    requested_gib: float | None = None
+    block_size: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VllmStartup:
+    """What a start-up log said (``None``: the line has not appeared)."""
+
+    version: str | None = None
+    model: str | None = None
+    architecture: str | None = None
+    max_model_len: int | None = None
+    attention_block_size: int | None = None
+    weights_gib: float | None = None
+    cuda_graph_estimate_gib: float | None = None
+    available_kv_gib: float | None = None
+    kv_cache_tokens: int | None = None
+    concurrency_tokens: int | None = None
+    max_concurrency: float | None = None
+    cuda_graph_gib: float | None = None
+    init_seconds: float | None = None
+    url: str | None = None
+    startup_complete: bool = False
+    failure: VllmFailure | None = None
+
+    @property
+    def serving(self) -> bool:
+        """The log's half of readiness: startup complete and nothing failed."""
+        return self.startup_complete and self.failure is None
+
+
+def parse_vllm_log(text: str) -> VllmStartup:
+    """Everything :class:`VllmStartup` holds, from the log text so far."""
+    found: dict[str, object] = {}
+    for line in text.splitlines():
+        for key, pattern, convert in _LINE_FIELDS:
+            match = pattern.search(line)
+            if match and key not in found:
+                found[key] = convert(match)
+        match = _SERVER_VERSION.search(line)
+        if match:
+            found.setdefault("version", match.group(1))
+            found.setdefault("model", match.group(2))
+        match = _KV_TOKENS.search(line)
+        if match and "kv_cache_tokens" not in found:
+            found["kv_cache_tokens"] = _int(match.group(2))
+        match = _CONCURRENCY.search(line)
+        if match and "max_concurrency" not in found:
+            found["concurrency_tokens"] = _int(match.group(1))
+            found["max_concurrency"] = float(match.group(2))
+        if _COMPLETE.search(line):
+            found["startup_complete"] = True
+    return VllmStartup(**found, failure=find_failure(text))  # type: ignore[arg-type]
+
+
+_LINE_FIELDS = (
+    ("version", _ENGINE_VERSION, lambda m: m.group(1)),
+    ("architecture", _ARCH, lambda m: m.group(1)),
+    ("max_model_len", _MAX_LEN, lambda m: int(m.group(1))),
+    ("attention_block_size", _BLOCK, lambda m: int(m.group(1))),
+    ("weights_gib", _WEIGHTS, lambda m: float(m.group(1))),
+    ("cuda_graph_estimate_gib", _GRAPH_EST, lambda m: float(m.group(1))),
+    ("available_kv_gib", _AVAILABLE, lambda m: float(m.group(1))),
+    ("cuda_graph_gib", _GRAPH_TOOK, lambda m: float(m.group(1))),
+    ("init_seconds", _INIT_TOOK, lambda m: float(m.group(1))),
+    ("url", _URL, lambda m: m.group(1).rstrip(".,")),
+)
+
+
+def find_failure(text: str) -> VllmFailure | None:
+    """The most specific failure the log reports (the root cause before the generic
+    "Engine core initialization failed"), or ``None``."""
+    match = _F_KV.search(text)
+    if match:
+        estimate = _F_ESTIMATE.search(text, match.end())
+        return VllmFailure(
+            "kv_too_small",
+            _line_of(text, match),
+            max_model_len=_int(match.group(1)),
+            needed_gib=float(match.group(2)),
+            available_gib=float(match.group(3)),
+            estimated_max_model_len=_int(estimate.group(1)) if estimate else None,
+        )
+    match = _F_KV_OLD.search(text)
+    if match:
+        return VllmFailure(
+            "kv_too_small",
+            _line_of(text, match),
+            max_model_len=int(match.group(1)),
+            estimated_max_model_len=int(match.group(2)),
+        )
+    match = _F_FREE.search(text)
+    if match:
+        return VllmFailure(
+            "free_memory",
+            _line_of(text, match),
+            device=match.group(1),
+            free_gib=float(match.group(2)),
+            total_gib=float(match.group(3)),
+            utilization=float(match.group(4)),
+            requested_gib=float(match.group(5)),
+        )
+    match = _F_BATCH.search(text)
+    if match:
+        return VllmFailure(
+            "batch_below_block", _line_of(text, match), block_size=int(match.group(1))
+        )
+    match = _F_MAX_LEN.search(text)
+    if match:
+        return VllmFailure(
+            "max_len_exceeds_model", _line_of(text, match), max_model_len=int(match.group(1))
+        )
+    for kind, pattern in (
+        ("no_kv_memory", _F_NO_KV),
+        ("weights_oom", _F_OOM),
+        ("unknown_architecture", _F_ARCH),
+        ("port_in_use", _F_PORT),
+        ("engine_init_failed", _F_INIT),
+    ):
+        match = pattern.search(text)
+        if match:
+            return VllmFailure(kind, _line_of(text, match))  # type: ignore[arg-type]
+    return None
+
+
+def _line_of(text: str, match: re.Match[str]) -> str:
+    start = text.rfind("\n", 0, match.start()) + 1
+    end = text.find("\n", match.end())
+    return text[start : end if end >= 0 else len(text)].strip()
+
+
+def is_ready(health_ok: bool, log: VllmStartup | str) -> bool:
+    """Readiness: ``/health`` answered 200 and the log says it is serving, with no failure."""
+    startup = parse_vllm_log(log) if isinstance(log, str) else log
+    return bool(health_ok) and startup.serving
+
+
+def failure_error(failure: VllmFailure) -> HomelabError:
+    """The failure as a homelab error with a next step (the CLI and TUI show these)."""
+    line = f"vLLM said: {failure.line}"
+    if failure.kind == "kv_too_small":
+        est = failure.estimated_max_model_len
+        need = (
+            f"{failure.needed_gib} GiB of KV cache"
+            if failure.needed_gib is not None
+            else "more KV cache"
+        )
+        left = (
+            f"the {failure.available_gib} GiB" if failure.available_gib is not None else "what is"
+        )
+        return DoesNotFitError(
+            f"vLLM loaded the model, then found that one request of {failure.max_model_len:,} tokens needs "
+            f"{need}, more than {left} left for it. {line}",
+            hint=f"Start with --max-model-len {est}."
+            if est
+            else "Use a smaller --max-model-len or a smaller model.",
+        )
+    if failure.kind == "free_memory":
+        assert failure.free_gib is not None and failure.total_gib is not None
+        room = max(failure.free_gib - 0.5, 0.0)
+        suggest = math.floor(room / failure.total_gib * 1000) / 1000
+        return DoesNotFitError(
+            f"vLLM refused to start: {failure.free_gib} of {failure.total_gib} GiB were free on {failure.device}, "
+            f"and --gpu-memory-utilization {failure.utilization} asks for {failure.requested_gib} GiB. {line}",
+            hint=f"Use --gpu-memory-utilization {suggest:.3f} (0.5 GiB kept for the desktop), "
+            "or close what holds GPU memory and plan again.",
+        )
+    if failure.kind == "batch_below_block":
+        return UsageError(
+            f"vLLM refuses a --max-num-batched-tokens below this hybrid model's {failure.block_size}-token "
+            f"block while prefix caching is on. {line}",
+            hint=f"Use --max-num-batched-tokens {failure.block_size} or more.",
+        )
+    if failure.kind == "max_len_exceeds_model":
+        return UsageError(
+            f"--max-model-len is beyond what the model's config allows. {line}",
+            hint="Use the length its config.json allows, or less.",
+        )
+    simple: dict[str, tuple[type[HomelabError], str, str]] = {
+        "no_kv_memory": (
+            DoesNotFitError,
+            "vLLM has no memory left for the KV cache after the weights and scratch",
+            "Use a quantized model, or a smaller --max-num-batched-tokens.",
+        ),
+        "weights_oom": (
+            DoesNotFitError,
+            "vLLM ran out of GPU memory while loading the weights",
+            "Use a quantized checkpoint, or free GPU memory and plan again.",
+        ),
+        "unknown_architecture": (
+            EngineError,
+            "this vLLM does not support the model's architecture",
+            "Upgrade vLLM, or run the model's GGUF with llama.cpp.",
+        ),
+        "port_in_use": (
+            EngineError,
+            "vLLM could not bind its port: another program holds it",
+            "Choose another --port.",
+        ),
+        "engine_init_failed": (
+            EngineError,
+            "vLLM's engine failed to start",
+            "Read the log lines above it for the cause.",
+        ),
+    }
+    cls, what, hint = simple[failure.kind]
+    return cls(f"{what}. {line}", hint=hint)

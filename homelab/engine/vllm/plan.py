@@ -1,0 +1,304 @@
+"""The vLLM plan: from a model folder (or cached repo) and a probed card to vLLM's flags.
+
+The utilization fraction comes from NVML (see :mod:`homelab.engine.vllm.pricing`);
+the budget it buys is spent as vLLM spends it; what is left is the KV pool; the
+pool says which ``--max-model-len`` fits and how many full-length requests run at
+once (``--max-num-seqs``). A length that does not fit is refused here, with the
+numbers and the length that does, instead of four minutes into vLLM's boot.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from homelab.engine.vllm.config import ModelConfig, load_model_config
+from homelab.engine.vllm.kv import KvLayout, cdiv, kv_layout
+from homelab.engine.vllm.pricing import MemoryPrice, Utilization, price_memory, utilization_for
+from homelab.engine.vllm.steps import describe
+from homelab.errors import DoesNotFitError, UsageError
+from homelab.gpu.report import GpuReport
+from homelab.plan.budget import device_budget, pick_device
+from homelab.plan.workload import AGENT, Workload
+from homelab.units import format_bytes
+
+MIN_MODEL_LEN = 4096
+"""Below this a conversation is not worth serving: the plan says it does not fit."""
+MAX_SEQS = 16
+"""Default cap on --max-num-seqs: on one home card more streams only divide the same cache."""
+FALLBACK_MODEL_LEN = 2048
+"""vLLM's own assumption when a config names no context length."""
+
+
+@dataclass(frozen=True, slots=True)
+class VllmPlan:
+    """vLLM's flags, the budget they came from, and the working (``steps``)."""
+
+    model: ModelConfig
+    model_ref: str
+    """What ``vllm serve`` gets: the folder that was priced (never a fresh download)."""
+    served_model_name: str | None
+    """The repo id, when the model came from the HF cache (clients ask for it by name)."""
+    workload: Workload
+    utilization: Utilization
+    memory: MemoryPrice
+    layout: KvLayout
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_cache_dtype: str
+    longest_fitting: int
+    """The largest --max-model-len homelab plans into this pool (its estimate margin kept free)."""
+    vllm_longest: int
+    """The largest --max-model-len the estimated pool holds in full (what vLLM would estimate)."""
+    warnings: tuple[str, ...] = ()
+    steps: tuple[str, ...] = ()
+
+    @property
+    def gpu_memory_utilization(self) -> float:
+        return self.utilization.fraction
+
+    @property
+    def kv_pool(self) -> int:
+        return self.memory.kv_pool
+
+    @property
+    def request_bytes(self) -> int:
+        return self.layout.request_bytes(self.max_model_len)
+
+    @property
+    def predicted_kv_tokens(self) -> int:
+        """What vLLM should log as "GPU KV cache size: N tokens"."""
+        return self.layout.cache_tokens(self.kv_pool, self.max_model_len)
+
+    @property
+    def predicted_concurrency(self) -> float:
+        """What vLLM should log as "Maximum concurrency for N tokens per request"."""
+        return self.layout.max_concurrency(self.kv_pool, self.max_model_len)
+
+    @property
+    def enable_prefix_caching(self) -> bool:
+        return True
+
+
+def vllm_plan(
+    model_dir_or_repo: str | Path,
+    report: GpuReport,
+    *,
+    max_model_len: int | None = None,
+    max_num_seqs: int | None = None,
+    kv_cache_dtype: str = "auto",
+    max_num_batched_tokens: int = 2048,
+    workload: Workload = AGENT,
+    device_index: int | None = None,
+    hf_cache_dir: Path | None = None,
+) -> VllmPlan:
+    """Price vLLM on this card before booting it.
+
+    Raises:
+        UsageError: a flag vLLM would reject, no NVIDIA GPU, or a length beyond the model's.
+        DoesNotFitError: the weights and scratch do not fit, or the asked-for (or the
+            workload's) --max-model-len does not; the message has the numbers and the hint
+            the length that fits.
+        ModelFileError: the model cannot be read or sized.
+    """
+    for flag, value in (
+        ("--max-model-len", max_model_len),
+        ("--max-num-seqs", max_num_seqs),
+        ("--max-num-batched-tokens", max_num_batched_tokens),
+    ):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise UsageError(f"{flag} must be a positive whole number, not {value!r}")
+    if max_num_seqs is not None and max_num_batched_tokens < max_num_seqs:
+        raise UsageError(
+            f"--max-num-batched-tokens {max_num_batched_tokens} is below --max-num-seqs {max_num_seqs}; vLLM refuses that",
+            hint=f"Use --max-num-batched-tokens {max(max_num_seqs, 2048)} or fewer sequences.",
+        )
+    model = load_model_config(str(model_dir_or_repo), cache_dir=hf_cache_dir)
+    device = pick_device(report, device_index)
+    if device is None:
+        raise UsageError(
+            f"vLLM needs an NVIDIA GPU, and {report.note or 'none is visible'}",
+            hint="Plan for llama.cpp instead, which runs on the CPU too.",
+        )
+    budget = device_budget(report, device_index)
+    utilization = utilization_for(device, budget)
+    warnings = list(model.notes) + list(budget.notes)
+
+    batched = max_num_batched_tokens
+    layout = kv_layout(model, kv_cache_dtype, batched)
+    if model.is_hybrid and batched < layout.block_size:
+        batched = cdiv(layout.block_size, 256) * 256
+        warnings.append(
+            f"--max-num-batched-tokens raised from {max_num_batched_tokens:,} to {batched:,}: with prefix "
+            f"caching vLLM refuses a batch smaller than this hybrid model's {layout.block_size}-token block."
+        )
+        layout = kv_layout(model, kv_cache_dtype, batched)
+
+    # Price with the fewest sequences first: the length is chosen (or refused) against the pool
+    # the final plan can actually have; more sequences are added only while the length still fits.
+    seqs = max_num_seqs or 1
+    memory = price_memory(model, utilization, batched, seqs)
+    _check_weights_fit(model, utilization, memory, layout)
+    model_max = model.max_model_len or FALLBACK_MODEL_LEN
+    if model.max_model_len is None:
+        warnings.append(
+            f"config.json names no context length; vLLM then assumes {FALLBACK_MODEL_LEN:,}."
+        )
+    wanted = min(workload.tokens_per_slot, model_max)
+    if max_model_len is None and workload.tokens_per_slot > model_max:
+        warnings.append(
+            f"{model.name} allows {model_max:,} tokens: each conversation is capped there, below the "
+            f"{workload.tokens_per_slot:,} the {workload.name} workload wants."
+        )
+    chosen = _choose_len(
+        model, workload, layout, memory, utilization, max_model_len, model_max, wanted, warnings
+    )
+
+    if max_num_seqs is None:
+        seqs = _most_sequences(model, utilization, layout, batched, chosen, memory)
+        memory = price_memory(model, utilization, batched, seqs)
+    elif model.is_hybrid and layout.max_concurrency(memory.kv_pool, chosen) < max_num_seqs:
+        warnings.append(
+            f"--max-num-seqs {max_num_seqs}: only {layout.max_concurrency(memory.kv_pool, chosen):.2f} full-length "
+            "requests fit; each running sequence of this hybrid model holds its own linear-attention state."
+        )
+    if max_model_len is None and chosen < wanted:
+        warnings.append(
+            f"The {workload.name} workload wants {wanted:,} tokens per request; {chosen:,} fit in the KV pool."
+        )
+    plan = VllmPlan(
+        model=model,
+        model_ref=str(model.directory),
+        served_model_name=model.repo_id,
+        workload=workload,
+        utilization=utilization,
+        memory=memory,
+        layout=layout,
+        max_model_len=chosen,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=batched,
+        kv_cache_dtype=kv_cache_dtype,
+        longest_fitting=layout.longest_fitting(memory.planned_pool, model_max),
+        vllm_longest=layout.longest_fitting(memory.kv_pool, model_max),
+        warnings=tuple(warnings),
+    )
+    return replace(plan, steps=tuple(describe(plan)))
+
+
+def _most_sequences(
+    model: ModelConfig,
+    util: Utilization,
+    layout: KvLayout,
+    batched: int,
+    length: int,
+    one: MemoryPrice,
+) -> int:
+    """Full-length requests that fit at once (at most MAX_SEQS), counting what more rows cost."""
+    seqs = max(
+        1, min(MAX_SEQS, batched, math.floor(layout.max_concurrency(one.planned_pool, length)))
+    )
+    while seqs > 1:
+        pool = price_memory(model, util, batched, seqs).planned_pool
+        if layout.fits(length, pool) and layout.max_concurrency(pool, length) >= seqs:
+            return seqs
+        seqs -= 1
+    return 1
+
+
+def _round_to_block(tokens: int, layout: KvLayout) -> int:
+    """Whole blocks only: a partial block costs a whole one anyway."""
+    return (
+        tokens // layout.block_size * layout.block_size if tokens >= layout.block_size else tokens
+    )
+
+
+def _check_weights_fit(
+    model: ModelConfig, util: Utilization, memory: MemoryPrice, layout: KvLayout
+) -> None:
+    if memory.kv_pool >= 2 * layout.bytes_per_block:
+        return
+    raise DoesNotFitError(
+        f"{model.name} does not fit vLLM's budget on {util.device}: --gpu-memory-utilization "
+        f"{util.fraction:.3f} buys {format_bytes(memory.requested)}, and the weights "
+        f"({format_bytes(memory.weights)}), activation peak ({format_bytes(memory.activation.total)}), "
+        f"memory outside torch ({format_bytes(memory.non_torch)}) and CUDA graphs "
+        f"({format_bytes(memory.cuda_graphs)}) take {format_bytes(memory.before_kv)}, "
+        f"leaving {format_bytes(memory.kv_pool)} for the KV cache",
+        hint="Use a quantized checkpoint (AWQ, GPTQ, FP8) of this model, or llama.cpp with a GGUF "
+        "(it can keep some layers in system RAM).",
+    )
+
+
+def _choose_len(
+    model: ModelConfig,
+    workload: Workload,
+    layout: KvLayout,
+    memory: MemoryPrice,
+    util: Utilization,
+    asked: int | None,
+    model_max: int,
+    wanted: int,
+    warnings: list[str],
+) -> int:
+    """The asked-for length if it fits (else refuse), or the workload's, or the longest that fits.
+
+    An asked-for length is refused when the estimated pool cannot hold it (vLLM would
+    refuse it too); lengths homelab picks, and the one its refusal suggests, keep the
+    estimate margin free.
+    """
+    pool = memory.planned_pool
+    longest = layout.longest_fitting(pool, model_max)
+    if asked is not None:
+        if asked > model_max:
+            raise UsageError(
+                f"--max-model-len {asked:,} is beyond the {model_max:,} tokens {model.name}'s config allows; "
+                "vLLM refuses it",
+                hint=f"Use --max-model-len {model_max} or less.",
+            )
+        if not layout.fits(asked, memory.kv_pool):
+            raise _too_long(asked, layout, memory.kv_pool, longest, util, workload_note="")
+        if not layout.fits(asked, pool):
+            warnings.append(
+                f"--max-model-len {asked:,} fits only within homelab's {format_bytes(memory.kv_pool - pool)} "
+                "estimate margin: vLLM's own measurement may still refuse it "
+                f"(--max-model-len {_round_to_block(longest, layout)} keeps the margin)."
+            )
+        return asked
+    if layout.fits(wanted, pool):
+        return wanted
+    chosen = _round_to_block(longest, layout)
+    if chosen < min(MIN_MODEL_LEN, wanted):
+        raise _too_long(
+            min(MIN_MODEL_LEN, wanted),
+            layout,
+            pool,
+            longest,
+            util,
+            workload_note=f" (the least worth serving for the {workload.name} workload)",
+        )
+    return chosen
+
+
+def _too_long(
+    length: int, layout: KvLayout, pool: int, longest: int, util: Utilization, workload_note: str
+) -> DoesNotFitError:
+    need = layout.request_bytes(length)
+    usable = max(pool - layout.bytes_per_block, 0)
+    fits = _round_to_block(longest, layout)
+    hint = (
+        f"What fits: --max-model-len {fits}"
+        + (" (or --kv-cache-dtype fp8 for about twice that)" if layout.element_bytes > 1 else "")
+        if fits > 0
+        else "Nothing fits: use a smaller or quantized model, or --kv-cache-dtype fp8."
+    )
+    return DoesNotFitError(
+        f"--max-model-len {length:,}{workload_note} needs {format_bytes(need)} of KV cache for one request "
+        f"({layout.blocks_per_request(length):,} blocks × {layout.bytes_per_block:,} B); at "
+        f"--gpu-memory-utilization {util.fraction:.3f} the KV pool on {util.device} is {format_bytes(usable)} "
+        f"after the weights and scratch — vLLM would refuse it after loading",
+        hint=hint,
+    )

@@ -1,0 +1,394 @@
+"""Presets: one TOML file per model that runs well on a 16-24 GB card.
+
+Shipped presets live in the repository's top-level ``presets/`` folder (an installed
+wheel carries them as ``homelab/_presets``); a person's own presets live in
+``config_dir()/presets``. A user file with the same name as a shipped one overrides
+it field by field (only the fields it sets); a user file with a new name adds a
+preset and must give every required field.
+
+A preset file::
+
+    name = "Qwen3.5 9B"                 # display name
+    repo = "unsloth/Qwen3.5-9B-GGUF"    # Hugging Face repo id
+    quant = "Q4_K_M"                    # default quant (matched like llama-server's -hf)
+    alt_quants = ["Q5_K_M", "Q8_0"]     # optional
+    engine = "llama.cpp"                # or "vllm"
+    workload = "agent"                  # "agent", "chat" or tokens per conversation (int)
+    notes = "..."                       # short
+    license = "apache-2.0"
+    arch = "qwen35"                     # optional: GGUF architecture (must be one homelab sizes)
+    mmproj = "mmproj-F16.gguf"          # optional: vision projector file in the repo
+
+Every problem is a ``PresetError`` (exit code 2) naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from homelab.errors import HomelabError, UsageError
+from homelab.gguf.archs import known_architectures
+from homelab.plan.workload import AGENT, CHAT, Workload, parse_workload
+
+Engine = Literal["llama.cpp", "vllm"]
+Origin = Literal["shipped", "user"]
+
+ENGINES: tuple[Engine, ...] = ("llama.cpp", "vllm")
+REQUIRED = ("name", "repo", "quant", "engine", "workload", "notes", "license")
+OPTIONAL = ("alt_quants", "arch", "mmproj")
+FIELDS = REQUIRED + OPTIONAL
+NOTES_MAX_CHARS = 600
+"""Notes are one short paragraph for a table; the working belongs in comments."""
+MIN_WORKLOAD_TOKENS = 256
+
+_KEY = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_QUANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+_PACKAGED = Path(__file__).resolve().parent.parent / "_presets"
+"""Where a built wheel puts the shipped presets (pyproject's force-include)."""
+_CHECKOUT = Path(__file__).resolve().parent.parent.parent / "presets"
+"""The repository's top-level ``presets/`` (source checkout or editable install)."""
+
+
+class PresetError(UsageError):
+    """A preset file is unreadable or breaks the schema (exit code 2)."""
+
+    title = "Invalid preset"
+
+
+class UnknownPresetError(UsageError):
+    """A preset name that neither the shipped nor the user presets define."""
+
+    title = "Unknown preset"
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    """One validated preset: what to download, how to run it, and why it was chosen."""
+
+    key: str
+    """The file name without ``.toml``: what ``homelab serve KEY`` takes."""
+    name: str
+    repo: str
+    quant: str
+    alt_quants: tuple[str, ...]
+    engine: Engine
+    workload: Workload
+    notes: str
+    license: str
+    arch: str | None
+    mmproj: str | None
+    origin: Origin
+    source: Path
+    """The file the preset came from (the user's file when it overrides a shipped one)."""
+    overrides: Path | None = None
+    """The shipped file a user preset overrides, if any."""
+
+    @property
+    def ref(self) -> str:
+        """``REPO:QUANT``, the form ``homelab pull`` / ``plan`` / llama-server ``-hf`` take."""
+        return f"{self.repo}:{self.quant}"
+
+    @property
+    def quants(self) -> tuple[str, ...]:
+        """The default quant first, then the alternatives."""
+        return (self.quant, *self.alt_quants)
+
+
+def shipped_presets_dir() -> Path | None:
+    """The folder of the presets homelab ships, or None when neither copy exists.
+
+    An installed wheel has them inside the package (``homelab/_presets``); a source
+    checkout or an editable install reads the top-level ``presets/`` directly.
+    """
+    for folder in (_PACKAGED, _CHECKOUT):
+        if folder.is_dir():
+            return folder
+    return None
+
+
+def user_presets_dir() -> Path:
+    """``config_dir()/presets``: where a person's own presets go (not created here)."""
+    from homelab.paths import config_dir
+
+    return config_dir() / "presets"
+
+
+def load_presets(
+    shipped_dir: Path | None | Literal["default"] = "default",
+    user_dir: Path | None | Literal["default"] = "default",
+) -> list[Preset]:
+    """Every preset, shipped and user, sorted by key; user files override by name.
+
+    Args:
+        shipped_dir: folder of shipped presets; ``"default"`` finds it, None skips it.
+        user_dir: folder of user presets; ``"default"`` is ``user_presets_dir()``, None skips it.
+
+    Raises:
+        PresetError: a file cannot be read, is not TOML, or breaks the schema; the
+            message names the file and the field. One bad file stops the listing, so
+            a typo is never silently dropped.
+    """
+    if shipped_dir == "default":
+        shipped_dir = shipped_presets_dir()
+    if user_dir == "default":
+        user_dir = user_presets_dir()
+    presets: dict[str, Preset] = {}
+    for path in _toml_files(shipped_dir):
+        presets[path.stem] = load_preset_file(path, origin="shipped")
+    for path in _toml_files(user_dir):
+        presets[path.stem] = load_preset_file(path, origin="user", base=presets.get(path.stem))
+    return [presets[key] for key in sorted(presets)]
+
+
+def find_preset(key: str, presets: Iterable[Preset] | None = None) -> Preset:
+    """The preset named ``key`` (case-insensitive).
+
+    Raises:
+        UnknownPresetError: no preset has that name; the message lists the names there are.
+        PresetError: loading the presets failed (see ``load_presets``).
+    """
+    available = list(load_presets() if presets is None else presets)
+    for preset in available:
+        if preset.key == key.lower():
+            return preset
+    names = ", ".join(p.key for p in available) or "none"
+    raise UnknownPresetError(
+        f"there is no preset named {key!r}",
+        hint=f"Presets: {names}. Add your own as {user_presets_dir() / (key.lower() + '.toml')}.",
+    )
+
+
+def load_preset_file(path: Path, *, origin: Origin, base: Preset | None = None) -> Preset:
+    """Read and validate one preset file.
+
+    Args:
+        path: the ``.toml`` file; its stem is the preset's key.
+        origin: ``"shipped"`` or ``"user"``.
+        base: the shipped preset this user file overrides: fields the file leaves out
+            are taken from it.
+
+    Raises:
+        PresetError: the file cannot be read or parsed, its name is not a usable key,
+            a field is unknown, missing, of the wrong type or out of range.
+    """
+    where = str(path)
+    if not _KEY.match(path.stem):
+        raise PresetError(
+            f"{where}: the file name {path.stem!r} is not a usable preset name",
+            hint="Use lowercase letters, digits, '.', '_' and '-' (e.g. qwen3.5-9b.toml).",
+        )
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as error:
+        raise PresetError(f"{where}: not valid TOML: {error}") from None
+    except OSError as error:
+        raise PresetError(f"{where}: cannot be read: {error.strerror or error}") from None
+    unknown = sorted(set(data) - set(FIELDS))
+    if unknown:
+        raise PresetError(
+            f"{where}: unknown field {unknown[0]!r}",
+            hint=f"A preset has: {', '.join(FIELDS)}.",
+        )
+    fields = _base_fields(base) if base is not None else {}
+    fields.update(_checked_fields(data, where))
+    missing = [name for name in REQUIRED if name not in fields]
+    if missing:
+        raise PresetError(
+            f"{where}: missing field {missing[0]!r}",
+            hint=_missing_hint(missing, base),
+        )
+    return Preset(
+        key=path.stem,
+        name=fields["name"],
+        repo=fields["repo"],
+        quant=fields["quant"],
+        alt_quants=fields.get("alt_quants", ()),
+        engine=fields["engine"],
+        workload=fields["workload"],
+        notes=fields["notes"],
+        license=fields["license"],
+        arch=fields.get("arch"),
+        mmproj=fields.get("mmproj"),
+        origin=origin,
+        source=path,
+        overrides=base.source if base is not None else None,
+    )
+
+
+def _toml_files(folder: Path | None) -> list[Path]:
+    if folder is None or not folder.is_dir():
+        return []
+    return sorted(p for p in folder.glob("*.toml") if p.is_file())
+
+
+def _missing_hint(missing: list[str], base: Preset | None) -> str:
+    also = f" (also missing: {', '.join(missing[1:])})" if len(missing) > 1 else ""
+    if base is None:
+        return f"A new preset needs {', '.join(REQUIRED)}{also}."
+    return f"Every field is required{also}."
+
+
+def _base_fields(base: Preset) -> dict[str, Any]:
+    return {name: getattr(base, name) for name in FIELDS}
+
+
+def _checked_fields(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Each field present in ``data``, checked and converted to its typed value."""
+    checks = {
+        "name": _text,
+        "repo": _repo,
+        "quant": _quant,
+        "alt_quants": _alt_quants,
+        "engine": _engine,
+        "workload": _workload,
+        "notes": _notes,
+        "license": _text,
+        "arch": _arch,
+        "mmproj": _mmproj,
+    }
+    return {name: checks[name](data[name], where, name) for name in FIELDS if name in data}
+
+
+def _bad(where: str, field: str, message: str, hint: str | None = None) -> PresetError:
+    return PresetError(f"{where}: field {field!r} {message}", hint=hint)
+
+
+def _text(value: Any, where: str, field: str) -> str:
+    if not isinstance(value, str):
+        raise _bad(where, field, f"must be a string, not {_kind(value)}")
+    text = value.strip()
+    if not text:
+        raise _bad(where, field, "is empty")
+    return text
+
+
+def _repo(value: Any, where: str, field: str) -> str:
+    text = _text(value, where, field)
+    if not _REPO.match(text) or ".." in text:
+        raise _bad(
+            where,
+            field,
+            f"{text!r} is not a Hugging Face repo id",
+            hint="Write it as OWNER/NAME, e.g. unsloth/Qwen3.5-9B-GGUF.",
+        )
+    return text
+
+
+def _quant(value: Any, where: str, field: str) -> str:
+    text = _text(value, where, field)
+    if not _QUANT.match(text):
+        raise _bad(
+            where,
+            field,
+            f"{text!r} is not a quant name",
+            hint="A quant is the part of the file name llama-server's -hf matches, "
+            "e.g. Q4_K_M or UD-Q4_K_XL.",
+        )
+    return text
+
+
+def _alt_quants(value: Any, where: str, field: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise _bad(where, field, f"must be a list of quant names, not {_kind(value)}")
+    quants: list[str] = []
+    for index, item in enumerate(value):
+        quant = _quant(item, where, f"{field}[{index}]")
+        if quant.lower() in (q.lower() for q in quants):
+            raise _bad(where, f"{field}[{index}]", f"repeats {quant!r}")
+        quants.append(quant)
+    return tuple(quants)
+
+
+def _engine(value: Any, where: str, field: str) -> Engine:
+    text = _text(value, where, field)
+    for engine in ENGINES:
+        if text.lower() == engine:
+            return engine
+    raise _bad(
+        where,
+        field,
+        f"{text!r} is not an engine homelab runs",
+        hint=f"Use one of: {', '.join(ENGINES)}.",
+    )
+
+
+def _workload(value: Any, where: str, field: str) -> Workload:
+    hint = (
+        f'Use "agent" (~{AGENT.tokens_per_slot:,} tokens per conversation), "chat" '
+        f"(~{CHAT.tokens_per_slot:,}) or a whole number of tokens of at least "
+        f"{MIN_WORKLOAD_TOKENS}."
+    )
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise _bad(
+            where, field, f"must be a string or a whole number, not {_kind(value)}", hint=hint
+        )
+    if isinstance(value, int) and value < MIN_WORKLOAD_TOKENS:
+        raise _bad(
+            where,
+            field,
+            f"{value} tokens is below the {MIN_WORKLOAD_TOKENS}-token minimum",
+            hint=hint,
+        )
+    try:
+        return parse_workload(str(value))
+    except HomelabError:
+        raise _bad(where, field, f"{value!r} is not a workload", hint=hint) from None
+
+
+def _notes(value: Any, where: str, field: str) -> str:
+    text = _text(value, where, field)
+    if len(text) > NOTES_MAX_CHARS:
+        raise _bad(
+            where,
+            field,
+            f"is {len(text)} characters; keep it under {NOTES_MAX_CHARS}",
+            hint="Put the working in # comments; notes are shown in a table.",
+        )
+    return " ".join(text.split())
+
+
+def _arch(value: Any, where: str, field: str) -> str:
+    text = _text(value, where, field)
+    known = known_architectures()
+    if text not in known:
+        raise _bad(
+            where,
+            field,
+            f"{text!r} is not an architecture homelab can size",
+            hint=f"Known: {', '.join(known)}. Leave arch out if unsure: the GGUF header says it.",
+        )
+    return text
+
+
+def _mmproj(value: Any, where: str, field: str) -> str:
+    text = _text(value, where, field)
+    if not text.lower().endswith(".gguf") or ".." in text or text.startswith("/"):
+        raise _bad(
+            where,
+            field,
+            f"{text!r} is not a .gguf file name in the repo",
+            hint="Give the projector's file name as the repo lists it, e.g. mmproj-F16.gguf.",
+        )
+    return text
+
+
+def _kind(value: Any) -> str:
+    names = {
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a table",
+    }
+    for kind, name in names.items():
+        if isinstance(value, kind):
+            return name
+    return f"a {type(value).__name__}"

@@ -1,0 +1,112 @@
+"""An interrupted download resumes where it stopped: a ``Range`` request, not the whole file again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from homelab.cli import main
+from homelab.hub import blob_fetch
+from homelab.hub.download import PullProgress, pull
+from homelab.hub.hub_errors import HubNetworkError
+from tests.hubstub import HubStub
+
+REPO = "org/Big-GGUF"
+NAME = "Big-Q4_K_M.gguf"
+
+
+@pytest.fixture
+def stub(hub_stub, tiny_gguf) -> HubStub:  # type: ignore[no-untyped-def]
+    return hub_stub({REPO: {NAME: tiny_gguf("big.gguf", seed=5, n_layer=48)}})
+
+
+@pytest.fixture
+def size(stub: HubStub) -> int:
+    value = stub.file(REPO, NAME).size
+    assert value > 3_000_000  # big enough for many network chunks
+    return value
+
+
+def _partial(hf_cache: Path, stub: HubStub) -> Path:
+    return hf_cache / "models--org--Big-GGUF" / "blobs" / f"{stub.file(REPO, NAME).sha256}.incomplete"
+
+
+def _gets(stub: HubStub) -> list[tuple[str | None, int]]:
+    return [(r.range, r.bytes_sent) for r in stub.requests_for(NAME) if r.host == "cdn"]
+
+
+def test_a_dropped_connection_resumes_in_the_same_pull(stub: HubStub, size: int) -> None:
+    cut = size // 3
+    stub.cut_after(NAME, cut)
+    model = pull(REPO)
+    assert model.paths[0].stat().st_size == size
+    assert _gets(stub) == [(None, cut), (f"bytes={cut}-", size - cut)]
+    assert stub.bytes_sent(NAME) == size == model.fetched
+
+
+def test_an_interrupted_pull_is_resumed_by_the_next_one(stub: HubStub, hf_cache: Path, size: int) -> None:
+    def interrupt(event: PullProgress) -> None:
+        if event.file_done > size // 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pull(REPO, progress=interrupt)
+    kept = _partial(hf_cache, stub).stat().st_size
+    assert size // 2 < kept < size
+
+    events: list[PullProgress] = []
+    model = pull(REPO, progress=events.append)
+    first_get, second_get = _gets(stub)
+    assert second_get == (f"bytes={kept}-", size - kept)
+    assert model.fetched == size - kept
+    assert events[0].file_done == kept  # the bar starts where the last run stopped
+    assert kept + model.fetched == size  # over both runs, the file came once (not 2x)
+    assert first_get[0] is None
+    assert model.paths[0].stat().st_size == size
+    assert not _partial(hf_cache, stub).exists()
+
+
+def test_ctrl_c_in_the_cli_exits_130_and_keeps_the_partial_file(
+    stub: HubStub, hf_cache: Path, size: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from homelab.cli import pull_cmd
+
+    real_call = pull_cmd.ProgressBar.__call__
+
+    def ctrl_c_halfway(self: pull_cmd.ProgressBar, event: PullProgress) -> None:
+        real_call(self, event)
+        if event.file_done > size // 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(pull_cmd.ProgressBar, "__call__", ctrl_c_halfway)
+    assert main(["pull", REPO]) == 130
+    assert "run the same command to resume" in capsys.readouterr().err
+    kept = _partial(hf_cache, stub).stat().st_size
+    monkeypatch.setattr(pull_cmd.ProgressBar, "__call__", real_call)
+    assert main(["pull", REPO]) == 0
+    assert _gets(stub)[-1] == (f"bytes={kept}-", size - kept)
+
+
+def test_a_stale_partial_longer_than_the_file_is_discarded(stub: HubStub, hf_cache: Path, size: int) -> None:
+    partial = _partial(hf_cache, stub)
+    partial.parent.mkdir(parents=True)
+    partial.write_bytes(b"\0" * (size + 10))
+    model = pull(REPO)
+    assert _gets(stub) == [(None, size)]
+    assert model.paths[0].stat().st_size == size
+
+
+def test_a_connection_that_keeps_failing_gives_up_with_a_clear_error_and_keeps_the_bytes(
+    stub: HubStub, hf_cache: Path, size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(blob_fetch, "RETRY_WAIT_S", 0.01)
+    stub.cut_after(NAME, 100_000)
+    stub.cut_after(NAME, 0, times=blob_fetch.ATTEMPTS)
+    with pytest.raises(HubNetworkError) as raised:
+        pull(REPO)
+    assert "resumes where it stopped" in (raised.value.hint or "")
+    assert _partial(hf_cache, stub).stat().st_size == 100_000
+    model = pull(REPO)
+    assert _gets(stub)[-1] == ("bytes=100000-", size - 100_000)
+    assert model.paths[0].stat().st_size == size

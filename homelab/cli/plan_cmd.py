@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from pathlib import Path
 
 from homelab.cli.common import add_gpu_options, print_json
 from homelab.errors import ExitCode, UsageError
@@ -16,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="work out how a model fits this card and the llama-server flags",
         description="Read MODEL's GGUF header and the card, and show the plan with its working.",
     )
-    parser.add_argument("model", help="path to a .gguf file (any part of a split model)")
+    parser.add_argument("model", help="a .gguf file (any part of a split model), or a Hugging Face "
+                        "REPO[:QUANT] / REPO/FILE.gguf, planned from its header without downloading")
     add_plan_arguments(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object, sizes in bytes")
     parser.set_defaults(func=run)
@@ -77,15 +79,22 @@ def report_from_args(args: argparse.Namespace):
 
 def plan_from_args(args: argparse.Namespace, model=None, model_path: str | None = None):
     """Read the model (unless given), probe the card and make the plan; returns (plan, argv)."""
+    from homelab.engine.calibration import apply_calibration
     from homelab.gguf.model_file import read_model
     from homelab.plan.argv import llama_server_argv
     from homelab.plan.planner import make_plan
 
     request = request_from_args(args)
-    if model is None:
+    if model is None and Path(args.model).exists():
         model = read_model(args.model)
+    elif model is None:  # REPO:QUANT or REPO/FILE.gguf: headers read remotely, nothing downloaded
+        from homelab.hub.model_ref import resolve_model_ref
+
+        resolved = resolve_model_ref(args.model)
+        model, model_path = resolved.model, model_path or resolved.display
     report = report_from_args(args)
     plan = make_plan(model, model_path or str(args.model), report, request)
+    plan = apply_calibration(plan, model, report)  # a compute buffer measured by an earlier run
     return plan, llama_server_argv(plan, port=args.port)
 
 

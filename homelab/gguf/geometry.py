@@ -63,6 +63,8 @@ class Geometry:
     notes: tuple[str, ...] = field(default=())
     n_ff_max: int = 0
     """Widest feed-forward a token passes through (dense, or the routed experts together)."""
+    ssm_d_inner: int = 0
+    """Inner width of the recurrent (Mamba / Gated-DeltaNet) mixer; 0 without recurrent layers."""
 
     @property
     def kv_layers(self) -> tuple[LayerMemory, ...]:
@@ -283,6 +285,7 @@ def geometry_of(model: GgufModel | GgufHeader) -> Geometry:
         n_ff_max = max(n_ff_max, experts_used * expert_ff + (shared if isinstance(shared, int) else 0))
     return Geometry(
         n_ff_max=n_ff_max,
+        ssm_d_inner=meta.int("ssm.inner_size", 0) if n_embd_s else 0,
         arch=arch,
         n_layer_all=n_layer_all,
         n_layer=n_layer,

@@ -9,10 +9,50 @@ all tests (a test that needs an empty engine folder sets it itself).
 
 from __future__ import annotations
 
+import ipaddress
+import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# huggingface_hub fixes its endpoint when first imported and, on the first request, fetches
+# an "agent harnesses" registry from it. Point it at a closed loopback port before anything
+# imports it, so no test run ever reaches huggingface.co (hub tests point HF_ENDPOINT at the
+# local stand-in per call).
+os.environ.setdefault("HF_ENDPOINT", "http://127.0.0.1:9")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+
+
+def _check_loopback(sock: socket.socket, address: object) -> None:
+    """Refuse any connection that is not to this machine: tests talk to 127.0.0.1 only."""
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    host = address[0] if isinstance(address, tuple) else address
+    try:
+        loopback = ipaddress.ip_address(str(host).split("%")[0]).is_loopback
+    except ValueError:
+        loopback = str(host) == "localhost"
+    if not loopback:
+        raise ConnectionRefusedError(f"tests may only connect to loopback, not {address!r}")
+
+
+def _guarded_connect(self: socket.socket, address: object) -> None:
+    _check_loopback(self, address)
+    return _real_connect(self, address)
+
+
+def _guarded_connect_ex(self: socket.socket, address: object) -> int:
+    _check_loopback(self, address)
+    return _real_connect_ex(self, address)
+
+
+socket.socket.connect = _guarded_connect  # type: ignore[method-assign]
+socket.socket.connect_ex = _guarded_connect_ex  # type: ignore[method-assign]
 
 
 @pytest.fixture(autouse=True)

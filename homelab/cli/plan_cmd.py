@@ -85,6 +85,7 @@ def plan_from_args(args: argparse.Namespace, model=None, model_path: str | None 
     from homelab.plan.planner import make_plan
 
     request = request_from_args(args)
+    model_args = None
     if model is None and Path(args.model).exists():
         model = read_model(args.model)
     elif model is None:  # REPO:QUANT or REPO/FILE.gguf: headers read remotely, nothing downloaded
@@ -92,10 +93,23 @@ def plan_from_args(args: argparse.Namespace, model=None, model_path: str | None 
 
         resolved = resolve_model_ref(args.model)
         model, model_path = resolved.model, model_path or resolved.display
+        if not resolved.is_downloaded:
+            model_args = hf_model_args(resolved)
     report = report_from_args(args)
     plan = make_plan(model, model_path or str(args.model), report, request)
     plan = apply_calibration(plan, model, report)  # a compute buffer measured by an earlier run
-    return plan, llama_server_argv(plan, port=args.port)
+    return plan, llama_server_argv(plan, port=args.port, model_args=model_args)
+
+
+def hf_model_args(resolved) -> list[str]:
+    """How llama-server itself fetches a model not downloaded yet: ``-hf REPO:QUANT``
+    (into the same HF cache), or ``-hfr REPO -hff FILE`` when the file has no quant tag."""
+    ref = resolved.ref
+    choice = resolved.choice
+    if choice is not None and choice.tag:
+        return ["-hf", f"{ref.repo}:{choice.tag}"]
+    filename = choice.primary.path if choice is not None else ref.filename
+    return ["-hfr", str(ref.repo), "-hff", str(filename)]
 
 
 def print_plan(plan, argv: list[str]) -> None:

@@ -19,10 +19,15 @@ def llama_server_argv(
     server: str = "llama-server",
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
+    model_args: list[str] | None = None,
 ) -> list[str]:
-    """The flags the plan derived, in the order a person would write them."""
+    """The flags the plan derived, in the order a person would write them.
+
+    ``model_args`` replaces ``-m PATH`` (e.g. ``-hf REPO:QUANT`` for a model not yet downloaded).
+    """
     s = plan.settings
-    argv = [server, "-m", plan.model_path, "-c", str(plan.candidate.allocation.n_ctx), "-np", str(s.n_seq)]
+    argv = [server, *(model_args or ["-m", plan.model_path])]
+    argv += ["-c", str(plan.candidate.allocation.n_ctx), "-np", str(s.n_seq)]
     if s.unified:
         argv.append("-kvu")
     argv += ["-ctk", s.type_k, "-ctv", s.type_v, "-fa", "on" if s.flash_attn else "off"]

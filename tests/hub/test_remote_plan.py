@@ -44,9 +44,15 @@ def _plan_json(capsys: pytest.CaptureFixture[str], model: str, *extra: str) -> t
 
 
 def _without_path(plan: dict) -> dict:
+    """The plan with the model's name taken out: a local path (``-m PATH``) and a model that is
+    not downloaded yet (``-hf REPO:QUANT``, fetched by llama-server itself) compare equal."""
     plan = json.loads(json.dumps(plan))
     path = plan["model"].pop("path")
-    plan["argv"] = ["<model>" if arg == path else arg for arg in plan["argv"]]
+    argv = ["<model>" if arg == path else arg for arg in plan["argv"]]
+    if "-hf" in argv:
+        i = argv.index("-hf")
+        argv[i : i + 2] = ["-m", "<model>"]
+    plan["argv"] = argv
     return plan
 
 
@@ -58,6 +64,8 @@ def test_remote_plan_equals_the_local_plan(hub: HubStub, files: dict[str, Path],
     assert remote_code == local_code == 0
     assert remote["model"]["path"] == hub.resolve_url(REPO, local_name)
     assert _without_path(remote) == _without_path(local)
+    hf = remote["argv"][remote["argv"].index("-hf") + 1]
+    assert hf.startswith(f"{REPO}:") and hf.split(":")[1].lower() == ref.split(":")[1].lower()
     assert remote["weights_bytes"] == read_model(files[local_name]).weights_bytes
 
 

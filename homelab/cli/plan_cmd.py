@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 
 from homelab.cli.common import add_gpu_options, print_json
+from homelab.cli.vllm_cmd import add_engine_option
 from homelab.errors import ExitCode, UsageError
 from homelab.units import format_bytes, parse_size
 
@@ -20,6 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("model", help="a .gguf file (any part of a split model), or a Hugging Face "
                         "REPO[:QUANT] / REPO/FILE.gguf, planned from its header without downloading")
     add_plan_arguments(parser)
+    add_engine_option(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object, sizes in bytes")
     parser.set_defaults(func=run)
 
@@ -28,7 +30,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """The options every planning command shares (plan, serve, quants, presets)."""
     parser.add_argument("--vram", metavar="SIZE", help="plan for a card of this total with nothing else on it (e.g. 16GiB)")
     parser.add_argument("--gpu", metavar="N", type=int, help="plan on GPU N (default: the one with most free memory)")
-    parser.add_argument("--workload", default="agent", help="agent (~100k tokens per slot), chat (~8k) or a token count")
+    parser.add_argument("--workload", default=None, help="agent (~100k tokens per slot), chat (~8k) or a token count")
     parser.add_argument("--ctx", type=int, metavar="N", help="total context (-c) instead of the workload's")
     parser.add_argument("--parallel", type=int, metavar="N", help="slots (-np) instead of as many as fit")
     parser.add_argument("--cache-type", metavar="T", help="K and V cache type (default q8_0)")
@@ -51,7 +53,7 @@ def request_from_args(args: argparse.Namespace):
         if value is not None and value < 1:
             raise UsageError(f"--{name} must be at least 1, not {value}")
     return PlanRequest(
-        workload=parse_workload(args.workload),
+        workload=parse_workload(args.workload or "agent"),
         ctx=args.ctx,
         parallel=args.parallel,
         type_k=(args.cache_type_k or base_type).lower(),
@@ -139,9 +141,23 @@ def exit_code(plan) -> int:
 def run(args: argparse.Namespace) -> int:
     from homelab.plan.serialize import plan_to_dict
 
+    if args.engine == "vllm":
+        return _run_vllm(args)
     plan, argv = plan_from_args(args)
     if args.json:
         print_json(plan_to_dict(plan, argv))
     else:
         print_plan(plan, argv)
     return exit_code(plan)
+
+
+def _run_vllm(args: argparse.Namespace) -> int:
+    from homelab.cli.vllm_cmd import print_vllm_plan, vllm_argv_for, vllm_plan_dict, vllm_plan_from_args
+
+    plan = vllm_plan_from_args(args)
+    argv = vllm_argv_for(plan, args.port if args.port != 8080 else None)
+    if args.json:
+        print_json(vllm_plan_dict(plan, argv))
+    else:
+        print_vllm_plan(plan, argv)
+    return int(ExitCode.OK)

@@ -1,0 +1,134 @@
+"""What ``homelab serve`` prints while it runs (the live status line, crash and restart news),
+and the signal handling that makes SIGTERM/SIGHUP a clean stop like Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+STATUS_EVERY_S = 2.0
+"""How often the live status line is refreshed on a terminal."""
+STATUS_EVERY_NOT_TTY_S = 60.0
+"""...and how often a status line is printed when stdout is a file or pipe."""
+
+
+def watch_status(supervisor, *, kv_unified: bool) -> None:
+    """The live status line until the supervisor ends (Ctrl-C raises out of here)."""
+    from homelab.engine.live import LlamaServerClient, status_line
+    from homelab.engine.supervision import State
+
+    line = StatusLine.shared()
+    every = STATUS_EVERY_S if line.tty else STATUS_EVERY_NOT_TTY_S
+    client, url, pause = None, None, 0.0
+    try:
+        while not supervisor.wait_stopped(pause):
+            pause = every
+            if supervisor.state is not State.READY:
+                continue
+            if supervisor.url != url:
+                if client is not None:
+                    client.close()
+                url = supervisor.url
+                client = LlamaServerClient(url, timeout_s=min(every, 5.0))
+            line.show(status_line(client.snapshot(kv_unified=kv_unified)))
+    finally:
+        if client is not None:
+            client.close()
+
+
+class Narrator:
+    """Says crashes that lead to a restart, the restart, and readiness after it, in plain lines.
+
+    A crash that ends the retries is not said here: the command's error says it.
+    """
+
+    def __init__(self) -> None:
+        self._crash = None
+
+    def __call__(self, transition) -> None:
+        from homelab.engine.supervision import State
+
+        line = StatusLine.shared()
+        if transition.state is State.CRASHED:
+            self._crash = transition.failure
+        elif transition.state is State.RESTARTING:
+            if self._crash is not None:
+                line.say(f"crashed: {self._crash.describe()}", err=True)
+                if self._crash.hint:
+                    line.say(f"  {self._crash.hint}", err=True)
+            line.say(transition.reason)
+        elif transition.state is State.READY and transition.attempt > 1:
+            line.say(f"ready again: {transition.url} (pid {transition.pid}, {transition.reason})")
+
+
+class StatusLine:
+    """One line rewritten in place on a terminal; plain lines otherwise."""
+
+    _instance: StatusLine | None = None
+
+    def __init__(self) -> None:
+        self.tty = sys.stdout.isatty()
+        self._open = False
+
+    @classmethod
+    def shared(cls) -> StatusLine:
+        if cls._instance is None:
+            cls._instance = cls()
+        return cls._instance
+
+    def show(self, text: str) -> None:
+        if self.tty:
+            sys.stdout.write("\r\x1b[K" + text)
+            self._open = True
+        else:
+            sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    def say(self, text: str, *, err: bool = False) -> None:
+        self.close()
+        print(text, file=sys.stderr if err else sys.stdout, flush=True)
+
+    def close(self) -> None:
+        if self._open:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self._open = False
+
+
+@contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP stop ``serve`` cleanly, like Ctrl-C."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextmanager
+def ignore_interrupts() -> Iterator[None]:
+    """While stopping, a second Ctrl-C must not cut the stop short (it is bounded anyway)."""
+    previous = {
+        s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    }
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def duration(seconds: float) -> str:
+    seconds = max(int(seconds), 0)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return (
+        f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+    )

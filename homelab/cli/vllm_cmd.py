@@ -1,0 +1,88 @@
+"""vLLM through the same commands: ``homelab plan --engine vllm`` and ``homelab serve --engine vllm``.
+
+The model is a folder with config.json and safetensors, or a repo id already in the
+HF cache; the plan is priced before booting (vLLM's own check comes four minutes in).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from typing import Any
+
+from homelab.errors import EngineError
+
+DEFAULT_VLLM_PORT = 8000
+
+
+def add_engine_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--engine",
+        choices=("llama.cpp", "vllm"),
+        default="llama.cpp",
+        help="llama.cpp (GGUF, default) or vllm (a model folder / cached repo with config.json)",
+    )
+
+
+def vllm_plan_from_args(args: argparse.Namespace):
+    """Price vLLM for the model and card the shared plan options describe."""
+    from homelab.cli.plan_cmd import report_from_args
+    from homelab.engine.vllm import vllm_plan
+    from homelab.plan.workload import parse_workload
+
+    cache_type = (args.cache_type or "auto").lower()
+    return vllm_plan(
+        args.model,
+        report_from_args(args),
+        max_model_len=args.ctx,
+        max_num_seqs=args.parallel,
+        kv_cache_dtype=cache_type,
+        workload=parse_workload(args.workload or "agent"),
+        device_index=args.gpu,
+    )
+
+
+def vllm_argv_for(plan, port: int | None, executable: str = "vllm") -> list[str]:
+    from homelab.engine.vllm import vllm_argv
+
+    return vllm_argv(plan, port=port or DEFAULT_VLLM_PORT, executable=executable)
+
+
+def print_vllm_plan(plan, argv: list[str]) -> None:
+    import shlex
+
+    for line in plan.steps:
+        print(line)
+    for warning in plan.warnings:
+        print(f"! {warning}")
+    print(shlex.join(argv))
+
+
+def vllm_plan_dict(plan, argv: list[str]) -> dict[str, Any]:
+    """The vLLM plan for ``--json``: flags, the budget figures (bytes) and the working."""
+    return {
+        "engine": "vllm",
+        "model": plan.model_ref,
+        "max_model_len": plan.max_model_len,
+        "max_num_seqs": plan.max_num_seqs,
+        "max_num_batched_tokens": plan.max_num_batched_tokens,
+        "kv_cache_dtype": plan.kv_cache_dtype,
+        "gpu_memory_utilization": plan.gpu_memory_utilization,
+        "kv_pool": plan.kv_pool,
+        "longest_fitting": plan.longest_fitting,
+        "warnings": list(plan.warnings),
+        "steps": list(plan.steps),
+        "argv": argv,
+    }
+
+
+def vllm_executable() -> str:
+    """The ``vllm`` command, or a clear error: it is not a homelab dependency."""
+    found = shutil.which("vllm")
+    if found is None:
+        raise EngineError(
+            "vLLM is not installed (no `vllm` command on PATH)",
+            hint="Install it in this environment (pip install vllm; it needs an NVIDIA GPU), "
+            "or serve a GGUF with the default llama.cpp engine.",
+        )
+    return found

@@ -1,0 +1,242 @@
+"""llama-server's failures, explained with a next step; and its profile for the supervisor.
+
+The log lines are recognised by ``homelab.engine.llama_log`` (pinned build
+b11312). This module picks the line that says most (an unknown architecture
+before the "failed to load model" that follows it), quotes the engine's own
+error lines, and turns it into a message with a next step; with the plan at
+hand the step carries numbers ("KV did not fit: try --ctx 4096").
+
+A failure that would repeat identically with the same file and flags (unknown
+architecture, damaged file, refused flag) is marked *permanent*, so the
+supervisor gives up at once instead of restarting into the same wall.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from homelab.engine.failure import QUOTE_LINES, EngineFailure, describe_exit, unexplained
+from homelab.engine.llama_log import Failure, FailureKind, parse_failure_line
+from homelab.engine.readiness import EngineProfile
+from homelab.errors import DoesNotFitError, EngineError, ModelFileError, UnknownArchitectureError
+from homelab.units import format_bytes
+
+if TYPE_CHECKING:
+    from homelab.plan.planner import Plan
+
+ENGINE = "llama-server"
+SERVING_LINE = re.compile(r"(?:server is )?listening on https?://\S+")
+"""``llama_server: listening on http://127.0.0.1:8080`` (older: ``server is listening on``)."""
+_PREFIX = re.compile(r"^\s*\d+\.\d+\.\d+\.\d+ [IWEDT] (?:[a-z]{3}\s{2,})?")
+_ERROR_LEVEL = re.compile(r"^\s*\d+\.\d+\.\d+\.\d+ E ")
+
+# Most telling first: the specific line beats the generic "failed to load model" after it.
+_PRIORITY = (
+    FailureKind.UNKNOWN_ARCHITECTURE,
+    FailureKind.BIND_FAILED,
+    FailureKind.INVALID_ARGUMENT,
+    FailureKind.QUANTIZED_V_NEEDS_FLASH_ATTN,
+    FailureKind.KV_TYPES_MUST_MATCH,
+    FailureKind.OUT_OF_MEMORY,
+    FailureKind.ABORTED,
+    FailureKind.LOAD_FAILED,
+    FailureKind.CONTEXT_FAILED,
+)
+_PERMANENT = {
+    FailureKind.UNKNOWN_ARCHITECTURE,
+    FailureKind.INVALID_ARGUMENT,
+    FailureKind.QUANTIZED_V_NEEDS_FLASH_ATTN,
+    FailureKind.KV_TYPES_MUST_MATCH,
+    FailureKind.LOAD_FAILED,
+}
+
+
+def strip_prefix(line: str) -> str:
+    """The text of a log line without llama.cpp's ``S.MM.SSS.mmm L`` prefix."""
+    return _PREFIX.sub("", line).strip()
+
+
+def _error_lines(lines: Sequence[str], key: Failure | None) -> tuple[str, ...]:
+    """The engine's distinct error lines, the key one first, at most QUOTE_LINES."""
+    seen: list[str] = []
+    if key is not None:
+        seen.append(strip_prefix(key.line))
+    for line in lines:
+        if _ERROR_LEVEL.match(line) or (not _PREFIX.match(line) and parse_failure_line(line)):
+            text = strip_prefix(line)
+            if text and text not in seen:
+                seen.append(text)
+    if not seen:
+        return tuple(strip_prefix(line) for line in lines[-QUOTE_LINES:] if line.strip())
+    return tuple(seen[:QUOTE_LINES])
+
+
+def _key_failure(failures: Sequence[Failure]) -> Failure | None:
+    for kind in _PRIORITY:
+        matching = [f for f in failures if f.kind is kind]
+        if kind is FailureKind.LOAD_FAILED:  # "error loading model: <reason>" says why
+            matching.sort(key=lambda f: "error loading model:" not in f.line)
+        if matching:
+            return matching[0]
+    return None
+
+
+def _what_ran_out(lines: Sequence[str]) -> str:
+    text = "\n".join(lines).lower()
+    if "kv cache" in text:
+        return "kv"
+    if "compute" in text:
+        return "compute"
+    return "weights" if "load_tensors" in text or "unable to allocate" in text else "memory"
+
+
+def _smaller_ctx_hint(plan: Plan | None) -> str:
+    if plan is None:
+        return "try a smaller --ctx, or close programs that use the GPU"
+    n_seq = plan.settings.n_seq
+    n_ctx = plan.candidate.allocation.n_ctx
+    step = 256 * n_seq
+    half = max(step, (n_ctx // 2) // step * step)
+    return (
+        f"the plan expected {format_bytes(plan.candidate.allocation.total)} of KV "
+        f"for {n_ctx:,} tokens to fit; "
+        f"something may have taken memory since: try --ctx {half} --parallel {n_seq}, "
+        "or close programs that use the GPU"
+    )
+
+
+def _explain(key: Failure, lines: Sequence[str], plan: Plan | None, model: str | None) -> tuple:
+    """(title, message, hint, error type) for a recognised failure."""
+    what = model or "the model"
+    kind = key.kind
+    if kind is FailureKind.UNKNOWN_ARCHITECTURE:
+        return (
+            "Unknown architecture",
+            f"this llama-server does not know the architecture '{key.detail}' of {what}",
+            "a newer llama.cpp may: point HOMELAB_LLAMA_SERVER at a newer llama-server build",
+            UnknownArchitectureError,
+        )
+    if kind is FailureKind.LOAD_FAILED:
+        return (
+            "Bad model file",
+            f"llama-server could not load {what}",
+            "the file may be truncated or damaged: check its size, or download it again",
+            ModelFileError,
+        )
+    if kind is FailureKind.BIND_FAILED:
+        port = f"port {key.detail}" if key.detail else "its port"
+        return (
+            "Port in use",
+            f"llama-server could not listen on {port}: another program took it",
+            "pick another with --port, or leave --port out and homelab takes the next free one",
+            EngineError,
+        )
+    if kind is FailureKind.INVALID_ARGUMENT:
+        return (
+            "Flag refused",
+            f"this llama-server does not accept the flag {key.detail}",
+            "it is older or newer than the build homelab plans for: run `homelab engine build`",
+            EngineError,
+        )
+    if kind is FailureKind.QUANTIZED_V_NEEDS_FLASH_ATTN:
+        return (
+            "Quantized V cache needs flash attention",
+            "llama-server refuses a quantized V cache without flash attention",
+            "use --cache-type-v f16, or keep flash attention on",
+            EngineError,
+        )
+    if kind is FailureKind.KV_TYPES_MUST_MATCH:
+        return (
+            "K and V cache types must match",
+            f"this model refuses different K and V cache types ({key.detail})",
+            "use one type for both, e.g. --cache-type q8_0",
+            EngineError,
+        )
+    if kind is FailureKind.OUT_OF_MEMORY:
+        ran_out = _what_ran_out(lines)
+        if ran_out == "kv":
+            return (
+                "KV cache did not fit",
+                "llama-server could not allocate the KV cache",
+                _smaller_ctx_hint(plan),
+                DoesNotFitError,
+            )
+        if ran_out == "compute":
+            return (
+                "Compute buffer did not fit",
+                "llama-server could not allocate its compute buffer",
+                "try --ubatch 256 (the compute buffer grows with it), or a smaller --ctx",
+                DoesNotFitError,
+            )
+        if ran_out == "weights":
+            return (
+                "Weights did not fit",
+                f"llama-server could not allocate the weights of {what}",
+                "close programs that use the GPU, or pick a smaller quant",
+                DoesNotFitError,
+            )
+        return (
+            "Out of memory",
+            "llama-server ran out of memory",
+            _smaller_ctx_hint(plan),
+            DoesNotFitError,
+        )
+    if kind is FailureKind.ABORTED:
+        return (
+            "Engine aborted",
+            f"llama-server aborted: {key.detail or 'GGML_ABORT'}",
+            "this is a llama.cpp assertion: try other cache types or a smaller --ubatch, "
+            "and report it upstream with the log",
+            EngineError,
+        )
+    return (
+        "Context creation failed",
+        "llama-server loaded the model but could not create its context",
+        "check the cache types and flash-attention setting in the quoted lines",
+        EngineError,
+    )
+
+
+def diagnose_llama_server(
+    lines: Sequence[str],
+    returncode: int | None,
+    *,
+    plan: Plan | None = None,
+    model: str | None = None,
+) -> EngineFailure:
+    """Why llama-server stopped, from the log lines of that run and its exit code."""
+    failures = [f for f in (parse_failure_line(line) for line in lines) if f is not None]
+    key = _key_failure(failures)
+    if key is None:
+        return unexplained(
+            ENGINE, returncode, [strip_prefix(line) for line in lines if line.strip()]
+        )
+    title, message, hint, error_type = _explain(key, lines, plan, model)
+    return EngineFailure(
+        title=title,
+        message=f"{message} ({ENGINE} {describe_exit(returncode)})",
+        hint=hint,
+        quoted=_error_lines(lines, key),
+        returncode=returncode,
+        kind=key.kind.value,
+        permanent=key.kind in _PERMANENT,
+        port_conflict=key.kind is FailureKind.BIND_FAILED,
+        error_type=error_type,
+    )
+
+
+def llama_server_profile(plan: Plan | None = None, model: str | None = None) -> EngineProfile:
+    """The supervisor's view of llama-server; ``plan`` makes failure hints concrete."""
+
+    def diagnose(lines: Sequence[str], returncode: int | None) -> EngineFailure:
+        return diagnose_llama_server(lines, returncode, plan=plan, model=model)
+
+    return EngineProfile(
+        name=ENGINE,
+        serving_line=SERVING_LINE,
+        diagnose=diagnose,
+        health_path="/health",
+        env={"LLAMA_ARG_LOG_COLORS": "off"},
+    )

@@ -1,0 +1,129 @@
+"""When an engine is ready, and what the supervisor needs to know about an engine.
+
+**Ready = the health endpoint answers OK *and* the engine's log says it is
+serving.** Either alone misleads: llama-server answers ``/health`` (503) long
+before the model is loaded, and a log line is only a claim until a request is
+answered (an applied argument is not a started server). The supervisor watches
+for the serving line as the log streams in, then polls health quickly (from
+20 ms, doubling to 500 ms) until it answers 200.
+
+:class:`EngineProfile` is everything engine-specific the (engine-agnostic)
+supervisor uses: health path, serving line, how to explain a failure.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from homelab.engine.failure import EngineFailure
+
+if TYPE_CHECKING:
+    import httpx
+
+    from homelab.engine.supervision import Inbox
+
+HEALTH_TIMEOUT_S = 2.0
+FIRST_POLL_S = 0.02
+MAX_POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """What the supervisor needs to know about one engine."""
+
+    name: str
+    """Shown in messages ("llama-server")."""
+    serving_line: re.Pattern[str]
+    """A log line that says the engine is serving (llama-server: ``listening on http://…``)."""
+    diagnose: Callable[[Sequence[str], int | None], EngineFailure]
+    """(the log lines of one run, its exit code or None) -> why it stopped."""
+    health_path: str = "/health"
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """Extra environment variables for the engine process."""
+
+    def is_serving(self, line: str) -> bool:
+        """True for the log line that says the engine serves."""
+        return self.serving_line.search(line) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class HealthAnswer:
+    """One health request's outcome."""
+
+    ok: bool
+    status_code: int | None
+    """None when nothing answered (refused, timed out)."""
+    detail: str
+
+
+def health_client() -> httpx.Client:
+    """An HTTP client for loopback health checks: short timeouts, no proxies from the env."""
+    import httpx
+
+    return httpx.Client(timeout=httpx.Timeout(HEALTH_TIMEOUT_S), trust_env=False)
+
+
+def check_health(client: httpx.Client, base_url: str, path: str = "/health") -> HealthAnswer:
+    """Ask ``base_url + path`` once; OK means HTTP 200."""
+    import httpx
+
+    try:
+        response = client.get(base_url.rstrip("/") + path)
+    except httpx.TimeoutException:
+        return HealthAnswer(False, None, "health check timed out")
+    except httpx.HTTPError as error:
+        return HealthAnswer(False, None, f"no answer ({type(error).__name__})")
+    body = response.text[:200]
+    return HealthAnswer(response.status_code == 200, response.status_code, body)
+
+
+class HealthBackoff:
+    """Intervals between health polls once the serving line was seen: 20 ms doubling to 500 ms."""
+
+    def __init__(self, first_s: float = FIRST_POLL_S, max_s: float = MAX_POLL_S) -> None:
+        self._max = max_s
+        self._next = first_s
+
+    def next(self) -> float:
+        """The next interval."""
+        value = self._next
+        self._next = min(self._next * 2, self._max)
+        return value
+
+
+def await_ready(
+    inbox: Inbox,
+    pid: int,
+    *,
+    serving: Callable[[], bool],
+    url: Callable[[], str | None],
+    health_path: str,
+    client: httpx.Client,
+    deadline: float,
+) -> str:
+    """Wait until the engine is ready: its serving line seen, then health polled until OK.
+
+    Returns:
+        "ready", "timeout" (``deadline``, monotonic, passed), or what the inbox
+        had first: "exited", "stop", "release".
+    """
+    backoff = HealthBackoff()
+    while True:
+        pending = inbox.pending(pid)
+        if pending is not None:
+            return pending
+        wait_s = 1.0  # the serving line wakes the inbox; this is only a safety net
+        if serving():
+            base = url()
+            if base is not None and check_health(client, base, health_path).ok:
+                return "ready"
+            wait_s = backoff.next()
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return "timeout"
+        inbox.wait(min(wait_s, remaining))

@@ -1,0 +1,48 @@
+"""A homelab process for the orphan tests (and ``script_env`` to run such scripts).
+
+It supervises llama-server, says the engine's pid, then waits to be killed.
+
+``python tests/engine/supervisor_child.py MODEL PORT [--detach]`` prints one JSON line
+``{"pid": ENGINE_PID, "url": URL}`` once the engine is ready, then sleeps until killed.
+State and logs go where ``HOMELAB_STATE_DIR`` says (the test's folder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from homelab.engine.llama_diagnose import llama_server_profile
+from homelab.engine.locate import find_llama_server
+from homelab.engine.state_file import StateFile
+from homelab.engine.supervisor import EngineSpec, Supervisor
+
+SCRIPT = Path(__file__).resolve()
+REPO = SCRIPT.parents[2]
+
+
+def script_env() -> dict[str, str]:
+    """Environment for a child Python that imports homelab and tests from the repository."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def main() -> int:
+    model, port = sys.argv[1], int(sys.argv[2])
+    detach = "--detach" in sys.argv[3:]
+    argv = (str(find_llama_server()), "-m", model, "-c", "512", "-np", "1", "-lv", "4")
+    spec = EngineSpec(argv=argv, model=model, port=port, detached=detach, start_timeout_s=120)
+    supervisor = Supervisor(spec, llama_server_profile(), state_file=StateFile())
+    supervisor.start()
+    ready = supervisor.wait_ready(120)
+    print(json.dumps({"pid": ready.pid, "url": ready.url}), flush=True)
+    while True:
+        time.sleep(60)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,12 +7,13 @@ network homelab needs is the package registry. Steps: fetch the sdist into
 ``vendor/llama.cpp``, configure with CMake (Release, static, no tests, no UI
 download, no OpenSSL), build the ``llama-server`` target, check the binary's
 ``--version``, and install it atomically with a JSON manifest under
-``data_dir()/engine`` (see ``homelab.engine.locate`` for the layout).
+``data_dir()/engine`` (see ``homelab.engine.locate`` for the layout). Each CMake command
+runs through :mod:`homelab.engine.build_steps`, which logs it, reads its progress and
+explains its failure.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import ctypes.util
 import errno
@@ -20,19 +21,27 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 from homelab import __version__
 from homelab.engine import locate
+from homelab.engine.build_steps import (
+    APT_TOOLCHAIN,
+    LOG_TAIL_LINES,
+    BuildStepFailed,
+    ProgressFn,
+    diagnose,
+    parse_progress,
+    run_step,
+)
 from homelab.errors import EngineError
 from homelab.paths import cache_dir, state_dir
 
@@ -43,33 +52,20 @@ SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 SDIST_SOURCE_DIR = f"llama_cpp_python-{SDIST_VERSION}/vendor/llama.cpp"
 
 Variant = Literal["cpu", "cuda"]
-ProgressFn = Callable[[float | None, str], None]
 
-APT_TOOLCHAIN = "sudo apt-get install cmake build-essential"
 FREE_BYTES_NEEDED = {"cpu": 1 << 30, "cuda": 6 << 30}
-LOG_TAIL_LINES = 25
 
-_MAKE_PROGRESS = re.compile(r"^\[\s*(\d{1,3})%\]")
-_NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
-_DIAGNOSES = (  # (pattern in the log, message, hint); first match wins
-    ("No space left on device", "the disk filled up while building llama-server",
-     "free some disk space (the build needs about 1 GiB, CUDA more) and run it again"),
-    ("No CMAKE_CXX_COMPILER could be found", "no C++ compiler found", APT_TOOLCHAIN),
-    ("No CMAKE_C_COMPILER could be found", "no C compiler found", APT_TOOLCHAIN),
-    ("No CMAKE_CUDA_COMPILER could be found", "CUDA compiler (nvcc) not usable",
-     "install the CUDA toolkit (Debian: nvidia-cuda-toolkit) or build with --cpu"),
-    ("CUDA::cublas", "the CUDA toolkit has no cuBLAS, which the CUDA engine needs",
-     "install cuBLAS (NVIDIA's libcublas-dev-<version> or Debian's nvidia-cuda-toolkit), "
-     "or build with --cpu"),
-    ("or higher is required", "this CMake is too old for llama.cpp (3.18 or newer needed)",
-     "install a newer cmake (Debian bookworm's cmake or `pip install cmake`)"),
-    ("Killed signal terminated program", "the compiler was killed (out of memory?)",
-     "build with fewer parallel jobs: homelab engine build --jobs 1"),
-)
+# Running one step lives in homelab.engine.build_steps; its names stay importable here.
+__all__ = [
+    "APT_TOOLCHAIN", "FREE_BYTES_NEEDED", "LOG_TAIL_LINES", "SDIST_FILE", "SDIST_PACKAGE",
+    "SDIST_SHA256", "SDIST_SOURCE_DIR", "SDIST_VERSION", "BuildStepFailed", "ProgressFn", "Variant",
+    "build_llama_server", "build_manifest", "check_free_space", "check_toolchain", "cmake_args",
+    "diagnose", "extract_source", "fetch_sdist", "find_nvcc", "install_binary",
+    "nvidia_driver_present", "parse_progress", "resolve_variant", "run_step", "sha256_file",
+    "verify_sha256",
+]
 
-
-class _StepFailed(Exception):
-    """A build step exited non-zero: ``args == (step name, log tail)``."""
+_StepFailed = BuildStepFailed  # its former name, which tests/engine/test_engine_build.py imports
 
 
 def _no_progress(fraction: float | None, line: str) -> None:
@@ -133,17 +129,6 @@ def cmake_args(variant: Variant, *, nvcc: str | None = None,
     return args
 
 
-def parse_progress(line: str) -> float | None:
-    """Fraction done from a ``[ 45%]`` (make) or ``[12/345]`` (ninja) build line, else None."""
-    match = _MAKE_PROGRESS.match(line)
-    if match:
-        return min(int(match.group(1)), 100) / 100.0
-    match = _NINJA_PROGRESS.match(line)
-    if match and int(match.group(2)) > 0:
-        return min(int(match.group(1)) / int(match.group(2)), 1.0)
-    return None
-
-
 def sha256_file(path: Path) -> str:
     """Hex sha256 of a file, read in 1 MiB blocks."""
     digest = hashlib.sha256()
@@ -183,15 +168,6 @@ def build_manifest(*, variant: Variant, args: list[str], seconds: float,
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "built_by": f"homelab {__version__}",
     }
-
-
-def diagnose(step: str, tail: str) -> EngineError:
-    """Turn a failed step and its log tail into an error a person can act on."""
-    for needle, message, hint in _DIAGNOSES:
-        if needle in tail:
-            return EngineError(f"{message} ({step} failed)\n{tail}", hint=hint)
-    return EngineError(f"{step} failed:\n{tail}",
-                       hint="see the full build log named above; fix the cause and run it again")
 
 
 def install_binary(built: Path, manifest: dict[str, Any], dest: Path) -> Path:
@@ -303,26 +279,6 @@ def extract_source(archive: Path, dest: Path) -> Path:
     return dest
 
 
-def run_step(step: str, argv: list[str], log: Any, progress: ProgressFn) -> None:
-    """Run one build command, tee its output to ``log`` and report ``[NN%]`` lines."""
-    log.write(f"\n$ {' '.join(argv)}\n")
-    log.flush()
-    tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
-    env = {**os.environ, "LC_ALL": "C"}
-    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, env=env, text=True, errors="replace",
-                          bufsize=1) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            log.write(line)
-            tail.append(line.rstrip())
-            fraction = parse_progress(line)
-            if fraction is not None:
-                progress(fraction, line.strip())
-    if proc.returncode != 0:
-        raise _StepFailed(step, "\n".join(tail))
-
-
 @contextlib.contextmanager
 def _build_lock(name: str, progress: ProgressFn) -> Iterator[None]:
     """One build of a given engine at a time on this machine (others wait)."""
@@ -356,7 +312,7 @@ def build_llama_server(*, variant: str | None = None, jobs: int | None = None,
         log_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             return _build(chosen, jobs or os.cpu_count() or 1, work, log_path, report)
-        except _StepFailed as failed:
+        except BuildStepFailed as failed:
             error = diagnose(*failed.args)
         except OSError as exc:
             if exc.errno != errno.ENOSPC:

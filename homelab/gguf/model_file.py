@@ -11,6 +11,7 @@ we read every part's header.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from homelab.errors import ModelFileError
@@ -48,7 +49,7 @@ def read_model(path: str | Path) -> GgufModel:
             hint="Download every part into the same folder.",
         )
     parts = tuple(given if p == path else _read_file(p) for p in paths)
-    _check_parts(parts, count)
+    check_parts(parts, count)
     return GgufModel(parts)
 
 
@@ -101,17 +102,22 @@ def split_part_paths(path: Path, count: int) -> list[Path]:
     return [path.with_name(f"{stem}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
 
 
-def _read_file(path: Path) -> GgufHeader:
-    with LocalFileSource(path) as source:
-        return read_header(source)
+def check_parts(parts: Sequence[GgufHeader], count: int) -> None:
+    """Check that ``parts`` are all ``count`` parts of one split model, in order.
 
+    Whoever found the parts (by file name on disk, or by a Hub repo's listing) calls this
+    before treating them as one model: a name says where a part should be, only its
+    metadata says what it is, and parts of two downloads can sit side by side.
 
-def _check_parts(parts: tuple[GgufHeader, ...], count: int) -> None:
-    """Check that the parts found by name are the parts of one model, in order.
+    Args:
+        parts: the parts' headers, part 1 first.
+        count: how many parts the first part's ``split.count`` says there are.
 
     Raises:
-        ModelFileError: a part's ``split.no``/``split.count`` disagrees with its name,
-            or the parts' tensors do not add up to ``split.tensors.count``.
+        ModelFileError: a part's ``split.no``/``split.count`` disagrees with its place
+            among ``parts`` (a part from another download, or out of order), or the
+            parts' tensors do not add up to the first part's ``split.tensors.count``
+            (a part is truncated or from another upload).
     """
     for index, part in enumerate(parts):
         number = part.metadata.get("split.no", index)
@@ -130,3 +136,8 @@ def _check_parts(parts: tuple[GgufHeader, ...], count: int) -> None:
             f"split.tensors.count says {expected}",
             hint="The parts come from different downloads; fetch them again.",
         )
+
+
+def _read_file(path: Path) -> GgufHeader:
+    with LocalFileSource(path) as source:
+        return read_header(source)

@@ -2,9 +2,9 @@
 
 The flow, for ``owner/name[:QUANT]`` or ``owner/name/FILE.gguf``:
 
-1. List the repo (``HfApi.model_info(files_metadata=True)``: commit, sizes, LFS sha256).
+1. List the repo (:mod:`homelab.hub.repo_listing`: commit, sizes, LFS sha256).
    Offline (``HF_HUB_OFFLINE`` or ``offline=True``), or when the Hub cannot be reached,
-   the listing comes from the cache instead, and the result says so.
+   the listing comes from the downloaded files in the cache instead, and the result says so.
 2. Choose the files like llama-server ``-hf`` (:mod:`homelab.hub.quant_match`).
 3. Refuse before any byte moves when the cache's disk has less free space than what is
    still missing (partial downloads count as present).
@@ -34,12 +34,16 @@ from homelab.hub.hub_errors import (
     HubOfflineError,
     NotEnoughDiskError,
     QuantNotFoundError,
-    is_transport_error,
     translate,
 )
-from homelab.hub.quant_match import RemoteFile, Selection, available_quants, describe_quants, select
+from homelab.hub.quant_match import Selection, available_quants, describe_quants, select
+from homelab.hub.repo_listing import (
+    DEFAULT_REVISION,
+    HubUnreachableError,
+    cached_listing,
+    remote_listing,
+)
 
-DEFAULT_REVISION = "main"
 _REPO_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 State = Literal["cached", "downloading", "done"]
@@ -181,13 +185,15 @@ def pull(
     if offline if offline is not None else hf_env.offline():
         return _from_cache(parsed, cache_dir, mmproj, progress, why="offline (HF_HUB_OFFLINE)")
     try:
-        commit, files = _list_remote(parsed.repo)
-    except _Unreachable as unreachable:
+        listing = remote_listing(parsed.repo, DEFAULT_REVISION)
+    except HubUnreachableError as unreachable:
         try:
-            return _from_cache(parsed, cache_dir, mmproj, progress, why=f"the Hub is unreachable ({unreachable})")
+            return _from_cache(parsed, cache_dir, mmproj, progress,
+                               why=f"the Hub is unreachable ({unreachable.reason})")
         except HubOfflineError:
             raise translate(unreachable.error, repo=parsed.repo) from None
-    selection = select(parsed.repo, files, quant=parsed.quant, filename=parsed.filename, mmproj=mmproj)
+    commit = listing.commit
+    selection = select(parsed.repo, listing.files, quant=parsed.quant, filename=parsed.filename, mmproj=mmproj)
     unsized = [f.path for f in selection.files if f.size is None]
     if unsized:
         raise HubError(
@@ -197,36 +203,6 @@ def pull(
         )
     _check_disk(parsed.repo, commit, selection, cache_dir, free_space or disk_free)
     return _download(parsed, commit, selection, cache_dir, progress)
-
-
-class _Unreachable(Exception):
-    def __init__(self, error: BaseException) -> None:
-        super().__init__(f"{type(error).__name__}: {error}")
-        self.error = error
-
-
-def _list_remote(repo: str) -> tuple[str, list[RemoteFile]]:
-    from huggingface_hub import HfApi
-
-    api = HfApi(endpoint=hf_env.endpoint(), token=hf_env.token() or False, library_name="homelab")
-    try:
-        info = api.model_info(repo, revision=DEFAULT_REVISION, files_metadata=True)
-    except Exception as error:  # noqa: BLE001 - translated right here
-        if is_transport_error(error):
-            raise _Unreachable(error) from None
-        raise translate(error, repo=repo) from None
-    files = [
-        RemoteFile(
-            path=s.rfilename,
-            size=s.lfs.size if s.lfs else s.size,
-            sha256=s.lfs.sha256 if s.lfs else None,
-            git_oid=None if s.lfs else s.blob_id,
-        )
-        for s in info.siblings or []
-    ]
-    if not info.sha:
-        raise translate(OSError("the Hub's answer names no commit"), repo=repo)
-    return info.sha, files
 
 
 def _check_disk(
@@ -295,13 +271,13 @@ def _from_cache(
     Raises:
         HubOfflineError: the repo, the quant or one of its parts is not cached.
     """
-    listing = hf_cache.cached_listing(cache_dir, parsed.repo, DEFAULT_REVISION)
+    listing = cached_listing(parsed.repo, DEFAULT_REVISION, why)
     if listing is None:
         raise HubOfflineError(
             f"{why}, and nothing of {parsed.repo} is in the cache ({cache_dir})",
             hint="Run `homelab pull` once while online (unset HF_HUB_OFFLINE), or check HF_HOME / HF_HUB_CACHE.",
         )
-    commit, files = listing
+    commit, files = listing.commit, listing.files
     try:
         selection = select(parsed.repo, files, quant=parsed.quant, filename=parsed.filename, mmproj=mmproj)
     except QuantNotFoundError as missing:

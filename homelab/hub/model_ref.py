@@ -14,9 +14,10 @@ Where each part's header comes from, cheapest first:
 3. the Hub, with range requests for the header only (:mod:`homelab.hub.remote_source`),
    every split part, stored in the header cache for next time.
 
-Listing the repo (one API call: commit, sizes, sha256) pins the commit, so all parts come
-from one revision. With ``HF_HUB_OFFLINE`` (or when the Hub cannot be reached) the listing
-comes from the two caches, and nothing there is a ``HubOfflineError`` naming what is missing.
+Listing the repo (:mod:`homelab.hub.repo_listing`; one API call: commit, sizes, sha256) pins
+the commit, so all parts come from one revision. With ``HF_HUB_OFFLINE`` (or when the Hub
+cannot be reached) the listing comes from the two caches, and nothing there is a
+``HubOfflineError`` naming what is missing.
 """
 
 from __future__ import annotations
@@ -29,20 +30,13 @@ from urllib.parse import unquote
 
 from homelab.errors import ModelFileError
 from homelab.gguf.header import GgufHeader, GgufModel
-from homelab.gguf.model_file import _check_parts, read_model, split_count
+from homelab.gguf.model_file import check_parts, read_model, split_count
 from homelab.gguf.reader import read_header
 from homelab.gguf.source import LocalFileSource
 from homelab.hub import hf_cache, hf_env
 from homelab.hub.download import parse_pull_ref
 from homelab.hub.header_cache import HeaderCache, HeaderKey, read_header_capturing
-from homelab.hub.hub_errors import (
-    BadModelRefError,
-    HubNetworkError,
-    HubOfflineError,
-    QuantNotFoundError,
-    is_transport_error,
-    translate,
-)
+from homelab.hub.hub_errors import BadModelRefError, HubOfflineError, QuantNotFoundError
 from homelab.hub.quant_match import (
     QuantChoice,
     RemoteFile,
@@ -51,8 +45,8 @@ from homelab.hub.quant_match import (
     select,
 )
 from homelab.hub.remote_source import HttpRangeSource
+from homelab.hub.repo_listing import DEFAULT_REVISION, RepoListing, list_repo
 
-DEFAULT_REVISION = "main"
 _HUB_PREFIX = r"(?:hf://|https?://(?:www\.)?(?:huggingface\.co|hf\.co)/|hf\.co/|huggingface\.co/)?"
 _WITH_REVISION = re.compile(rf"^(?P<repo>{_HUB_PREFIX}[^/@:\s]+/[^/@:\s]+)@(?P<rev>[^/:\s]+)(?P<rest>.*)$")
 _RESOLVE_URL = re.compile(rf"^(?P<repo>{_HUB_PREFIX}[^/@:\s]+/[^/@:\s]+)/(?:resolve|blob)/(?P<rev>[^/]+)/"
@@ -95,18 +89,6 @@ class PartOrigin:
     """Local path, or the URL the header was (or once was) read from."""
     bytes_fetched: int = 0
     requests: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class RepoListing:
-    """A repo's files at one commit, from the Hub or (offline) from the caches."""
-
-    repo: str
-    revision: str
-    commit: str
-    files: tuple[RemoteFile, ...]
-    offline_reason: str | None = None
-    """Why the caches were used instead of the Hub; None when the Hub answered."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,95 +191,6 @@ def resolve_model(ref: str) -> GgufModel:
     return resolve_model_ref(ref).model
 
 
-def list_repo(repo: str, revision: str = DEFAULT_REVISION, *, offline: bool | None = None,
-              cache: HeaderCache | None = None) -> RepoListing:
-    """The repo's files at ``revision``: from the Hub (one API call), or from the HF cache and
-    the header cache when offline or when the Hub cannot be reached.
-
-    Raises:
-        HubAuthError, HubNotFoundError: the Hub refused or does not know the repo/revision.
-        HubNetworkError: the Hub is unreachable and the caches know nothing of the repo.
-        HubOfflineError: offline and the caches know nothing of the repo.
-    """
-    cache = cache or HeaderCache()
-    if hf_env.offline() if offline is None else offline:
-        return _cached_listing(repo, revision, cache, "HF_HUB_OFFLINE is set")
-    try:
-        commit, files = _list_remote(repo, revision)
-    except HubNetworkError as unreachable:
-        try:
-            return _cached_listing(repo, revision, cache, f"the Hub is unreachable ({unreachable.message})")
-        except HubOfflineError:
-            raise unreachable from None
-    cache.remember_ref(repo, revision, commit)
-    return RepoListing(repo, revision, commit, tuple(files))
-
-
-def _list_remote(repo: str, revision: str) -> tuple[str, list[RemoteFile]]:
-    """``model_info(files_metadata=True)``: the commit and each file's size and hashes."""
-    from huggingface_hub import HfApi
-
-    api = HfApi(endpoint=hf_env.endpoint(), token=hf_env.token() or False, library_name="homelab")
-    try:
-        info = api.model_info(repo, revision=revision, files_metadata=True)
-    except Exception as error:  # noqa: BLE001 - translated right here
-        if is_transport_error(error):
-            raise HubNetworkError(
-                f"cannot reach {hf_env.endpoint()} to list {repo}: {type(error).__name__}: {error}",
-                hint="Check the network (and HF_ENDPOINT if you set it), or set HF_HUB_OFFLINE=1 "
-                "to use what is cached.",
-            ) from None
-        raise translate(error, repo=repo) from None
-    if not info.sha:
-        raise translate(OSError("the Hub's answer names no commit"), repo=repo)
-    files = [RemoteFile(path=s.rfilename, size=s.lfs.size if s.lfs else s.size,
-                        sha256=s.lfs.sha256 if s.lfs else None, git_oid=None if s.lfs else s.blob_id)
-             for s in info.siblings or []]
-    return info.sha, files
-
-
-def _cached_listing(repo: str, revision: str, cache: HeaderCache, why: str) -> RepoListing:
-    """What the HF cache and the header cache know of ``repo`` at ``revision`` (the commit
-    recorded most recently when they disagree), as one listing.
-
-    Raises:
-        HubOfflineError: neither cache knows the repo at that revision.
-    """
-    hub_cache = hf_env.hub_cache_dir()
-    downloaded = hf_cache.cached_listing(hub_cache, repo, revision)
-    headers = cache.stored(repo, revision)
-    commits = [c for c in (downloaded[0] if downloaded else None, cache.commit_for(repo, revision)) if c]
-    if not commits:
-        raise HubOfflineError(
-            f"{why}, and nothing of {repo} at {revision} is on this machine: not downloaded "
-            f"(HF cache {hub_cache}) and no header cached ({cache.root})",
-            hint=f"Run `homelab plan {repo}:QUANT` once online (it reads only the header), or "
-            f"`homelab pull {repo}:QUANT`.",
-        )
-    commit = commits[0]
-    if len(commits) == 2 and commits[0] != commits[1]:
-        newer_header = cache.ref_time(repo, revision) or 0.0
-        commit = commits[1] if newer_header > _hf_ref_time(hub_cache, repo, revision) else commits[0]
-    files: dict[str, RemoteFile] = {}
-    for entry in headers if cache.commit_for(repo, revision) == commit else ():
-        etag = entry.etag or ""
-        files[entry.filename] = RemoteFile(entry.filename, entry.file_size,
-                                           sha256=etag if len(etag) == 64 else None,
-                                           git_oid=etag if len(etag) == 40 else None)
-    if downloaded and downloaded[0] == commit:
-        files.update({f.path: f for f in downloaded[1]})
-    return RepoListing(repo, revision, commit, tuple(sorted(files.values(), key=lambda f: f.path)),
-                       offline_reason=why)
-
-
-def _hf_ref_time(hub_cache: Path, repo: str, revision: str) -> float:
-    """When the HF cache's ``refs/<revision>`` was written (0 when it was not)."""
-    try:
-        return (hf_cache.repo_dir(hub_cache, repo) / "refs" / revision).stat().st_mtime
-    except OSError:
-        return 0.0
-
-
 def _offline_error(listing: RepoListing, asked: str) -> HubOfflineError:
     there = describe_quants(available_quants(listing.files))
     return HubOfflineError(
@@ -379,7 +272,7 @@ def _assemble(listing: RepoListing, choice: QuantChoice, parts: tuple[GgufHeader
             hint="The upload looks incomplete or misnamed; pick another quant.",
         )
     if count > 1:
-        _check_parts(parts, count)
+        check_parts(parts, count)
     return GgufModel(parts)
 
 

@@ -11,9 +11,10 @@ script or a test applies. The token goes to the Hub only: httpx drops
 ``Authorization`` on a redirect to another host (the CDN), and so do later reads sent
 straight to the redirected address.
 
-Every failure becomes a ``HubError`` subclass with a sentence and a next step: 401/403
-(gated or private), 404, the network, a server that ignores ``Range`` (answering a
-range request with the whole multi-gigabyte file is refused, not downloaded).
+Every failure becomes a ``HubError`` subclass (:mod:`homelab.hub.hub_failures`) with a
+sentence and a next step: 401/403 (gated or private), 404, the network, a server that
+ignores ``Range`` (answering a range request with the whole multi-gigabyte file is
+refused, not downloaded).
 """
 
 from __future__ import annotations
@@ -29,8 +30,28 @@ from urllib.parse import urlsplit
 import httpx
 
 from homelab import __version__
-from homelab.errors import HomelabError
 from homelab.hub import hf_env
+from homelab.hub.hub_failures import (
+    HubAuthError,
+    HubError,
+    HubNetworkError,
+    HubNotFoundError,
+    HubOfflineError,
+    status_error,
+)
+
+__all__ = [  # the Hub error family is re-exported: importers name it from here
+    "HttpRangeSource",
+    "HubAuthError",
+    "HubError",
+    "HubNetworkError",
+    "HubNotFoundError",
+    "HubOfflineError",
+    "RangeNotSupportedError",
+    "RemoteFileInfo",
+    "hub_headers",
+    "status_error",
+]
 
 RETRIES = 2
 """Extra attempts for a dropped connection or a 5xx/429 answer (each resumes where it stopped)."""
@@ -38,40 +59,10 @@ RETRY_WAIT_S = 0.5
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)\s*$", re.IGNORECASE)
 
 
-class HubError(HomelabError):
-    """Talking to the Hugging Face Hub (or the server behind ``HF_ENDPOINT``) failed."""
-
-    title = "Hugging Face Hub"
-
-
-class HubAuthError(HubError):
-    """401/403: the repo is gated or private and the request's token (or no token) is not enough."""
-
-    title = "Authentication needed"
-
-
-class HubNotFoundError(HubError):
-    """404: no such repo, revision or file (or a private repo the token cannot see)."""
-
-    title = "Not found on the Hub"
-
-
-class HubNetworkError(HubError):
-    """The server could not be reached, or the connection broke and retries did not help."""
-
-    title = "Network error"
-
-
 class RangeNotSupportedError(HubError):
     """The server ignored ``Range`` and would send the whole file."""
 
     title = "Range requests not supported"
-
-
-class HubOfflineError(HubError):
-    """``HF_HUB_OFFLINE`` is set and what is needed is not cached locally."""
-
-    title = "Offline"
 
 
 def hub_headers(token: str | None = None) -> dict[str, str]:
@@ -341,37 +332,6 @@ class HttpRangeSource:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
-
-
-def status_error(response: httpx.Response, label: str, repo_id: str | None) -> HubError:
-    """The ``HubError`` for an HTTP error answer, using the Hub's ``X-Error-Code`` when sent."""
-    status = response.status_code
-    code = response.headers.get("X-Error-Code", "")
-    detail = response.headers.get("X-Error-Message", "")
-    said = f" ({detail})" if detail else ""
-    page = f"{hf_env.endpoint()}/{repo_id}" if repo_id else "the model's page"
-    if code == "GatedRepo" or status == 403:
-        return HubAuthError(
-            f"{label}: the Hub refused access ({status}){said}; the repo is gated or private",
-            hint=f"Accept the model's terms at {page} while logged in, then log in here with "
-            "`hf auth login` or set HF_TOKEN to a token of that account.",
-        )
-    if status == 401 and code not in ("RepoNotFound", "EntryNotFound", "RevisionNotFound"):
-        return HubAuthError(
-            f"{label}: the Hub asks for authentication (401){said}; the repo is gated or private",
-            hint=f"Log in with `hf auth login` or set HF_TOKEN; for a gated model accept its "
-            f"terms at {page} first.",
-        )
-    if status in (401, 404, 410):
-        what = {"RepoNotFound": "no such repo (or it is private)",
-                "RevisionNotFound": "no such revision",
-                "EntryNotFound": "no such file"}.get(code, "not found")
-        return HubNotFoundError(
-            f"{label}: {what} ({status}){said}",
-            hint="Check the repo name and the file or quant (`homelab quants REPO` lists them); "
-            "a private repo needs HF_TOKEN.",
-        )
-    return HubError(f"{label}: the server answered {status} {response.reason_phrase}{said}")
 
 
 class _Retry(Exception):

@@ -1,4 +1,5 @@
-"""A homelab process for the orphan tests (and ``script_env`` to run such scripts).
+"""A homelab process for the orphan tests, and the helpers that run homelab as a child
+process from the repository: ``script_env`` (its environment) and ``run_homelab``.
 
 It supervises llama-server, says the engine's pid, then waits to be killed.
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +31,20 @@ def script_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     return env
+
+
+def run_homelab(*args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m homelab ARGS`` from the repository and return what it printed (text)
+    and its exit code; never raises for a non-zero exit (tests assert on the code)."""
+    return subprocess.run(
+        [sys.executable, "-m", "homelab", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=REPO,
+        env=script_env(),
+        check=False,
+    )
 
 
 def main() -> int:

@@ -21,22 +21,11 @@ import pytest
 
 from homelab.engine.process import alive
 from homelab.engine.state_file import StateFile
-from tests.engine.supervisor_child import REPO, script_env
+from tests.engine.supervisor_child import REPO, run_homelab, script_env
 from tests.factory.server_log import free_port
 
 pytestmark = pytest.mark.engine
 PLAN = ["--vram", "8GiB", "--ctx", "512", "--parallel", "1"]
-
-
-def homelab(*args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "homelab", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        cwd=REPO,
-        env=script_env(),
-    )
 
 
 class Serving:
@@ -111,7 +100,7 @@ def test_serve_reports_ready_then_stops_cleanly_on_a_signal(
 
 def test_detach_adopt_status_replace_stop(smollm2_gguf: Path, engines) -> None:
     port = str(free_port())
-    first = homelab("serve", str(smollm2_gguf), *PLAN, "--port", port, "--detach")
+    first = run_homelab("serve", str(smollm2_gguf), *PLAN, "--port", port, "--detach")
     assert first.returncode == 0, first.stderr
     assert (
         f"ready: http://127.0.0.1:{port}" in first.stdout
@@ -121,44 +110,44 @@ def test_detach_adopt_status_replace_stop(smollm2_gguf: Path, engines) -> None:
     engines.track(pid)
     assert alive(pid)
 
-    again = homelab("serve", str(smollm2_gguf), *PLAN, "--detach")
+    again = run_homelab("serve", str(smollm2_gguf), *PLAN, "--detach")
     assert again.returncode == 0, again.stderr
     assert "adopting the running detached llama-server" in again.stdout
     assert StateFile().read().pid == pid  # adopted, not a second engine
 
-    status = homelab("status", "--json")
+    status = run_homelab("status", "--json")
     data = json.loads(status.stdout)
     assert data["running"] and data["pid"] == pid and data["detached"]
     assert data["url"] == f"http://127.0.0.1:{port}" and data["health"]["state"] == "ready"
 
-    replaced = homelab("serve", str(smollm2_gguf), *PLAN, "--port", port, "--detach", "--replace")
+    replaced = run_homelab("serve", str(smollm2_gguf), *PLAN, "--port", port, "--detach", "--replace")
     assert replaced.returncode == 0, replaced.stderr
     assert f"replacing llama-server pid {pid}" in replaced.stdout
     new_pid = StateFile().read().pid
     engines.track(new_pid)
     assert new_pid != pid and not alive(pid) and alive(new_pid)
 
-    stopped = homelab("stop")
+    stopped = run_homelab("stop")
     assert stopped.returncode == 0 and f"stopped: llama-server pid {new_pid}" in stopped.stdout
     assert not alive(new_pid)
-    assert homelab("stop").stdout.strip() == "no homelab engine is running"
-    assert "no homelab engine is running" in homelab("status").stdout
+    assert run_homelab("stop").stdout.strip() == "no homelab engine is running"
+    assert "no homelab engine is running" in run_homelab("status").stdout
 
 
 def test_serve_refuses_a_second_model(smollm2_gguf: Path, engines, tmp_path: Path) -> None:
-    first = homelab("serve", str(smollm2_gguf), *PLAN, "--port", str(free_port()), "--detach")
+    first = run_homelab("serve", str(smollm2_gguf), *PLAN, "--port", str(free_port()), "--detach")
     assert first.returncode == 0, first.stderr
     engines.track(StateFile().read().pid)
     other = tmp_path / "other.gguf"
     other.write_bytes(smollm2_gguf.read_bytes())
-    refused = homelab("serve", str(other), *PLAN)
+    refused = run_homelab("serve", str(other), *PLAN)
     assert refused.returncode == 6
     assert (
         "Engine already running" in refused.stderr
         and "already serves another model" in refused.stderr
     )
     assert "Traceback" not in refused.stderr
-    assert homelab("stop").returncode == 0
+    assert run_homelab("stop").returncode == 0
 
 
 def test_serve_of_a_damaged_model_fails_with_the_engine_words(
@@ -166,7 +155,7 @@ def test_serve_of_a_damaged_model_fails_with_the_engine_words(
 ) -> None:
     truncated = tmp_path / "truncated.gguf"
     truncated.write_bytes(smollm2_gguf.read_bytes()[:3_000_000])
-    result = homelab("serve", str(truncated), *PLAN, "--port", str(free_port()))
+    result = run_homelab("serve", str(truncated), *PLAN, "--port", str(free_port()))
     assert result.returncode == 4, result.stderr
     assert "homelab: Bad model file: not restarting" in result.stderr
     assert "data is not within the file bounds" in result.stderr

@@ -40,6 +40,14 @@ _FILE_TYPES = {
 # Geometry keys every architecture accepts, on top of its own defaults.
 COMMON_DEFAULTS: dict[str, Any] = {"weight_type": "f16", "seed": 0}
 
+# Geometry pieces several architectures' defaults share (spread into their dicts).
+TINY_WIDTHS: dict[str, Any] = {"n_embd": 32, "n_ff": 64}
+"""Hidden and FFN widths shrunk from thousands: the KV cache does not depend on them."""
+GQA_32_8_128: dict[str, Any] = {"n_head": 32, "n_head_kv": 8, "head_dim": 128}
+"""32 query heads, 8 KV heads of 128: Llama-3.1-8B, Mistral-Small-3.1, Qwen3-8B, Nemotron-H-8B."""
+TINY_EXPERTS: dict[str, Any] = {"n_expert": 4, "n_expert_used": 2, "n_ff_exp": 32}
+"""4 tiny routed experts (2 used) instead of dozens or hundreds: no KV cache of their own."""
+
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 # Merges of the tiny BPE vocabulary ("Ġ" is GPT-2's byte-level space).

@@ -33,6 +33,15 @@ def common_llm_keys(mw: ModelWriter, g: dict[str, Any], *, head_dims: bool = Tru
         w.add_value_length(g.get("value_dim", g["head_dim"]))
 
 
+def expert_keys(mw: ModelWriter, g: dict[str, Any]) -> None:
+    """``expert_count``, ``expert_used_count`` and ``expert_feed_forward_length``, one after
+    the other as ``Qwen3MoeModel`` and ``Qwen3NextModel`` write them."""
+    w = mw.w
+    w.add_expert_count(g["n_expert"])
+    w.add_expert_used_count(g["n_expert_used"])
+    w.add_expert_feed_forward_length(g["n_ff_exp"])
+
+
 def embeddings(
     mw: ModelWriter, n_embd: int, *, tied: bool = False, output_norm: Any = T.OUTPUT_NORM
 ) -> None:
@@ -75,6 +84,38 @@ def attention(
     if qk_norm is not None:
         mw.norm(T.ATTN_Q_NORM, il, qk_norm)
         mw.norm(T.ATTN_K_NORM, il, qk_norm)
+
+
+def head_attention(
+    mw: ModelWriter,
+    il: int,
+    g: dict[str, Any],
+    *,
+    qk_norm: bool = False,
+    qkv_bias: bool = False,
+    fused_qkv: bool = False,
+    output_gate: bool = False,
+) -> None:
+    """:func:`attention` of block ``il`` sized by the geometry's heads: q and o
+    ``n_head * head_dim`` wide, k and v ``n_head_kv * head_dim``.
+
+    ``qk_norm`` adds per-head norms of ``head_dim``; ``output_gate`` doubles the q
+    projection, which then carries the output gate too (Qwen3-Next gated attention).
+    """
+    hd = g["head_dim"]
+    q_dim, kv_dim = g["n_head"] * hd, g["n_head_kv"] * hd
+    attention(
+        mw,
+        il,
+        g["n_embd"],
+        q_dim=2 * q_dim if output_gate else q_dim,
+        k_dim=kv_dim,
+        v_dim=kv_dim,
+        o_dim=q_dim,
+        qk_norm=hd if qk_norm else None,
+        qkv_bias=qkv_bias,
+        fused_qkv=fused_qkv,
+    )
 
 
 def dense_ffn(mw: ModelWriter, il: int, n_embd: int, n_ff: int, *, gate: bool = True) -> None:

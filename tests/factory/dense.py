@@ -10,30 +10,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import ModelWriter, T, tname
-from .blocks import attention, common_llm_keys, dense_ffn, embeddings, moe_ffn
+from .base import GQA_32_8_128, TINY_EXPERTS, TINY_WIDTHS, ModelWriter, T, tname
+from .blocks import common_llm_keys, dense_ffn, embeddings, expert_keys, head_attention, moe_ffn
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     # Llama-3.1-8B attention: 32 layers, 32 q heads, 8 kv heads of 128.
     "llama": {
         "n_layer": 32,
         "n_ctx_train": 131072,
-        "n_embd": 32,
-        "n_head": 32,
-        "n_head_kv": 8,
-        "head_dim": 128,
-        "n_ff": 64,
+        **TINY_WIDTHS,
+        **GQA_32_8_128,
         "rope_theta": 500000.0,
     },
     # Mistral-Small-3.1-24B text model: 40 layers, 32 q heads, 8 kv heads of 128.
     "mistral3": {
         "n_layer": 40,
         "n_ctx_train": 131072,
-        "n_embd": 32,
-        "n_head": 32,
-        "n_head_kv": 8,
-        "head_dim": 128,
-        "n_ff": 64,
+        **TINY_WIDTHS,
+        **GQA_32_8_128,
         "rope_theta": 1000000000.0,
     },
     # Qwen2.5-0.5B: 24 layers, 2 kv heads of 64 (query heads cut from 14 to 2: n_embd = n_head*64).
@@ -50,25 +44,18 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen3": {
         "n_layer": 36,
         "n_ctx_train": 40960,
-        "n_embd": 32,
-        "n_head": 32,
-        "n_head_kv": 8,
-        "head_dim": 128,
-        "n_ff": 64,
+        **TINY_WIDTHS,
+        **GQA_32_8_128,
         "rope_theta": 1000000.0,
     },
     # Qwen3-30B-A3B: 48 layers, 32 q heads, 4 kv heads of 128; 4 tiny experts instead of 128.
     "qwen3moe": {
         "n_layer": 48,
         "n_ctx_train": 40960,
-        "n_embd": 32,
-        "n_head": 32,
+        **TINY_WIDTHS,
+        **GQA_32_8_128,
         "n_head_kv": 4,
-        "head_dim": 128,
-        "n_ff": 64,
-        "n_expert": 4,
-        "n_expert_used": 2,
-        "n_ff_exp": 32,
+        **TINY_EXPERTS,
         "rope_theta": 1000000.0,
     },
     # Phi-3-mini-4k: 32 layers, head dim 96, sliding_window 2047 (ignored by llama.cpp);
@@ -86,21 +73,16 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def _llama_like(mw: ModelWriter, g: dict[str, Any], *, qk_norm: bool, moe: bool = False) -> None:
-    """Blocks of llama / mistral3 / qwen3 / qwen3moe (q width = n_head * head_dim)."""
-    n_embd, hd = g["n_embd"], g["head_dim"]
+def _llama_like(
+    mw: ModelWriter, g: dict[str, Any], *, qk_norm: bool = False, qkv_bias: bool = False,
+    moe: bool = False,
+) -> None:
+    """Blocks of llama / mistral3 / qwen2 / qwen3 / qwen3moe (q width = n_head * head_dim)."""
+    n_embd = g["n_embd"]
     embeddings(mw, n_embd)
     for il in range(g["n_layer"]):
         mw.norm(T.ATTN_NORM, il, n_embd)
-        attention(
-            mw,
-            il,
-            n_embd,
-            q_dim=g["n_head"] * hd,
-            k_dim=g["n_head_kv"] * hd,
-            v_dim=g["n_head_kv"] * hd,
-            qk_norm=hd if qk_norm else None,
-        )
+        head_attention(mw, il, g, qk_norm=qk_norm, qkv_bias=qkv_bias)
         mw.norm(T.FFN_NORM, il, n_embd)
         if moe:
             moe_ffn(mw, il, n_embd, g["n_ff_exp"], g["n_expert"])
@@ -113,7 +95,7 @@ def build_llama(mw: ModelWriter, g: dict[str, Any]) -> None:
     common_llm_keys(mw, g)
     mw.w.add_vocab_size(mw.n_vocab)
     mw.w.add_rope_dimension_count(g["head_dim"])
-    _llama_like(mw, g, qk_norm=False)
+    _llama_like(mw, g)
 
 
 build_mistral3 = build_llama  # Ministral3Model(LlamaModel) writes the same keys here.
@@ -128,9 +110,7 @@ def build_qwen3(mw: ModelWriter, g: dict[str, Any]) -> None:
 def build_qwen3moe(mw: ModelWriter, g: dict[str, Any]) -> None:
     """``Qwen3MoeModel``: qwen3 keys + expert counts + expert_feed_forward_length."""
     common_llm_keys(mw, g)
-    mw.w.add_expert_count(g["n_expert"])
-    mw.w.add_expert_used_count(g["n_expert_used"])
-    mw.w.add_expert_feed_forward_length(g["n_ff_exp"])
+    expert_keys(mw, g)
     _llama_like(mw, g, qk_norm=True, moe=True)
 
 
@@ -143,19 +123,13 @@ def build_qwen2(mw: ModelWriter, g: dict[str, Any]) -> None:
     """``Qwen2Model``: base keys without key_length (no head_dim in config), qkv bias."""
     g["n_embd"] = _square_attention_geometry(g)
     common_llm_keys(mw, g, head_dims=False)
-    n_embd, gqa = g["n_embd"], g["n_head_kv"] * g["head_dim"]
-    embeddings(mw, n_embd)
-    for il in range(g["n_layer"]):
-        mw.norm(T.ATTN_NORM, il, n_embd)
-        attention(mw, il, n_embd, q_dim=n_embd, k_dim=gqa, v_dim=gqa, qkv_bias=True)
-        mw.norm(T.FFN_NORM, il, n_embd)
-        dense_ffn(mw, il, n_embd, g["n_ff"])
+    _llama_like(mw, g, qkv_bias=True)
 
 
 def build_phi3(mw: ModelWriter, g: dict[str, Any]) -> None:
     """``Phi3MiniModel``: fused attn_qkv, up = 2*n_ff, sliding_window written (ignored)."""
     g["n_embd"] = _square_attention_geometry(g)
-    n_embd, gqa = g["n_embd"], g["n_head_kv"] * g["head_dim"]
+    n_embd = g["n_embd"]
     w = mw.w
     w.add_context_length(g["n_ctx_train"])
     w.add_rope_scaling_orig_ctx_len(g["n_ctx_train"])
@@ -171,7 +145,7 @@ def build_phi3(mw: ModelWriter, g: dict[str, Any]) -> None:
     embeddings(mw, n_embd)
     for il in range(g["n_layer"]):
         mw.norm(T.ATTN_NORM, il, n_embd)
-        attention(mw, il, n_embd, q_dim=n_embd, k_dim=gqa, v_dim=gqa, fused_qkv=True)
+        head_attention(mw, il, g, fused_qkv=True)
         mw.norm(T.FFN_NORM, il, n_embd)
         mw.matrix(tname(T.FFN_UP, il), n_embd, 2 * g["n_ff"])
         mw.matrix(tname(T.FFN_DOWN, il), g["n_ff"], n_embd)

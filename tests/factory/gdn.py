@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import ModelWriter, T, tname
+from .base import TINY_EXPERTS, TINY_WIDTHS, ModelWriter, T, tname
 from .blocks import (
-    attention,
     common_llm_keys,
     dense_ffn,
     embeddings,
+    expert_keys,
+    head_attention,
     moe_ffn,
     nextn_block,
     shared_expert,
@@ -37,59 +38,47 @@ _GDN = {
     "ssm_time_step_rank": 32,
     "ssm_inner_size": 4096,
 }
+"""The Gated-DeltaNet geometry: each name is a GGUF key (``GGUFWriter.add_<name>``), in the
+order ``Qwen3NextModel`` writes them."""
+
+_QWEN3_NEXT_ATTENTION = dict(
+    n_ctx_train=262144,
+    **TINY_WIDTHS,
+    n_head=16,
+    head_dim=256,
+    full_attention_interval=4,
+    nextn_predict_layers=0,
+    rope_theta=10000000.0,
+)
+"""What Qwen3.5 and Qwen3-Next share: one full-attention layer in 4 (16 q heads of 256), no MTP."""
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     # Qwen3.5-9B: 32 layers, every 4th full attention (8 layers, 4 kv heads of 256) + 24 GDN.
     "qwen35": dict(
         n_layer=32,
-        n_ctx_train=262144,
-        n_embd=32,
-        n_head=16,
         n_head_kv=4,
-        head_dim=256,
-        n_ff=64,
-        full_attention_interval=4,
         write_recurrent_layers=True,
-        nextn_predict_layers=0,
-        rope_theta=10000000.0,
+        **_QWEN3_NEXT_ATTENTION,
         **_GDN,
     ),
     # Qwen3.5-35B-A3B: 40 layers (10 attention, 2 kv heads of 256); 4 tiny experts instead of 256.
     "qwen35moe": dict(
         n_layer=40,
-        n_ctx_train=262144,
-        n_embd=32,
-        n_head=16,
         n_head_kv=2,
-        head_dim=256,
-        n_ff=64,
-        n_expert=4,
-        n_expert_used=2,
-        n_ff_exp=32,
+        **TINY_EXPERTS,
         n_ff_shexp=32,
-        full_attention_interval=4,
         write_recurrent_layers=True,
-        nextn_predict_layers=0,
-        rope_theta=10000000.0,
+        **_QWEN3_NEXT_ATTENTION,
         **_GDN,
     ),
     # Qwen3-Next-80B-A3B: 48 layers (12 attention, 2 kv heads of 256); 4 tiny experts.
     "qwen3next": dict(
         n_layer=48,
-        n_ctx_train=262144,
-        n_embd=32,
-        n_head=16,
         n_head_kv=2,
-        head_dim=256,
-        n_ff=64,
-        n_expert=4,
-        n_expert_used=2,
-        n_ff_exp=32,
+        **TINY_EXPERTS,
         n_ff_shexp=32,
-        full_attention_interval=4,
         write_recurrent_layers=False,
-        nextn_predict_layers=0,
-        rope_theta=10000000.0,
+        **_QWEN3_NEXT_ATTENTION,
         **_GDN,
     ),
 }
@@ -108,15 +97,10 @@ def _keys(mw: ModelWriter, g: dict[str, Any]) -> None:
     common_llm_keys(mw, g_all)
     w = mw.w
     if "n_expert" in g:
-        w.add_expert_count(g["n_expert"])
-        w.add_expert_used_count(g["n_expert_used"])
-        w.add_expert_feed_forward_length(g["n_ff_exp"])
+        expert_keys(mw, g)
         w.add_expert_shared_feed_forward_length(g["n_ff_shexp"])
-    w.add_ssm_conv_kernel(g["ssm_conv_kernel"])
-    w.add_ssm_state_size(g["ssm_state_size"])
-    w.add_ssm_group_count(g["ssm_group_count"])
-    w.add_ssm_time_step_rank(g["ssm_time_step_rank"])
-    w.add_ssm_inner_size(g["ssm_inner_size"])
+    for key in _GDN:
+        getattr(w, f"add_{key}")(g[key])
     if g["write_recurrent_layers"]:
         mw.add_array("{arch}.attention.recurrent_layers", recurrent_layers(g))
     w.add_full_attention_interval(g["full_attention_interval"])
@@ -158,7 +142,7 @@ def _ffn(mw: ModelWriter, il: int, g: dict[str, Any]) -> None:
 def build_gdn(mw: ModelWriter, g: dict[str, Any]) -> None:
     """Write qwen35 / qwen35moe / qwen3next keys and tensors."""
     _keys(mw, g)
-    n_embd, hd = g["n_embd"], g["head_dim"]
+    n_embd = g["n_embd"]
     embeddings(mw, n_embd)
     for il, recurrent in enumerate(recurrent_layers(g)):
         mw.norm(T.ATTN_NORM, il, n_embd)
@@ -166,16 +150,7 @@ def build_gdn(mw: ModelWriter, g: dict[str, Any]) -> None:
         if recurrent:
             _gdn_layer(mw, il, g)
         else:  # gated attention: q projection carries the output gate too
-            attention(
-                mw,
-                il,
-                n_embd,
-                q_dim=2 * g["n_head"] * hd,
-                k_dim=g["n_head_kv"] * hd,
-                v_dim=g["n_head_kv"] * hd,
-                o_dim=g["n_head"] * hd,
-                qk_norm=hd,
-            )
+            head_attention(mw, il, g, qk_norm=True, output_gate=True)
         _ffn(mw, il, g)
         if il >= g["n_layer"]:
             nextn_block(mw, il, n_embd)

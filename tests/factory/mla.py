@@ -15,26 +15,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import ModelWriter, T, tname
-from .blocks import dense_ffn, embeddings, moe_ffn, shared_expert
+from .base import TINY_EXPERTS, TINY_WIDTHS, ModelWriter, T, tname
+from .blocks import common_llm_keys, dense_ffn, embeddings, moe_ffn, shared_expert
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "deepseek2": {
         "n_layer": 27,
         "n_ctx_train": 163840,
-        "n_embd": 32,
+        **TINY_WIDTHS,
         "n_head": 2,
         "kv_lora_rank": 512,
         "qk_rope_head_dim": 64,
         "qk_nope_head_dim": 128,
         "v_head_dim": 128,
         "q_lora_rank": 0,
-        "n_ff": 64,
         "leading_dense_blocks": 1,
-        "n_expert": 4,
-        "n_expert_used": 2,
+        **TINY_EXPERTS,
         "n_expert_shared": 2,
-        "n_ff_exp": 32,
         "rope_theta": 10000.0,
     },
 }
@@ -44,14 +41,7 @@ def _keys(mw: ModelWriter, g: dict[str, Any]) -> None:
     """``DeepseekV2Model.set_gguf_parameters`` (base keys with num_key_value_heads = 1)."""
     w = mw.w
     rank, rope = g["kv_lora_rank"], g["qk_rope_head_dim"]
-    w.add_block_count(g["n_layer"])
-    w.add_context_length(g["n_ctx_train"])
-    w.add_embedding_length(g["n_embd"])
-    w.add_feed_forward_length(g["n_ff"])
-    w.add_head_count(g["n_head"])
-    w.add_head_count_kv(1)
-    w.add_rope_freq_base(float(g["rope_theta"]))
-    w.add_layer_norm_rms_eps(1e-6)
+    common_llm_keys(mw, {**g, "n_head_kv": 1}, head_dims=False)
     w.add_expert_count(g["n_expert"])
     w.add_expert_used_count(g["n_expert_used"])
     w.add_leading_dense_block_count(g["leading_dense_blocks"])

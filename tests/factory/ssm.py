@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import ModelWriter, T, tname
-from .blocks import attention, common_llm_keys, dense_ffn, embeddings
+from .base import GQA_32_8_128, TINY_WIDTHS, ModelWriter, T, tname
+from .blocks import attention, common_llm_keys, dense_ffn, embeddings, head_attention
 
 # Nemotron-H-8B: M = Mamba2, * = attention, - = MLP (52 blocks, 4 attention).
 NEMOTRON_H_8B_PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
@@ -30,9 +30,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "n_layer": 40,
         "n_ctx_train": 1048576,
         "n_embd": 64,
-        "n_head": 32,
-        "n_head_kv": 8,
-        "head_dim": 128,
+        **GQA_32_8_128,
         "n_ff": 64,
         "attention_layers": (5, 15, 25, 35),
         "ssm_conv_kernel": 4,
@@ -44,11 +42,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     # Mamba2 with 16 heads of 64 (real: 128), 8 groups, state 128.
     "nemotron_h": {
         "n_ctx_train": 8192,
-        "n_embd": 32,
-        "n_head": 32,
-        "n_head_kv": 8,
-        "head_dim": 128,
-        "n_ff": 64,
+        **TINY_WIDTHS,
+        **GQA_32_8_128,
         "pattern": NEMOTRON_H_8B_PATTERN,
         "ssm_conv_kernel": 4,
         "ssm_state_size": 128,
@@ -113,7 +108,7 @@ def build_granitehybrid(mw: ModelWriter, g: dict[str, Any]) -> None:
     for il in range(g["n_layer"]):
         mw.norm(T.ATTN_NORM, il, n_embd)
         if il in attn:
-            attention(mw, il, n_embd, q_dim=g["n_head"] * hd, k_dim=kv[il] * hd, v_dim=kv[il] * hd)
+            head_attention(mw, il, g)
         else:
             _mamba2_layer(mw, il, n_embd, d_inner, n_heads, g)
         mw.norm(T.FFN_NORM, il, n_embd)
@@ -122,7 +117,7 @@ def build_granitehybrid(mw: ModelWriter, g: dict[str, Any]) -> None:
 
 def build_nemotron_h(mw: ModelWriter, g: dict[str, Any]) -> None:
     """``NemotronHModel``: per-layer head_count_kv and feed_forward_length arrays."""
-    pattern, n_embd, hd = g["pattern"], g["n_embd"], g["head_dim"]
+    pattern, n_embd = g["pattern"], g["n_embd"]
     if set(pattern) - set("M*-"):
         raise ValueError(f"nemotron_h pattern may only contain 'M', '*', '-': {pattern!r}")
     kv = [g["n_head_kv"] if c == "*" else 0 for c in pattern]
@@ -138,7 +133,7 @@ def build_nemotron_h(mw: ModelWriter, g: dict[str, Any]) -> None:
         if kind == "M":
             _mamba2_layer(mw, il, n_embd, d_inner, g["ssm_heads"], g)
         elif kind == "*":
-            attention(mw, il, n_embd, q_dim=g["n_head"] * hd, k_dim=kv[il] * hd, v_dim=kv[il] * hd)
+            head_attention(mw, il, g)
         else:
             dense_ffn(mw, il, n_embd, ff[il], gate=False)
 

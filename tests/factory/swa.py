@@ -12,19 +12,18 @@ from typing import Any
 
 import gguf
 
-from .base import ModelWriter, T, tname
-from .blocks import attention, common_llm_keys, dense_ffn, embeddings, moe_ffn
+from .base import TINY_EXPERTS, TINY_WIDTHS, ModelWriter, T, tname
+from .blocks import common_llm_keys, dense_ffn, embeddings, head_attention, moe_ffn
+
+_GEMMA_HEADS = {"n_head": 16, "n_head_kv": 8, "head_dim": 256}
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     # Gemma-2-9B: 42 layers, 16 q heads, 8 kv heads of 256, window 4096, pattern 2.
     "gemma2": {
         "n_layer": 42,
         "n_ctx_train": 8192,
-        "n_embd": 32,
-        "n_head": 16,
-        "n_head_kv": 8,
-        "head_dim": 256,
-        "n_ff": 64,
+        **TINY_WIDTHS,
+        **_GEMMA_HEADS,
         "sliding_window": 4096,
         "sliding_window_pattern": None,
         "rope_theta": None,  # Gemma2Model writes no rope.freq_base (llama.cpp default 10000)
@@ -33,11 +32,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3": {
         "n_layer": 48,
         "n_ctx_train": 131072,
-        "n_embd": 32,
-        "n_head": 16,
-        "n_head_kv": 8,
-        "head_dim": 256,
-        "n_ff": 64,
+        **TINY_WIDTHS,
+        **_GEMMA_HEADS,
         "sliding_window": 1024,
         "sliding_window_pattern": None,
         "rope_theta": 1000000.0,
@@ -53,9 +49,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "n_head_kv": 8,
         "head_dim": 64,
         "n_ff": 32,
-        "n_expert": 4,
-        "n_expert_used": 2,
-        "n_ff_exp": 32,
+        **TINY_EXPERTS,
         "sliding_window": 128,
         "sliding_window_pattern": None,
         "rope_theta": 150000.0,
@@ -74,19 +68,11 @@ def _swa_keys(mw: ModelWriter, g: dict[str, Any]) -> None:
 
 def _gemma_blocks(mw: ModelWriter, g: dict[str, Any], *, qk_norm: bool) -> None:
     """Gemma 2/3 blocks: pre/post norms around attention and FFN, tied output."""
-    n_embd, hd = g["n_embd"], g["head_dim"]
+    n_embd = g["n_embd"]
     embeddings(mw, n_embd, tied=True)
     for il in range(g["n_layer"]):
         mw.norm(T.ATTN_NORM, il, n_embd)
-        attention(
-            mw,
-            il,
-            n_embd,
-            q_dim=g["n_head"] * hd,
-            k_dim=g["n_head_kv"] * hd,
-            v_dim=g["n_head_kv"] * hd,
-            qk_norm=hd if qk_norm else None,
-        )
+        head_attention(mw, il, g, qk_norm=qk_norm)
         mw.norm(T.ATTN_POST_NORM, il, n_embd)
         mw.norm(T.FFN_NORM, il, n_embd)
         dense_ffn(mw, il, n_embd, g["n_ff"])
@@ -122,20 +108,12 @@ def build_gpt_oss(mw: ModelWriter, g: dict[str, Any]) -> None:
     mw.w.add_rope_scaling_orig_ctx_len(g["rope_yarn_orig_ctx"])
     _swa_keys(mw, g)
     mw.w.add_expert_feed_forward_length(g["n_ff_exp"])
-    n_embd, hd = g["n_embd"], g["head_dim"]
+    n_embd = g["n_embd"]
     embeddings(mw, n_embd)
     for il in range(g["n_layer"]):
         mw.norm(T.ATTN_NORM, il, n_embd)
         mw.norm(T.ATTN_POST_NORM, il, n_embd)
-        attention(
-            mw,
-            il,
-            n_embd,
-            q_dim=g["n_head"] * hd,
-            k_dim=g["n_head_kv"] * hd,
-            v_dim=g["n_head_kv"] * hd,
-            qkv_bias=True,
-        )
+        head_attention(mw, il, g, qkv_bias=True)
         mw.f32(tname(T.ATTN_OUT, il, "bias"), n_embd)
         mw.f32(tname(T.ATTN_SINKS, il), g["n_head"])
         moe_ffn(mw, il, n_embd, g["n_ff_exp"], g["n_expert"], biases=True)

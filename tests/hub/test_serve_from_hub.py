@@ -4,29 +4,17 @@ needed, then served by the real llama-server; `homelab stop` ends it."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from homelab.engine.process import alive
 from homelab.engine.state_file import StateFile
-from tests.engine.supervisor_child import REPO, script_env
+from tests.engine.supervisor_child import run_homelab
 from tests.factory.server_log import free_port
 
 pytestmark = pytest.mark.engine
 PLAN = ["--vram", "8GiB", "--ctx", "512", "--parallel", "1"]
-
-
-def homelab(*args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "homelab", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        cwd=REPO,
-        env=script_env(),
-    )
 
 
 @pytest.fixture
@@ -37,14 +25,14 @@ def tiny_repo(hub_stub, tiny_gguf) -> str:
 
 
 def _serve_then_stop(*args: str) -> subprocess.CompletedProcess[str]:
-    served = homelab("serve", *args, *PLAN, "--port", str(free_port()), "--detach")
+    served = run_homelab("serve", *args, *PLAN, "--port", str(free_port()), "--detach")
     record = StateFile().read()
     try:
         assert served.returncode == 0, served.stdout + served.stderr
         assert record is not None and alive(record.pid)
         assert "ready: http://127.0.0.1:" in served.stdout
     finally:
-        stopped = homelab("stop")
+        stopped = run_homelab("stop")
     assert stopped.returncode == 0, stopped.stderr
     assert record is not None and not alive(record.pid)
     return served
@@ -55,7 +43,7 @@ def test_serve_a_hub_reference_pulls_then_serves(tiny_repo: str, hf_cache: Path)
     cached = list(hf_cache.glob("models--tester--Tiny-GGUF/snapshots/*/Tiny-F16.gguf"))
     assert len(cached) == 1
     assert str(cached[0]) in served.stdout  # llama-server was given the cached file (-m PATH)
-    again = homelab("pull", f"{tiny_repo}:F16", "--offline")
+    again = run_homelab("pull", f"{tiny_repo}:F16", "--offline")
     assert again.returncode == 0 and again.stdout.strip() == str(cached[0])
 
 
@@ -74,6 +62,6 @@ def test_serve_a_user_preset(tiny_repo: str, hf_cache: Path) -> None:
 
 
 def test_unknown_preset_is_a_usage_error() -> None:
-    result = homelab("serve", "no-such-preset", *PLAN)
+    result = run_homelab("serve", "no-such-preset", *PLAN)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and "no-such-preset" in result.stderr

@@ -1,6 +1,6 @@
 """The supervisor's vocabulary: states, transitions, what to run, when to restart.
 
-Kept apart from ``homelab.engine.supervisor`` (the run loop) so a UI can import
+Kept apart from ``homelab.engine.supervisor`` and its run loop (``homelab.engine.run_loop``) so a UI can import
 these values without the machinery.
 """
 

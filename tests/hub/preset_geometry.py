@@ -12,20 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from homelab.gguf.header import GgufHeader, LazyArray
+from homelab.gguf.header import GgufHeader
+from metadata_headers import header, seed_qwen35
 
 _NEMOTRON_NANO_9B_V2 = "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-"
 """hybrid_override_pattern: M = Mamba2, * = attention, - = MLP (27 / 4 / 25 of 56)."""
 
 
 def _header(arch: str, vocab: int, **keys: Any) -> GgufHeader:
-    metadata: dict[str, Any] = {
-        "general.architecture": arch,
-        "tokenizer.ggml.tokens": LazyArray(item_type=8, count=vocab, offset=0),
-    }
-    for name, value in keys.items():
-        metadata[f"{arch}.{name.replace('__', '.')}"] = value
-    return GgufHeader(f"<{arch} geometry>", 3, metadata, (), 32, 0, 0)
+    return header(arch, vocab=vocab, **keys)
 
 
 def _gdn(inner: int, time_step_rank: int) -> dict[str, int]:
@@ -40,20 +35,8 @@ def _gdn(inner: int, time_step_rank: int) -> dict[str, int]:
 
 
 def qwen35_9b() -> GgufHeader:
-    return _header(
-        "qwen35",
-        248_320,
-        block_count=32,
-        context_length=262_144,
-        embedding_length=4096,
-        feed_forward_length=12_288,
-        attention__head_count=16,
-        attention__head_count_kv=4,
-        attention__key_length=256,
-        attention__value_length=256,
-        full_attention_interval=4,
-        **_gdn(4096, 32),
-    )
+    """Qwen3.5-9B is the seed article's model (tests/plan/metadata_headers.py)."""
+    return seed_qwen35()
 
 
 def qwen36_27b() -> GgufHeader:

@@ -67,13 +67,13 @@ RULES: dict[str, ArchRule] = {
     "qwen3": _DENSE_VERIFIED,
     "qwen3moe": _DENSE_VERIFIED,
     "phi3": _DENSE_VERIFIED,  # phi3 explicitly disables SWA even when the key is present
-    "qwen2moe": _DENSE,
+    "qwen2moe": _DENSE_VERIFIED,
     "gemma": _DENSE,
     "granite": _DENSE,
     "granitemoe": _DENSE,
     "starcoder2": _DENSE,
     "glm4": _DENSE,
-    "glm4moe": _DENSE,
+    "glm4moe": _DENSE_VERIFIED,  # NextN/MTP blocks keep no KV in the main context
     "smollm3": _DENSE,
     "seed_oss": _DENSE,
     "olmoe": _DENSE,
@@ -98,7 +98,7 @@ RULES: dict[str, ArchRule] = {
         memory="hybrid", recurrent="no_kv_heads_no_ff", hybrid_filter="nemotron", verified=True
     ),
     "nemotron_h_moe": ArchRule(
-        memory="hybrid", recurrent="no_kv_heads_no_ff", hybrid_filter="nemotron"
+        memory="hybrid", recurrent="no_kv_heads_no_ff", hybrid_filter="nemotron", verified=True
     ),
     "lfm2": ArchRule(
         memory="hybrid",
@@ -108,7 +108,7 @@ RULES: dict[str, ArchRule] = {
         swa_needs_window=True,
         verified=True,
     ),
-    "lfm2moe": ArchRule(memory="hybrid", recurrent="no_kv_heads"),
+    "lfm2moe": ArchRule(memory="hybrid", recurrent="no_kv_heads", verified=True),  # no SWA key read
     "falcon-h1": ArchRule(memory="hybrid", hybrid_filter="both"),
     # purely recurrent
     "mamba": ArchRule(memory="recurrent"),

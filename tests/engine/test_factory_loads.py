@@ -62,6 +62,10 @@ EXPECTED: dict[str, Expect] = {
     "granitehybrid": Expect(4, 1024, 1024, rs_layers=36, r=3 * (128 + 256), s=128 * 128),
     "nemotron_h": Expect(4, 1024, 1024, rs_layers=24, r=3 * (1024 + 2 * 8 * 128), s=128 * 1024),
     "lfm2": Expect(6, 512, 512, rs_layers=10, r=512 * 2, s=0),
+    "nemotron_h_moe": Expect(6, 256, 256, rs_layers=23, r=3 * (4096 + 2 * 8 * 128), s=128 * 4096),
+    "lfm2moe": Expect(6, 512, 512, rs_layers=18, r=512 * 2, s=0),
+    "qwen2moe": Expect(28, 512, 512),
+    "glm4moe": Expect(46, 1024, 1024),  # + 1 NextN block that keeps no KV in the main context
     "deepseek2": Expect(27, 576, 0),
 }
 MLA_ARCHS = {"deepseek2"}
@@ -144,11 +148,13 @@ def test_memory_keys_are_written_as_the_converter_does(
             keys["attention.value_length"],
         ) == (1, 576, 512)
         assert (keys["attention.key_length_mla"], keys["attention.value_length_mla"]) == (192, 128)
-    if arch in ("granitehybrid", "nemotron_h", "lfm2"):
+    if arch in ("granitehybrid", "nemotron_h", "nemotron_h_moe", "lfm2", "lfm2moe"):
         assert isinstance(keys["attention.head_count_kv"], list)
         assert len(keys["attention.head_count_kv"]) == keys["block_count"]
-    if arch == "nemotron_h":
+    if arch in ("nemotron_h", "nemotron_h_moe"):
         assert isinstance(keys["feed_forward_length"], list)
+    if arch == "glm4moe":
+        assert (keys["block_count"], keys["nextn_predict_layers"]) == (47, 1)
     if arch in ("qwen35", "qwen35moe", "qwen3next"):
         assert keys["full_attention_interval"] == 4
         assert ("attention.recurrent_layers" in keys) == (arch != "qwen3next")

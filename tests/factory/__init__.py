@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import dense, gdn, mla, ssm, swa
+from . import dense, gdn, mla, moe, ssm, swa
 from .base import ModelWriter, merge_geometry
 
-_FAMILIES = (dense, swa, gdn, ssm, mla)
+_FAMILIES = (dense, swa, gdn, ssm, mla, moe)
 
 DEFAULTS: dict[str, dict[str, Any]] = {}
 _BUILDERS: dict[str, Callable[[ModelWriter, dict[str, Any]], None]] = {}

@@ -74,8 +74,10 @@ def qwen_tensors() -> list[tuple[str, tuple[int, ...], QT]]:
             (f"blk.{layer}.ffn_up.weight", (N_EMBD, N_FF), QT.Q4_K),
             (f"blk.{layer}.ffn_down.weight", (N_FF, N_EMBD), big),
         ]
-    out += [("output_norm.weight", (N_EMBD,), QT.F32),
-            ("output.weight", (N_EMBD, N_VOCAB), QT.Q6_K)]
+    out += [
+        ("output_norm.weight", (N_EMBD,), QT.F32),
+        ("output.weight", (N_EMBD, N_VOCAB), QT.Q6_K),
+    ]
     return out
 
 
@@ -107,8 +109,9 @@ def write_model(path: Path) -> None:
     for name, shape, ggml_type in qwen_tensors():
         n_bytes = tensor_bytes(int(ggml_type), shape)
         assert n_bytes is not None
-        writer.add_tensor_info(name, tuple(reversed(shape)), np.dtype(np.float32), n_bytes,
-                               raw_dtype=ggml_type)
+        writer.add_tensor_info(
+            name, tuple(reversed(shape)), np.dtype(np.float32), n_bytes, raw_dtype=ggml_type
+        )
         total += -(-n_bytes // 32) * 32
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -141,8 +144,10 @@ def main() -> None:
         path = Path(folder) / "Qwen2.5-7B-Instruct-Q4_K_M-bench.gguf"
         started = time.perf_counter()
         write_model(path)
-        print(f"wrote {path.name} in {time.perf_counter() - started:.1f} s "
-              f"(file {format_bytes(path.stat().st_size)}, sparse)")
+        print(
+            f"wrote {path.name} in {time.perf_counter() - started:.1f} s "
+            f"(file {format_bytes(path.stat().st_size)}, sparse)"
+        )
 
         header = read_header(LocalFileSource(path))
         reference = gguf.GGUFReader(path)
@@ -153,13 +158,17 @@ def main() -> None:
 
         t_ours = best_of(args.repeat, lambda: ours(path))
         t_ref = best_of(max(1, args.repeat // 2), lambda: gguf.GGUFReader(path))
-        print(f"header: {header.header_bytes:,} bytes, {len(header.metadata)} keys, "
-              f"{len(header.tensors)} tensors, weights {format_bytes(header.weights_bytes)}")
+        print(
+            f"header: {header.header_bytes:,} bytes, {len(header.metadata)} keys, "
+            f"{len(header.tensors)} tensors, weights {format_bytes(header.weights_bytes)}"
+        )
         print(f"homelab read_header : {t_ours * 1000:9.1f} ms (best of {args.repeat})")
         print(f"gguf.GGUFReader     : {t_ref * 1000:9.1f} ms (best of {max(1, args.repeat // 2)})")
         print(f"speed-up            : {t_ref / t_ours:9.1f}x  (goal >= 10x)")
-        print(f"cursor              : {stats.bytes_read:,} bytes in {stats.reads} reads = "
-              f"{stats.bytes_read / header.header_bytes:.3f}x the header  (goal <= 1.1x)")
+        print(
+            f"cursor              : {stats.bytes_read:,} bytes in {stats.reads} reads = "
+            f"{stats.bytes_read / header.header_bytes:.3f}x the header  (goal <= 1.1x)"
+        )
 
 
 if __name__ == "__main__":

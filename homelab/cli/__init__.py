@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from homelab import __version__
 from homelab.errors import ExitCode, HomelabError
 
-
 COMMAND_MODULES = (
     "gpu_cmd",
     "plan_cmd",

@@ -18,8 +18,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="work out how a model fits this card and the llama-server flags",
         description="Read MODEL's GGUF header and the card, and show the plan with its working.",
     )
-    parser.add_argument("model", help="a .gguf file (any part of a split model), or a Hugging Face "
-                        "REPO[:QUANT] / REPO/FILE.gguf, planned from its header without downloading")
+    parser.add_argument(
+        "model",
+        help="a .gguf file (any part of a split model), or a Hugging Face "
+        "REPO[:QUANT] / REPO/FILE.gguf, planned from its header without downloading",
+    )
     add_plan_arguments(parser)
     add_engine_option(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object, sizes in bytes")
@@ -28,16 +31,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """The options every planning command shares (plan, serve, quants, presets)."""
-    parser.add_argument("--vram", metavar="SIZE", help="plan for a card of this total with nothing else on it (e.g. 16GiB)")
-    parser.add_argument("--gpu", metavar="N", type=int, help="plan on GPU N (default: the one with most free memory)")
-    parser.add_argument("--workload", default=None, help="agent (~100k tokens per slot), chat (~8k) or a token count")
-    parser.add_argument("--ctx", type=int, metavar="N", help="total context (-c) instead of the workload's")
-    parser.add_argument("--parallel", type=int, metavar="N", help="slots (-np) instead of as many as fit")
+    parser.add_argument(
+        "--vram",
+        metavar="SIZE",
+        help="plan for a card of this total with nothing else on it (e.g. 16GiB)",
+    )
+    parser.add_argument(
+        "--gpu",
+        metavar="N",
+        type=int,
+        help="plan on GPU N (default: the one with most free memory)",
+    )
+    parser.add_argument(
+        "--workload",
+        default=None,
+        help="agent (~100k tokens per slot), chat (~8k) or a token count",
+    )
+    parser.add_argument(
+        "--ctx", type=int, metavar="N", help="total context (-c) instead of the workload's"
+    )
+    parser.add_argument(
+        "--parallel", type=int, metavar="N", help="slots (-np) instead of as many as fit"
+    )
     parser.add_argument("--cache-type", metavar="T", help="K and V cache type (default q8_0)")
     parser.add_argument("--cache-type-k", metavar="T", help="K cache type")
     parser.add_argument("--cache-type-v", metavar="T", help="V cache type")
-    parser.add_argument("--ubatch", type=int, default=512, metavar="N", help="micro-batch (-ub), default 512")
-    parser.add_argument("--kv-unified", action="store_true", help="one KV pool shared by all slots (-kvu)")
+    parser.add_argument(
+        "--ubatch", type=int, default=512, metavar="N", help="micro-batch (-ub), default 512"
+    )
+    parser.add_argument(
+        "--kv-unified", action="store_true", help="one KV pool shared by all slots (-kvu)"
+    )
     parser.add_argument("--port", type=int, default=8080, help="port for the argv (default 8080)")
     add_gpu_options(parser)
 
@@ -81,9 +105,9 @@ def report_from_args(args: argparse.Namespace):
 
 def plan_from_args(args: argparse.Namespace, model=None, model_path: str | None = None):
     """Read the model (unless given), probe the card and make the plan; returns (plan, argv)."""
-    from homelab.engine.calibration import apply_calibration
+    from homelab.engine.llamacpp.argv import llama_server_argv
     from homelab.gguf.model_file import read_model
-    from homelab.plan.argv import llama_server_argv
+    from homelab.plan.calibration import apply_calibration
     from homelab.plan.planner import make_plan
 
     request = request_from_args(args)
@@ -152,7 +176,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_vllm(args: argparse.Namespace) -> int:
-    from homelab.cli.vllm_cmd import print_vllm_plan, vllm_argv_for, vllm_plan_dict, vllm_plan_from_args
+    from homelab.cli.vllm_cmd import (
+        print_vllm_plan,
+        vllm_argv_for,
+        vllm_plan_dict,
+        vllm_plan_from_args,
+    )
 
     plan = vllm_plan_from_args(args)
     argv = vllm_argv_for(plan, args.port if args.port != 8080 else None)

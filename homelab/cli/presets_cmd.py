@@ -139,7 +139,9 @@ def print_table(fits: list[PresetFit], budget: DeviceBudget, user_dir: Path) -> 
     rows = [header] + [_row(fit) for fit in fits]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
     offline = [
         fit.preset.key for fit in fits if fit.verdict == "unknown" and fit.problem == "Offline"
     ]

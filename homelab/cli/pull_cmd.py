@@ -46,7 +46,9 @@ def register(subparsers: Any) -> None:
         default=True,
         help="also get the vision projector (mmproj*.gguf) when the repo has one (default: yes)",
     )
-    parser.add_argument("--offline", action="store_true", help="use only the local cache (as HF_HUB_OFFLINE=1)")
+    parser.add_argument(
+        "--offline", action="store_true", help="use only the local cache (as HF_HUB_OFFLINE=1)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object with the paths")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
@@ -56,7 +58,9 @@ def run(args: argparse.Namespace) -> int:
     """Run ``homelab pull``; errors become one titled paragraph and their exit code."""
     bar = None if args.quiet else ProgressBar(sys.stderr)
     try:
-        model = pull(args.ref, progress=bar, offline=True if args.offline else None, mmproj=args.mmproj)
+        model = pull(
+            args.ref, progress=bar, offline=True if args.offline else None, mmproj=args.mmproj
+        )
     except HomelabError as error:
         if bar:
             bar.finish()
@@ -65,7 +69,10 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         if bar:
             bar.finish()
-        print("homelab: interrupted; what was downloaded is kept: run the same command to resume", file=sys.stderr)
+        print(
+            "homelab: interrupted; what was downloaded is kept: run the same command to resume",
+            file=sys.stderr,
+        )
         return 130
     if bar:
         bar.finish()
@@ -105,7 +112,9 @@ def format_eta(seconds: float | None) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-def rate_and_eta(samples: deque[tuple[float, int]], remaining: int) -> tuple[float | None, float | None]:
+def rate_and_eta(
+    samples: deque[tuple[float, int]], remaining: int
+) -> tuple[float | None, float | None]:
     """Bytes/s over the samples ``(time, bytes fetched so far)`` and seconds left; None when unknown."""
     if len(samples) < 2:
         return None, None
@@ -141,7 +150,11 @@ class ProgressBar:
                 self.stream.write(f"{event.filename}: {format_bytes(event.file_total)} {word}\n")
                 self.stream.flush()
             return
-        if event.state == "downloading" and now - self.last_draw < REDRAW_S and event.file_done < event.file_total:
+        if (
+            event.state == "downloading"
+            and now - self.last_draw < REDRAW_S
+            and event.file_done < event.file_total
+        ):
             return
         self.last_draw = now
         self.stream.write("\r" + self.line(event) + "\x1b[K")

@@ -86,8 +86,14 @@ class QuantFit:
         return self.plan.settings.n_seq
 
 
-def fit_quants(listing: RepoListing, report: GpuReport, request: PlanRequest, *,
-               cache: HeaderCache | None = None, workers: int = HEADER_WORKERS) -> list[QuantFit]:
+def fit_quants(
+    listing: RepoListing,
+    report: GpuReport,
+    request: PlanRequest,
+    *,
+    cache: HeaderCache | None = None,
+    workers: int = HEADER_WORKERS,
+) -> list[QuantFit]:
     """Plan every quant of ``listing`` on the card in ``report``; smallest file first.
 
     Raises:
@@ -96,15 +102,18 @@ def fit_quants(listing: RepoListing, report: GpuReport, request: PlanRequest, *,
             every quant, so the listing stops there). Other trouble with one quant (its
             header not cached offline, a bad header) gives that quant ``unknown``.
     """
+    from homelab.hub.errors import QuantNotFoundError
     from homelab.hub.header_cache import HeaderCache
-    from homelab.hub.hub_errors import QuantNotFoundError
     from homelab.hub.model_ref import read_choice
     from homelab.hub.quant_match import available_quants
 
     choices = sorted(available_quants(listing.files), key=lambda c: (c.size or 0, c.label))
     if not choices:
-        raise QuantNotFoundError(f"{listing.repo} has no GGUF model files (llama-server loads only GGUF)",
-                                 available=[], hint="Look for a repo of GGUF quants (often named ...-GGUF).")
+        raise QuantNotFoundError(
+            f"{listing.repo} has no GGUF model files (llama-server loads only GGUF)",
+            available=[],
+            hint="Look for a repo of GGUF quants (often named ...-GGUF).",
+        )
     cache = cache or HeaderCache()
 
     def read(choice: QuantChoice) -> ResolvedModel | HomelabError:
@@ -115,13 +124,20 @@ def fit_quants(listing: RepoListing, report: GpuReport, request: PlanRequest, *,
 
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(choices)))) as pool:
         resolved = list(pool.map(read, choices))
-    return [_judge(choice, result, report, request) for choice, result in zip(choices, resolved, strict=True)]
+    return [
+        _judge(choice, result, report, request)
+        for choice, result in zip(choices, resolved, strict=True)
+    ]
 
 
-def _judge(choice: QuantChoice, resolved: ResolvedModel | HomelabError, report: GpuReport,
-           request: PlanRequest) -> QuantFit:
-    from homelab.engine.calibration import apply_calibration
-    from homelab.hub.remote_source import HubAuthError, HubNetworkError
+def _judge(
+    choice: QuantChoice,
+    resolved: ResolvedModel | HomelabError,
+    report: GpuReport,
+    request: PlanRequest,
+) -> QuantFit:
+    from homelab.hub.errors import HubAuthError, HubNetworkError
+    from homelab.plan.calibration import apply_calibration
     from homelab.plan.planner import make_plan
 
     if isinstance(resolved, (HubAuthError, HubNetworkError)):
@@ -161,13 +177,19 @@ def explain(fits: list[QuantFit], best: QuantFit | None, workload_name: str) -> 
         fitting = [f for f in fits if f.plan is not None and f.verdict == "fits"]
         if fitting:
             most = max(fitting, key=lambda f: f.ctx_per_slot or 0)
-            return (f"No quant fits with a whole conversation of the {workload_name} workload "
-                    f"({most.wanted_per_slot:,} tokens); the most is {most.label}'s "
-                    f"{most.ctx_per_slot:,} tokens per slot.")
+            return (
+                f"No quant fits with a whole conversation of the {workload_name} workload "
+                f"({most.wanted_per_slot:,} tokens); the most is {most.label}'s "
+                f"{most.ctx_per_slot:,} tokens per slot."
+            )
         return f"No quant fits on this card for the {workload_name} workload."
-    why = (f"{best.label} is the largest quant that fits with whole conversations of the "
-           f"{workload_name} workload ({best.full_slots} slot(s) × {best.ctx_per_slot:,} tokens)")
-    bigger = sorted((f for f in fits if (f.size or 0) > (best.size or 0)), key=lambda f: f.size or 0)
+    why = (
+        f"{best.label} is the largest quant that fits with whole conversations of the "
+        f"{workload_name} workload ({best.full_slots} slot(s) × {best.ctx_per_slot:,} tokens)"
+    )
+    bigger = sorted(
+        (f for f in fits if (f.size or 0) > (best.size or 0)), key=lambda f: f.size or 0
+    )
     if not bigger:
         return why + "; it is the largest quant in the repo."
     return f"{why}; the next larger, {bigger[0].label}, {_shortfall(bigger[0])}."
@@ -207,31 +229,51 @@ def run(args: argparse.Namespace) -> int:
     return int(ExitCode.OK if best is not None else ExitCode.DOES_NOT_FIT)
 
 
-_VERDICT_WORDS = {"fits": "fits", "partial": "partial", "does_not_fit": "does not fit", "unknown": "unknown"}
+_VERDICT_WORDS = {
+    "fits": "fits",
+    "partial": "partial",
+    "does_not_fit": "does not fit",
+    "unknown": "unknown",
+}
 
 
-def _print_table(listing: RepoListing, fits: list[QuantFit], best: QuantFit | None, why: str,
-                 request: PlanRequest, device: str) -> None:
-    print(f"{listing.repo} at {listing.revision} ({listing.commit[:12]}), {len(fits)} quant(s), on "
-          f"{device}, workload {request.workload.describe()}")
+def _print_table(
+    listing: RepoListing,
+    fits: list[QuantFit],
+    best: QuantFit | None,
+    why: str,
+    request: PlanRequest,
+    device: str,
+) -> None:
+    print(
+        f"{listing.repo} at {listing.revision} ({listing.commit[:12]}), {len(fits)} quant(s), on "
+        f"{device}, workload {request.workload.describe()}"
+    )
     if listing.offline_reason:
         print(f"! {listing.offline_reason}: only what is cached on this machine is listed")
     rows = [("", "QUANT", "SIZE", "FIT", "FULL SLOTS", "TOKENS/SLOT", "TOKENS FIT")]
     for fit in fits:
         plan = fit.plan
-        rows.append((
-            "*" if fit is best else "",
-            fit.label + (f" ({len(fit.choice.files)} parts)" if len(fit.choice.files) > 1 else ""),
-            format_bytes(fit.size),
-            _VERDICT_WORDS[fit.verdict],
-            str(fit.full_slots) if plan else "-",
-            f"{plan.candidate.allocation.ctx_per_slot:,}" if plan else "-",
-            f"{plan.tokens_fit:,}" if plan else "-",
-        ))
+        rows.append(
+            (
+                "*" if fit is best else "",
+                fit.label
+                + (f" ({len(fit.choice.files)} parts)" if len(fit.choice.files) > 1 else ""),
+                format_bytes(fit.size),
+                _VERDICT_WORDS[fit.verdict],
+                str(fit.full_slots) if plan else "-",
+                f"{plan.candidate.allocation.ctx_per_slot:,}" if plan else "-",
+                f"{plan.tokens_fit:,}" if plan else "-",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
-        print("  ".join(cell.ljust(width) if i < 4 else cell.rjust(width)
-                        for i, (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip())
+        print(
+            "  ".join(
+                cell.ljust(width) if i < 4 else cell.rjust(width)
+                for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+            ).rstrip()
+        )
     for fit in fits:
         if fit.reason and fit.verdict in ("unknown", "does_not_fit"):
             print(f"  {fit.label}: {fit.reason}")
@@ -239,19 +281,30 @@ def _print_table(listing: RepoListing, fits: list[QuantFit], best: QuantFit | No
     fetched = [f for f in fits if "remote" in (f.header_origin or "")]
     if fetched:
         total = sum(f.bytes_fetched for f in fetched)
-        print(f"Headers: {len(fetched)} quant(s) read remotely ({format_bytes(total)} fetched, cached "
-              "for next time); nothing was downloaded.")
+        print(
+            f"Headers: {len(fetched)} quant(s) read remotely ({format_bytes(total)} fetched, cached "
+            "for next time); nothing was downloaded."
+        )
 
 
-def _to_dict(listing: RepoListing, fits: list[QuantFit], best: QuantFit | None, why: str,
-             request: PlanRequest, device: str) -> dict:
+def _to_dict(
+    listing: RepoListing,
+    fits: list[QuantFit],
+    best: QuantFit | None,
+    why: str,
+    request: PlanRequest,
+    device: str,
+) -> dict:
     return {
         "repo": listing.repo,
         "revision": listing.revision,
         "commit": listing.commit,
         "offline_reason": listing.offline_reason,
         "device": device,
-        "workload": {"name": request.workload.name, "tokens_per_slot": request.workload.tokens_per_slot},
+        "workload": {
+            "name": request.workload.name,
+            "tokens_per_slot": request.workload.tokens_per_slot,
+        },
         "quants": [_fit_dict(f, f is best) for f in fits],
         "best": best.label if best else None,
         "why": why,

@@ -35,7 +35,7 @@ from homelab.cli.vllm_cmd import add_engine_option
 from homelab.errors import ExitCode, UsageError
 
 DEFAULT_PORT = 8080
-"""llama-server's default, as ``homelab.plan.argv`` has it (not imported: it loads the planner)."""
+"""llama-server's default, as ``homelab.engine.llamacpp.argv`` has it (not imported: it loads the planner)."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -87,8 +87,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_serve(args: argparse.Namespace) -> int:
     """``homelab serve``."""
-    from homelab.engine.ownership import decide, stop_engine
-    from homelab.engine.state_file import StateFile
+    from homelab.engine.supervision.ownership import decide, stop_engine
+    from homelab.engine.supervision.state_file import StateFile
 
     if args.start_timeout <= 0:
         raise UsageError("--start-timeout must be positive")
@@ -137,10 +137,10 @@ def run_serve(args: argparse.Namespace) -> int:
 def _planned(args: argparse.Namespace, model_path: Path, store):
     """Plan and print the plan; a supervisor ready to start it; (supervisor, plan, model)."""
     from homelab.cli.plan_cmd import plan_from_args, print_plan
-    from homelab.engine.llama_diagnose import llama_server_profile
-    from homelab.engine.locate import find_llama_server
-    from homelab.engine.ports import LOOPBACK, choose_port
-    from homelab.engine.supervisor import EngineSpec, Supervisor
+    from homelab.engine.llamacpp.diagnose import llama_server_profile
+    from homelab.engine.llamacpp.locate import find_llama_server
+    from homelab.engine.supervision.ports import LOOPBACK, choose_port
+    from homelab.engine.supervision.supervisor import EngineSpec, Supervisor
     from homelab.gguf.model_file import read_model
 
     binary = find_llama_server()
@@ -190,7 +190,11 @@ def local_model(args: argparse.Namespace) -> Path:
             )
         if args.workload is None:
             workload = preset.workload
-            args.workload = workload.name if workload.name in ("agent", "chat") else str(workload.tokens_per_slot)
+            args.workload = (
+                workload.name
+                if workload.name in ("agent", "chat")
+                else str(workload.tokens_per_slot)
+            )
         print(f"preset {preset.key}: {preset.name} ({preset.ref})", flush=True)
         ref = preset.ref
     import sys
@@ -217,8 +221,8 @@ def _planned_vllm(args: argparse.Namespace, store):
         vllm_executable,
         vllm_plan_from_args,
     )
-    from homelab.engine.ports import LOOPBACK, choose_port
-    from homelab.engine.supervisor import EngineSpec, Supervisor
+    from homelab.engine.supervision.ports import LOOPBACK, choose_port
+    from homelab.engine.supervision.supervisor import EngineSpec, Supervisor
     from homelab.engine.vllm.profile import vllm_profile
 
     plan = vllm_plan_from_args(args)
@@ -248,7 +252,9 @@ def _planned_vllm(args: argparse.Namespace, store):
         profile = replace(profile, env=env)
     supervisor = Supervisor(spec, profile, state_file=store)
     supervisor.subscribe(Narrator())
-    print("starting vllm (a first start takes minutes: weights, compile, CUDA graphs)...", flush=True)
+    print(
+        "starting vllm (a first start takes minutes: weights, compile, CUDA graphs)...", flush=True
+    )
     return supervisor
 
 
@@ -261,8 +267,8 @@ def _say_started(supervisor) -> None:
 
 def _adopter(record, args: argparse.Namespace, store):
     """A supervisor for the recorded engine (not yet adopting)."""
-    from homelab.engine.llama_diagnose import llama_server_profile
-    from homelab.engine.supervisor import EngineSpec, Supervisor
+    from homelab.engine.llamacpp.diagnose import llama_server_profile
+    from homelab.engine.supervision.supervisor import EngineSpec, Supervisor
 
     spec = EngineSpec(
         argv=record.argv,
@@ -326,10 +332,10 @@ def _interrupted(supervisor) -> int:
 
 def _report_actuals(supervisor, plan, model) -> None:
     """Predicted vs actual memory from the load log; record the measured compute buffer."""
-    from homelab.engine.actuals import compare, format_actuals
-    from homelab.engine.calibration import CalibrationError, record
-    from homelab.engine.llama_log import parse_load_log
-    from homelab.engine.locate import engine_version
+    from homelab.engine.llamacpp.actuals import compare, format_actuals
+    from homelab.engine.llamacpp.locate import engine_version
+    from homelab.engine.llamacpp.log import parse_load_log
+    from homelab.plan.calibration import CalibrationError, record
     from homelab.units import format_bytes
 
     load_log = parse_load_log("\n".join(supervisor.attempt_lines()))

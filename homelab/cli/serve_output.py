@@ -16,8 +16,8 @@ STATUS_EVERY_NOT_TTY_S = 60.0
 
 def watch_status(supervisor, *, kv_unified: bool) -> None:
     """The live status line until the supervisor ends (Ctrl-C raises out of here)."""
-    from homelab.engine.live import LlamaServerClient, status_line
-    from homelab.engine.supervision import State
+    from homelab.engine.llamacpp.client import LlamaServerClient, status_line
+    from homelab.engine.supervision.states import State
 
     line = StatusLine.shared()
     every = STATUS_EVERY_S if line.tty else STATUS_EVERY_NOT_TTY_S
@@ -48,7 +48,7 @@ class Narrator:
         self._crash = None
 
     def __call__(self, transition) -> None:
-        from homelab.engine.supervision import State
+        from homelab.engine.supervision.states import State
 
         line = StatusLine.shared()
         if transition.state is State.CRASHED:

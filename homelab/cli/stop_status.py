@@ -38,8 +38,8 @@ def register_stop_status(subparsers: argparse._SubParsersAction) -> None:
 
 def run_stop(args: argparse.Namespace) -> int:
     """``homelab stop``: stop the recorded engine; 0 also when none runs."""
-    from homelab.engine.ownership import stop_engine
-    from homelab.engine.state_file import StateFile
+    from homelab.engine.supervision.ownership import stop_engine
+    from homelab.engine.supervision.state_file import StateFile
 
     store = StateFile()
     record = store.live()
@@ -54,8 +54,8 @@ def run_stop(args: argparse.Namespace) -> int:
 
 def run_status(args: argparse.Namespace) -> int:
     """``homelab status [--json]``: 0 whether or not an engine runs (``running`` says which)."""
-    from homelab.engine.live import LlamaServerClient, status_line
-    from homelab.engine.state_file import StateFile
+    from homelab.engine.llamacpp.client import LlamaServerClient, status_line
+    from homelab.engine.supervision.state_file import StateFile
 
     record = StateFile().live()
     if record is None:

@@ -27,7 +27,7 @@ def add_engine_option(parser: argparse.ArgumentParser) -> None:
 def vllm_plan_from_args(args: argparse.Namespace):
     """Price vLLM for the model and card the shared plan options describe."""
     from homelab.cli.plan_cmd import report_from_args
-    from homelab.engine.vllm import vllm_plan
+    from homelab.plan.vllm.plan import vllm_plan
     from homelab.plan.workload import parse_workload
 
     cache_type = (args.cache_type or "auto").lower()
@@ -43,7 +43,7 @@ def vllm_plan_from_args(args: argparse.Namespace):
 
 
 def vllm_argv_for(plan, port: int | None, executable: str = "vllm") -> list[str]:
-    from homelab.engine.vllm import vllm_argv
+    from homelab.engine.vllm.argv import vllm_argv
 
     return vllm_argv(plan, port=port or DEFAULT_VLLM_PORT, executable=executable)
 

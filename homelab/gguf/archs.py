@@ -81,7 +81,9 @@ RULES: dict[str, ArchRule] = {
     "ernie4_5-moe": _DENSE,
     # sliding window
     "gemma2": ArchRule(swa="pattern", swa_pattern=2, swa_default_window=4096, verified=True),
-    "gemma3": ArchRule(swa="pattern", swa_pattern=6, swa_default_window=0, swa_needs_window=True, verified=True),
+    "gemma3": ArchRule(
+        swa="pattern", swa_pattern=6, swa_default_window=0, swa_needs_window=True, verified=True
+    ),
     "gpt-oss": ArchRule(swa="pattern", swa_pattern=2, verified=True),
     "cohere2": ArchRule(swa="pattern", swa_pattern=4),
     "exaone4": ArchRule(swa="pattern", swa_pattern=4, swa_default_window=0, swa_needs_window=True),
@@ -90,9 +92,13 @@ RULES: dict[str, ArchRule] = {
     # MLA: K only
     "deepseek2": ArchRule(mla=True, verified=True),
     # hybrid attention + recurrent
-    "qwen3next": ArchRule(memory="hybrid", recurrent="interval", hybrid_filter="qwen", verified=True),
+    "qwen3next": ArchRule(
+        memory="hybrid", recurrent="interval", hybrid_filter="qwen", verified=True
+    ),
     "qwen35": ArchRule(memory="hybrid", recurrent="interval", hybrid_filter="qwen", verified=True),
-    "qwen35moe": ArchRule(memory="hybrid", recurrent="interval", hybrid_filter="qwen", verified=True),
+    "qwen35moe": ArchRule(
+        memory="hybrid", recurrent="interval", hybrid_filter="qwen", verified=True
+    ),
     "granitehybrid": ArchRule(memory="hybrid", recurrent="no_kv_heads", verified=True),
     "nemotron_h": ArchRule(
         memory="hybrid", recurrent="no_kv_heads_no_ff", hybrid_filter="nemotron", verified=True

@@ -139,7 +139,9 @@ class _Meta:
         return list(value) + [False] * (n_layer_all - len(value))
 
 
-def _swa_flags(meta: _Meta, rule: ArchRule, n_layer: int, n_layer_all: int) -> tuple[int, list[bool]]:
+def _swa_flags(
+    meta: _Meta, rule: ArchRule, n_layer: int, n_layer_all: int
+) -> tuple[int, list[bool]]:
     """(n_swa, per-layer is_swa), as llama.cpp's load_swa_pattern / set_swa_pattern do."""
     none = [False] * n_layer_all
     if rule.swa is None:
@@ -158,7 +160,12 @@ def _swa_flags(meta: _Meta, rule: ArchRule, n_layer: int, n_layer_all: int) -> t
 
 
 def _recurrent_flags(
-    meta: _Meta, rule: ArchRule, n_layer: int, n_layer_all: int, n_head_kv: list[int], n_ff: list[int]
+    meta: _Meta,
+    rule: ArchRule,
+    n_layer: int,
+    n_layer_all: int,
+    n_head_kv: list[int],
+    n_ff: list[int],
 ) -> list[bool]:
     if rule.memory == "recurrent":
         return [True] * n_layer_all
@@ -245,7 +252,9 @@ def geometry_of(model: GgufModel | GgufHeader) -> Geometry:
     layers = []
     for il in range(n_layer_all):
         why = _why_no_kv(rule, il, n_layer, is_recr[il], n_ff[il], kv_from_start)
-        recurrent_here = rule.memory != "kv" and _keeps_recurrent(rule, il, n_layer, is_recr[il], n_ff[il])
+        recurrent_here = rule.memory != "kv" and _keeps_recurrent(
+            rule, il, n_layer, is_recr[il], n_ff[il]
+        )
         if why is None:
             swa = is_swa[il]
             hk, hv = (head_k_swa, head_v_swa) if swa else (head_k, head_v)
@@ -282,7 +291,9 @@ def geometry_of(model: GgufModel | GgufHeader) -> Geometry:
     expert_ff = meta.get("expert_feed_forward_length")
     if isinstance(experts_used, int) and isinstance(expert_ff, int):
         shared = meta.get("expert_shared_feed_forward_length", 0)
-        n_ff_max = max(n_ff_max, experts_used * expert_ff + (shared if isinstance(shared, int) else 0))
+        n_ff_max = max(
+            n_ff_max, experts_used * expert_ff + (shared if isinstance(shared, int) else 0)
+        )
     return Geometry(
         n_ff_max=n_ff_max,
         ssm_d_inner=meta.int("ssm.inner_size", 0) if n_embd_s else 0,

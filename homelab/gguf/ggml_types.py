@@ -55,7 +55,15 @@ GGML_TYPES: dict[int, GgmlType] = _build_table()
 _BY_NAME: dict[str, GgmlType] = {t.name.lower(): t for t in GGML_TYPES.values()}
 
 KV_CACHE_TYPES: tuple[str, ...] = (
-    "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1",
+    "f32",
+    "f16",
+    "bf16",
+    "q8_0",
+    "q4_0",
+    "q4_1",
+    "iq4_nl",
+    "q5_0",
+    "q5_1",
 )
 """The spellings llama.cpp accepts for ``--cache-type-k/-v`` (``common/arg.cpp``)."""
 

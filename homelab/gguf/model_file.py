@@ -72,8 +72,9 @@ def split_count(header: GgufHeader) -> int:
     """
     value = header.metadata.get("split.count", 1)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ModelFileError(f"{header.source_name}: split.count is {value!r}; "
-                             "it must be a positive whole number")
+        raise ModelFileError(
+            f"{header.source_name}: split.count is {value!r}; it must be a positive whole number"
+        )
     return value
 
 

@@ -45,13 +45,33 @@ _INT64_MAX = (1 << 63) - 1
 
 STRING, ARRAY = 8, 9
 _SCALARS: dict[int, struct.Struct] = {
-    0: struct.Struct("<B"), 1: struct.Struct("<b"), 2: struct.Struct("<H"), 3: struct.Struct("<h"),
-    4: struct.Struct("<I"), 5: struct.Struct("<i"), 6: struct.Struct("<f"), 7: struct.Struct("<?"),
-    10: struct.Struct("<Q"), 11: struct.Struct("<q"), 12: struct.Struct("<d"),
+    0: struct.Struct("<B"),
+    1: struct.Struct("<b"),
+    2: struct.Struct("<H"),
+    3: struct.Struct("<h"),
+    4: struct.Struct("<I"),
+    5: struct.Struct("<i"),
+    6: struct.Struct("<f"),
+    7: struct.Struct("<?"),
+    10: struct.Struct("<Q"),
+    11: struct.Struct("<q"),
+    12: struct.Struct("<d"),
 }
-_VALUE_TYPE_NAMES = {0: "uint8", 1: "int8", 2: "uint16", 3: "int16", 4: "uint32", 5: "int32",
-                     6: "float32", 7: "bool", 8: "string", 9: "array", 10: "uint64", 11: "int64",
-                     12: "float64"}
+_VALUE_TYPE_NAMES = {
+    0: "uint8",
+    1: "int8",
+    2: "uint16",
+    3: "int16",
+    4: "uint32",
+    5: "int32",
+    6: "float32",
+    7: "bool",
+    8: "string",
+    9: "array",
+    10: "uint64",
+    11: "int64",
+    12: "float64",
+}
 _MIN_ITEM_BYTES = {t: s.size for t, s in _SCALARS.items()} | {STRING: 8, ARRAY: 12}
 _MIN_KV_BYTES = 8 + 4 + 1  # empty key, type, one-byte value
 _MIN_TENSOR_INFO_BYTES = 8 + 4 + 4 + 8  # empty name, n_dims = 0, type, offset
@@ -134,8 +154,10 @@ class _HeaderParser:
         off = cur.fill(8, expect)
         length: int = _U64.unpack_from(cur.buf, off)[0]
         if length > limit:
-            raise self.error(f"{cur.what} has a string of {length:,} bytes at offset {cur.pos} "
-                             f"(the limit is {limit:,}); the header is corrupt")
+            raise self.error(
+                f"{cur.what} has a string of {length:,} bytes at offset {cur.pos} "
+                f"(the limit is {limit:,}); the header is corrupt"
+            )
         cur.pos += 8
         if cur.size is not None and cur.pos + length > cur.size:
             self.room(length, f"the string of {cur.what}")  # raises, with the message
@@ -153,8 +175,10 @@ class _HeaderParser:
             self.cur.what = f"metadata entry #{index}"
             key = self.string(MAX_KEY_BYTES, (n_kv - index) * _KV_GUESS + tensor_infos_guess)
             if key in metadata:
-                raise self.error(f"metadata key {key!r} appears twice (entry #{index}); "
-                                 "llama.cpp refuses such a file")
+                raise self.error(
+                    f"metadata key {key!r} appears twice (entry #{index}); "
+                    "llama.cpp refuses such a file"
+                )
             self.cur.what = f"the value of {key!r}"
             metadata[key] = self.value(self.u32(), key, 0)
         alignment = self.alignment(metadata)
@@ -164,8 +188,13 @@ class _HeaderParser:
         ends = [t.offset + t.n_bytes for t in tensors if t.n_bytes is not None]
         data_end = data_offset + max(ends, default=0) if len(ends) == len(tensors) else None
         return GgufHeader(
-            source_name=self.name, version=version, metadata=metadata, tensors=tensors,
-            alignment=alignment, header_bytes=header_bytes, data_offset=data_offset,
+            source_name=self.name,
+            version=version,
+            metadata=metadata,
+            tensors=tensors,
+            alignment=alignment,
+            header_bytes=header_bytes,
+            data_offset=data_offset,
             file_size=self.cur.size,
             extra={"read_stats": self.cur.stats, "data_end": data_end},
         )
@@ -190,13 +219,19 @@ class _HeaderParser:
         _, _, n_tensors, n_kv = _PREAMBLE.unpack_from(cur.buf, off)
         cur.pos = _PREAMBLE.size
         if n_tensors > MAX_TENSORS:
-            raise self.error(f"the header claims {n_tensors:,} tensors (offset 8); no model has "
-                             f"more than {MAX_TENSORS:,}, so the header is corrupt")
+            raise self.error(
+                f"the header claims {n_tensors:,} tensors (offset 8); no model has "
+                f"more than {MAX_TENSORS:,}, so the header is corrupt"
+            )
         if n_kv > MAX_KV:
-            raise self.error(f"the header claims {n_kv:,} metadata entries (offset 16); the "
-                             f"limit is {MAX_KV:,}, so the header is corrupt")
-        self.room(n_tensors * _MIN_TENSOR_INFO_BYTES + n_kv * _MIN_KV_BYTES,
-                  f"{n_kv:,} metadata entries and {n_tensors:,} tensor infos")
+            raise self.error(
+                f"the header claims {n_kv:,} metadata entries (offset 16); the "
+                f"limit is {MAX_KV:,}, so the header is corrupt"
+            )
+        self.room(
+            n_tensors * _MIN_TENSOR_INFO_BYTES + n_kv * _MIN_KV_BYTES,
+            f"{n_kv:,} metadata entries and {n_tensors:,} tensor infos",
+        )
         return version, n_tensors, n_kv
 
     def alignment(self, metadata: dict[str, Any]) -> int:
@@ -220,22 +255,30 @@ class _HeaderParser:
             return self.string(MAX_STRING_BYTES)
         if vtype == ARRAY:
             return self.array(key, depth + 1)
-        raise self.error(f"metadata {key!r} has unknown value type {vtype} at offset "
-                         f"{self.cur.pos - 4}; the header is corrupt")
+        raise self.error(
+            f"metadata {key!r} has unknown value type {vtype} at offset "
+            f"{self.cur.pos - 4}; the header is corrupt"
+        )
 
     def array_head(self, key: str, depth: int) -> tuple[int, int]:
         """Read and check an array's item type and count; returns them."""
         if depth > MAX_NESTING:
-            raise self.error(f"metadata {key!r} nests arrays more than {MAX_NESTING} deep "
-                             f"(offset {self.cur.pos}); the header is corrupt")
+            raise self.error(
+                f"metadata {key!r} nests arrays more than {MAX_NESTING} deep "
+                f"(offset {self.cur.pos}); the header is corrupt"
+            )
         item_type, count = self.u32(), self.u64()
         min_item = _MIN_ITEM_BYTES.get(item_type)
         if min_item is None:
-            raise self.error(f"metadata {key!r} is an array of unknown item type {item_type} "
-                             f"(offset {self.cur.pos - 12}); the header is corrupt")
+            raise self.error(
+                f"metadata {key!r} is an array of unknown item type {item_type} "
+                f"(offset {self.cur.pos - 12}); the header is corrupt"
+            )
         if count > MAX_ARRAY_ITEMS:
-            raise self.error(f"metadata {key!r} claims an array of {count:,} items (offset "
-                             f"{self.cur.pos - 8}); the limit is {MAX_ARRAY_ITEMS:,}")
+            raise self.error(
+                f"metadata {key!r} claims an array of {count:,} items (offset "
+                f"{self.cur.pos - 8}); the limit is {MAX_ARRAY_ITEMS:,}"
+            )
         type_label = _VALUE_TYPE_NAMES[item_type]
         self.room(count * min_item, f"the {count:,} {type_label} items of {key!r}")
         return item_type, count
@@ -298,8 +341,9 @@ class _HeaderParser:
                 outer, cur.what = cur.what, f"string #{k - 1} of {key!r}"
                 if length > MAX_STRING_BYTES:
                     at = cur.pos - length - 8
-                    raise self.error(f"{cur.what} claims {length:,} bytes (offset {at}); "
-                                     "the header is corrupt")
+                    raise self.error(
+                        f"{cur.what} claims {length:,} bytes (offset {at}); the header is corrupt"
+                    )
                 cur.pos -= length
                 cur.skip(length)
                 cur.what = outer
@@ -317,14 +361,18 @@ class _HeaderParser:
             per_item = (cur.pos - start) // index if index else _TENSOR_INFO_GUESS
             name = self.string(MAX_KEY_BYTES, (n_tensors - index) * per_item)
             if name in seen:
-                raise self.error(f"tensor {name!r} appears twice (tensor info #{index}); "
-                                 "llama.cpp refuses such a file")
+                raise self.error(
+                    f"tensor {name!r} appears twice (tensor info #{index}); "
+                    "llama.cpp refuses such a file"
+                )
             seen.add(name)
             cur.what = f"tensor info #{index} ({name!r})"
             n_dims = self.u32()
             if n_dims > MAX_DIMS:
-                raise self.error(f"tensor {name!r} has {n_dims} dimensions (offset "
-                                 f"{cur.pos - 4}); ggml tensors have at most {MAX_DIMS}")
+                raise self.error(
+                    f"tensor {name!r} has {n_dims} dimensions (offset "
+                    f"{cur.pos - 4}); ggml tensors have at most {MAX_DIMS}"
+                )
             off = cur.fill(8 * n_dims + 12)
             shape = struct.unpack_from(f"<{n_dims}QIQ", cur.buf, off)
             cur.pos += 8 * n_dims + 12
@@ -332,21 +380,25 @@ class _HeaderParser:
             tensors.append(self.tensor(name, dims, ggml_type, offset, alignment))
         return tuple(tensors)
 
-    def tensor(self, name: str, dims: tuple[int, ...], ggml_type: int, offset: int,
-               alignment: int) -> TensorInfo:
+    def tensor(
+        self, name: str, dims: tuple[int, ...], ggml_type: int, offset: int, alignment: int
+    ) -> TensorInfo:
         elements = 1
         for dim in dims:
             elements *= dim
         if elements > _INT64_MAX or any(d > _INT64_MAX for d in dims):
             raise self.error(f"tensor {name!r} has an impossible shape {list(dims)}")
         if offset % alignment:
-            raise self.error(f"tensor {name!r} starts at data offset {offset}, which is not a "
-                             f"multiple of the alignment {alignment}; the header is corrupt")
+            raise self.error(
+                f"tensor {name!r} starts at data offset {offset}, which is not a "
+                f"multiple of the alignment {alignment}; the header is corrupt"
+            )
         try:
             n_bytes = tensor_bytes(ggml_type, dims)
         except ValueError as exc:
-            raise self.error(f"tensor {name!r} ({type_name(ggml_type)}, shape {list(dims)}): "
-                             f"{exc}") from None
+            raise self.error(
+                f"tensor {name!r} ({type_name(ggml_type)}, shape {list(dims)}): {exc}"
+            ) from None
         return TensorInfo(name, dims, ggml_type, type_name(ggml_type), offset, n_bytes)
 
 
@@ -363,11 +415,17 @@ def _version_problem(version: int, raw: bytes) -> tuple[str, str | None]:
     """The message and hint for a version field we cannot read."""
     swapped = int.from_bytes(raw, "big")
     if swapped in (1, 2, 3):
-        big_endian = (f"this is a big-endian GGUF (version {swapped}, byte-swapped); homelab "
-                      "and llama.cpp on this machine read little-endian files only")
+        big_endian = (
+            f"this is a big-endian GGUF (version {swapped}, byte-swapped); homelab "
+            "and llama.cpp on this machine read little-endian files only"
+        )
         return big_endian, "Download the little-endian build of the model."
     if version == 1:
-        return ("this is a GGUF version 1 file (2023, 32-bit counts), which homelab does not read",
-                "Convert the model again with a current llama.cpp.")
-    return (f"unsupported GGUF version {version} (homelab reads versions 2 and 3)",
-            "A newer homelab may read it.")
+        return (
+            "this is a GGUF version 1 file (2023, 32-bit counts), which homelab does not read",
+            "Convert the model again with a current llama.cpp.",
+        )
+    return (
+        f"unsupported GGUF version {version} (homelab reads versions 2 and 3)",
+        "A newer homelab may read it.",
+    )

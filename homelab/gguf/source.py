@@ -74,7 +74,7 @@ class LocalFileSource:
             return self._file
         name = self.name
         try:
-            handle = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed by close()
+            handle = open(self.path, "rb", buffering=0)
         except FileNotFoundError:
             raise ModelFileError(
                 f"{name}: no such file", hint="Check the path, or download the model first."
@@ -172,11 +172,25 @@ class ByteCursor:
     without hints a header of N bytes costs O(log N) reads.
     """
 
-    __slots__ = ("_ends_before", "_expect_end", "_first_chunk", "_max_chunk", "buf", "buf_start",
-                 "bytes_read", "name", "pos", "reads", "size", "source", "what")
+    __slots__ = (
+        "_ends_before",
+        "_expect_end",
+        "_first_chunk",
+        "_max_chunk",
+        "buf",
+        "buf_start",
+        "bytes_read",
+        "name",
+        "pos",
+        "reads",
+        "size",
+        "source",
+        "what",
+    )
 
-    def __init__(self, source: ByteSource, *, first_chunk: int = FIRST_CHUNK,
-                 max_chunk: int = MAX_CHUNK) -> None:
+    def __init__(
+        self, source: ByteSource, *, first_chunk: int = FIRST_CHUNK, max_chunk: int = MAX_CHUNK
+    ) -> None:
         self.source = source
         self.name = source.name
         self.size = source.size()

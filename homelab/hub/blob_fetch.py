@@ -32,7 +32,7 @@ import httpx
 
 from homelab import __version__
 from homelab.hub import hf_cache
-from homelab.hub.hub_errors import (
+from homelab.hub.errors import (
     ChecksumMismatchError,
     HubError,
     HubNetworkError,
@@ -87,7 +87,9 @@ def _hash_existing(path: Path, hasher: hashlib._Hash, on_bytes: BytesCallback) -
     return done
 
 
-def fetch_blob(target: FetchTarget, on_bytes: BytesCallback, *, client: httpx.Client | None = None) -> int:
+def fetch_blob(
+    target: FetchTarget, on_bytes: BytesCallback, *, client: httpx.Client | None = None
+) -> int:
     """Download ``target`` into ``blobs/<etag>`` (resuming a partial one); returns bytes fetched.
 
     Raises:
@@ -99,7 +101,9 @@ def fetch_blob(target: FetchTarget, on_bytes: BytesCallback, *, client: httpx.Cl
 
     etag = hf_cache.etag_for(target.file)
     if etag is None or target.file.size is None:
-        raise HubError(f"{target.repo}/{target.file.path}: the listing gave no size or hash to check it against")
+        raise HubError(
+            f"{target.repo}/{target.file.path}: the listing gave no size or hash to check it against"
+        )
     blob = hf_cache.blob_path(target.cache_dir, target.repo, etag)
     lock = hf_cache.lock_path(target.cache_dir, target.repo, etag)
     lock.parent.mkdir(parents=True, exist_ok=True)
@@ -117,7 +121,9 @@ def fetch_blob(target: FetchTarget, on_bytes: BytesCallback, *, client: httpx.Cl
             client.close()
 
 
-def _fetch_locked(target: FetchTarget, blob: Path, on_bytes: BytesCallback, client: httpx.Client) -> int:
+def _fetch_locked(
+    target: FetchTarget, blob: Path, on_bytes: BytesCallback, client: httpx.Client
+) -> int:
     partial = blob.with_name(blob.name + hf_cache.INCOMPLETE_SUFFIX)
     size = target.file.size
     assert size is not None
@@ -176,11 +182,13 @@ def _locate(target: FetchTarget) -> tuple[str, dict[str, str]]:
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.utils import build_hf_headers
 
-    url = hf_hub_url(target.repo, target.file.path, revision=target.commit, endpoint=target.endpoint)
+    url = hf_hub_url(
+        target.repo, target.file.path, revision=target.commit, endpoint=target.endpoint
+    )
     token: str | bool = target.token or False
     try:
         meta = get_hf_file_metadata(url, token=token, endpoint=target.endpoint)
-    except Exception as error:  # noqa: BLE001 - every library error becomes a HubError here
+    except Exception as error:
         if is_transport_error(error):
             raise _Dropped(f"{type(error).__name__}: {error}", 0) from None
         raise translate(error, repo=target.repo, filename=target.file.path) from None
@@ -224,7 +232,9 @@ def _stream_rest(
             if response.status_code in (408, 429, 500, 502, 503, 504):
                 raise _Dropped(f"the server answered {response.status_code}", 0)
             if have and response.status_code == 200:
-                raise _Dropped("the server ignored the Range request; starting over", 0, restart=True)
+                raise _Dropped(
+                    "the server ignored the Range request; starting over", 0, restart=True
+                )
             if response.status_code not in (200, 206):
                 raise HubError(
                     f"{target.repo}/{target.file.path}: the download answered "

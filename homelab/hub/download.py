@@ -28,7 +28,7 @@ from typing import Literal
 
 from homelab.hub import hf_cache, hf_env
 from homelab.hub.blob_fetch import FetchTarget, fetch_blob
-from homelab.hub.hub_errors import (
+from homelab.hub.errors import (
     BadModelRefError,
     HubError,
     HubOfflineError,
@@ -130,9 +130,13 @@ def parse_pull_ref(ref: str) -> PullRef:
         filename = "/".join(parts[2:])
     repo = "/".join(parts[:2])
     problems = []
-    if len(parts) < 2 or not all(_REPO_PART.match(p) and "--" not in p and ".." not in p for p in parts[:2]):
+    if len(parts) < 2 or not all(
+        _REPO_PART.match(p) and "--" not in p and ".." not in p for p in parts[:2]
+    ):
         problems.append(f"{repo!r} is not a repo id (owner/name)")
-    if quant is not None and (not quant or filename is not None or not re.fullmatch(r"[A-Za-z0-9_.-]+", quant)):
+    if quant is not None and (
+        not quant or filename is not None or not re.fullmatch(r"[A-Za-z0-9_.-]+", quant)
+    ):
         problems.append(f"{quant!r} is not a quant name (e.g. Q4_K_M)")
     if filename is not None and not filename.lower().endswith(".gguf"):
         problems.append(f"{filename!r} is not a .gguf file")
@@ -188,12 +192,19 @@ def pull(
         listing = remote_listing(parsed.repo, DEFAULT_REVISION)
     except HubUnreachableError as unreachable:
         try:
-            return _from_cache(parsed, cache_dir, mmproj, progress,
-                               why=f"the Hub is unreachable ({unreachable.reason})")
+            return _from_cache(
+                parsed,
+                cache_dir,
+                mmproj,
+                progress,
+                why=f"the Hub is unreachable ({unreachable.reason})",
+            )
         except HubOfflineError:
             raise translate(unreachable.error, repo=parsed.repo) from None
     commit = listing.commit
-    selection = select(parsed.repo, listing.files, quant=parsed.quant, filename=parsed.filename, mmproj=mmproj)
+    selection = select(
+        parsed.repo, listing.files, quant=parsed.quant, filename=parsed.filename, mmproj=mmproj
+    )
     unsized = [f.path for f in selection.files if f.size is None]
     if unsized:
         raise HubError(
@@ -216,11 +227,17 @@ def _check_disk(
         return
     free = free_space(cache_dir)
     if needed > free:
-        raise NotEnoughDiskError(needed=needed, free=free, where=str(hf_cache.existing_ancestor(cache_dir)))
+        raise NotEnoughDiskError(
+            needed=needed, free=free, where=str(hf_cache.existing_ancestor(cache_dir))
+        )
 
 
 def _download(
-    parsed: PullRef, commit: str, selection: Selection, cache_dir: Path, progress: ProgressCallback | None
+    parsed: PullRef,
+    commit: str,
+    selection: Selection,
+    cache_dir: Path,
+    progress: ProgressCallback | None,
 ) -> PulledModel:
     from huggingface_hub import hf_hub_download
 
@@ -233,14 +250,24 @@ def _download(
     for index, file in enumerate(selection.files, start=1):
         size = file.size or 0
 
-        def report(file_done: int, fetched_now: int, state: State = "downloading", name: str = file.path,
-                   size: int = size, index: int = index) -> None:
+        def report(
+            file_done: int,
+            fetched_now: int,
+            state: State = "downloading",
+            name: str = file.path,
+            size: int = size,
+            index: int = index,
+        ) -> None:
             nonlocal fetched_total
             on_disk[name] = file_done
             fetched_total += fetched_now
             if progress is not None:
                 done = sum(on_disk.values())
-                progress(PullProgress(name, state, file_done, size, done, total, fetched_total, index, count))
+                progress(
+                    PullProgress(
+                        name, state, file_done, size, done, total, fetched_total, index, count
+                    )
+                )
 
         if hf_cache.is_cached(cache_dir, parsed.repo, commit, file):
             report(size, 0, "cached")
@@ -256,7 +283,7 @@ def _download(
                 token=token or False,
                 library_name="homelab",
             )
-        except Exception as error:  # noqa: BLE001 - translated right here
+        except Exception as error:
             raise translate(error, repo=parsed.repo, filename=file.path) from None
         local[file.path] = Path(path)
         report(size, 0, "done")
@@ -279,7 +306,9 @@ def _from_cache(
         )
     commit, files = listing.commit, listing.files
     try:
-        selection = select(parsed.repo, files, quant=parsed.quant, filename=parsed.filename, mmproj=mmproj)
+        selection = select(
+            parsed.repo, files, quant=parsed.quant, filename=parsed.filename, mmproj=mmproj
+        )
     except QuantNotFoundError as missing:
         cached = describe_quants(available_quants(files))
         raise HubOfflineError(
@@ -296,8 +325,20 @@ def _from_cache(
         done += size
         if progress is not None:
             for state in ("cached", "done"):
-                progress(PullProgress(file.path, state, size, size, done, total, 0, index, len(selection.files)))
-    return _result(parsed, commit, selection, local, fetched=0, from_cache=True, note=f"{why}: using cached files")
+                progress(
+                    PullProgress(
+                        file.path, state, size, size, done, total, 0, index, len(selection.files)
+                    )
+                )
+    return _result(
+        parsed,
+        commit,
+        selection,
+        local,
+        fetched=0,
+        from_cache=True,
+        note=f"{why}: using cached files",
+    )
 
 
 def _result(

@@ -125,8 +125,10 @@ class HeaderCache:
             name = meta["filename"]
             if name not in newest or meta.get("stored_at", 0) > newest[name].get("stored_at", 0):
                 newest[name] = meta
-        return [StoredHeader(name, meta.get("etag"), _int_or_none(meta.get("file_size")))
-                for name, meta in sorted(newest.items())]
+        return [
+            StoredHeader(name, meta.get("etag"), _int_or_none(meta.get("file_size")))
+            for name, meta in sorted(newest.items())
+        ]
 
     def filenames(self, repo_id: str, revision: str) -> list[str]:
         """Names of the files of ``repo_id`` at ``revision`` whose headers are stored."""
@@ -157,9 +159,17 @@ class HeaderCache:
         if len(data) > self.limit_bytes:
             return
         path = self._entry_path(key)
-        meta = {"format": _FORMAT, "repo_id": key.repo_id, "revision": key.revision,
-                "filename": key.filename, "etag": key.etag, "file_size": file_size, "url": url,
-                "header_bytes": len(data), "stored_at": time.time()}
+        meta = {
+            "format": _FORMAT,
+            "repo_id": key.repo_id,
+            "revision": key.revision,
+            "filename": key.filename,
+            "etag": key.etag,
+            "file_size": file_size,
+            "url": url,
+            "header_bytes": len(data),
+            "stored_at": time.time(),
+        }
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             _write_atomic(path.with_suffix(".hdr"), data)
@@ -260,8 +270,10 @@ def header_from_bytes(data: bytes, name: str, file_size: int | None) -> GgufHead
     """
     header = read_header(BytesSource(data, name=name))
     if header.header_bytes != len(data):
-        raise ModelFileError(f"{name}: the cached header holds {len(data):,} bytes, but the "
-                             f"header it holds is {header.header_bytes:,} bytes")
+        raise ModelFileError(
+            f"{name}: the cached header holds {len(data):,} bytes, but the "
+            f"header it holds is {header.header_bytes:,} bytes"
+        )
     return replace(header, file_size=file_size)
 
 
@@ -287,8 +299,10 @@ def read_header_capturing(source: ByteSource) -> tuple[GgufHeader, bytes]:
     for start, stop in _holes(covered, end):
         data = source.read(start, stop - start)
         if len(data) != stop - start:
-            raise ModelFileError(f"{source.name}: the file ended at byte {start + len(data):,}, "
-                                 f"inside its own header ({end:,} bytes)")
+            raise ModelFileError(
+                f"{source.name}: the file ended at byte {start + len(data):,}, "
+                f"inside its own header ({end:,} bytes)"
+            )
         prefix[start:stop] = data
     return header, bytes(prefix)
 

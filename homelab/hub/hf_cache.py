@@ -94,7 +94,9 @@ def present_bytes(cache_dir: Path, repo: str, file: RemoteFile) -> int:
     return partial if file.size is None or partial <= file.size else 0
 
 
-def cached_listing(cache_dir: Path, repo: str, revision: str = "main") -> tuple[str, list[RemoteFile]] | None:
+def cached_listing(
+    cache_dir: Path, repo: str, revision: str = "main"
+) -> tuple[str, list[RemoteFile]] | None:
     """The files of ``repo`` cached for ``revision``: (commit, files), or None if nothing is.
 
     Sizes are the blobs' sizes; ``sha256`` / ``git_oid`` come from the blob names.

@@ -51,7 +51,11 @@ def token() -> str | None:
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
         if value := os.environ.get(name, "").strip():
             return value
-    path = _expand(os.environ["HF_TOKEN_PATH"]) if os.environ.get("HF_TOKEN_PATH") else hf_home() / "token"
+    path = (
+        _expand(os.environ["HF_TOKEN_PATH"])
+        if os.environ.get("HF_TOKEN_PATH")
+        else hf_home() / "token"
+    )
     try:
         value = path.read_text().strip()
     except OSError:

@@ -35,8 +35,8 @@ from homelab.gguf.reader import read_header
 from homelab.gguf.source import LocalFileSource
 from homelab.hub import hf_cache, hf_env
 from homelab.hub.download import parse_pull_ref
+from homelab.hub.errors import BadModelRefError, HubOfflineError, QuantNotFoundError
 from homelab.hub.header_cache import HeaderCache, HeaderKey, read_header_capturing
-from homelab.hub.hub_errors import BadModelRefError, HubOfflineError, QuantNotFoundError
 from homelab.hub.quant_match import (
     QuantChoice,
     RemoteFile,
@@ -48,9 +48,13 @@ from homelab.hub.remote_source import HttpRangeSource
 from homelab.hub.repo_listing import DEFAULT_REVISION, RepoListing, list_repo
 
 _HUB_PREFIX = r"(?:hf://|https?://(?:www\.)?(?:huggingface\.co|hf\.co)/|hf\.co/|huggingface\.co/)?"
-_WITH_REVISION = re.compile(rf"^(?P<repo>{_HUB_PREFIX}[^/@:\s]+/[^/@:\s]+)@(?P<rev>[^/:\s]+)(?P<rest>.*)$")
-_RESOLVE_URL = re.compile(rf"^(?P<repo>{_HUB_PREFIX}[^/@:\s]+/[^/@:\s]+)/(?:resolve|blob)/(?P<rev>[^/]+)/"
-                          r"(?P<file>[^?#]+)(?:[?#].*)?$")
+_WITH_REVISION = re.compile(
+    rf"^(?P<repo>{_HUB_PREFIX}[^/@:\s]+/[^/@:\s]+)@(?P<rev>[^/:\s]+)(?P<rest>.*)$"
+)
+_RESOLVE_URL = re.compile(
+    rf"^(?P<repo>{_HUB_PREFIX}[^/@:\s]+/[^/@:\s]+)/(?:resolve|blob)/(?P<rev>[^/]+)/"
+    r"(?P<file>[^?#]+)(?:[?#].*)?$"
+)
 
 Origin = Literal["local", "hf-cache", "header-cache", "remote"]
 
@@ -122,8 +126,10 @@ def parse_model_ref(text: str, *, revision: str | None = None) -> ModelRef:
     """
     stripped = text.strip()
     if not stripped:
-        raise BadModelRefError("the model reference is empty",
-                               hint="Give a .gguf path, owner/name:QUANT or owner/name/FILE.gguf.")
+        raise BadModelRefError(
+            "the model reference is empty",
+            hint="Give a .gguf path, owner/name:QUANT or owner/name/FILE.gguf.",
+        )
     path = Path(stripped).expanduser()
     if path.exists() or _looks_like_path(stripped):
         return ModelRef(text, path=path)
@@ -133,10 +139,17 @@ def parse_model_ref(text: str, *, revision: str | None = None) -> ModelRef:
     elif match := _WITH_REVISION.match(stripped):
         stripped, inline = match["repo"] + match["rest"], unquote(match["rev"])
     if inline and revision and inline != revision:
-        raise BadModelRefError(f"{text!r} names revision {inline!r}, but {revision!r} was also given")
+        raise BadModelRefError(
+            f"{text!r} names revision {inline!r}, but {revision!r} was also given"
+        )
     parsed = parse_pull_ref(stripped)
-    return ModelRef(text, repo=parsed.repo, quant=parsed.quant, filename=parsed.filename,
-                    revision=inline or revision or DEFAULT_REVISION)
+    return ModelRef(
+        text,
+        repo=parsed.repo,
+        quant=parsed.quant,
+        filename=parsed.filename,
+        revision=inline or revision or DEFAULT_REVISION,
+    )
 
 
 def _looks_like_path(text: str) -> bool:
@@ -149,8 +162,9 @@ def _looks_like_path(text: str) -> bool:
     return text.lower().endswith(".gguf") and text.count("/") < 2 and ":" not in text
 
 
-def resolve_model_ref(ref: str | ModelRef, *, cache: HeaderCache | None = None,
-                      offline: bool | None = None) -> ResolvedModel:
+def resolve_model_ref(
+    ref: str | ModelRef, *, cache: HeaderCache | None = None, offline: bool | None = None
+) -> ResolvedModel:
     """The model ``ref`` names, its headers read without downloading weights.
 
     Args:
@@ -173,7 +187,9 @@ def resolve_model_ref(ref: str | ModelRef, *, cache: HeaderCache | None = None,
     cache = cache or HeaderCache()
     listing = list_repo(ref.repo or "", ref.revision, offline=offline, cache=cache)
     try:
-        selection = select(listing.repo, listing.files, quant=ref.quant, filename=ref.filename, mmproj=False)
+        selection = select(
+            listing.repo, listing.files, quant=ref.quant, filename=ref.filename, mmproj=False
+        )
     except QuantNotFoundError as missing:
         if listing.offline_reason is None:
             raise
@@ -202,8 +218,13 @@ def _offline_error(listing: RepoListing, asked: str) -> HubOfflineError:
     )
 
 
-def read_choice(listing: RepoListing, choice: QuantChoice, *, cache: HeaderCache | None = None,
-                ref: ModelRef | None = None) -> ResolvedModel:
+def read_choice(
+    listing: RepoListing,
+    choice: QuantChoice,
+    *,
+    cache: HeaderCache | None = None,
+    ref: ModelRef | None = None,
+) -> ResolvedModel:
     """Read the header of every part of ``choice`` (HF cache, header cache, or range requests).
 
     Raises:
@@ -214,8 +235,12 @@ def read_choice(listing: RepoListing, choice: QuantChoice, *, cache: HeaderCache
     import httpx
 
     cache = cache or HeaderCache()
-    ref = ref or ModelRef(f"{listing.repo}:{choice.label}", repo=listing.repo, quant=choice.tag,
-                          revision=listing.revision)
+    ref = ref or ModelRef(
+        f"{listing.repo}:{choice.label}",
+        repo=listing.repo,
+        quant=choice.tag,
+        revision=listing.revision,
+    )
     headers: list[GgufHeader] = []
     origins: list[PartOrigin] = []
     with httpx.Client(timeout=httpx.Timeout(30.0, connect=10.0), follow_redirects=True) as client:
@@ -228,11 +253,14 @@ def read_choice(listing: RepoListing, choice: QuantChoice, *, cache: HeaderCache
         display = origins[0].location
     else:
         display = _resolve_url(listing.repo, choice.primary.path, listing.revision)
-    return ResolvedModel(model, display, ref, listing.commit, choice, tuple(origins), listing.offline_reason)
+    return ResolvedModel(
+        model, display, ref, listing.commit, choice, tuple(origins), listing.offline_reason
+    )
 
 
-def _read_part(listing: RepoListing, file: RemoteFile, cache: HeaderCache, client,
-               ref: ModelRef) -> tuple[GgufHeader, PartOrigin]:
+def _read_part(
+    listing: RepoListing, file: RemoteFile, cache: HeaderCache, client, ref: ModelRef
+) -> tuple[GgufHeader, PartOrigin]:
     repo, commit = listing.repo, listing.commit
     snapshot = hf_cache.snapshot_path(hf_env.hub_cache_dir(), repo, commit, file.path)
     if hf_cache.is_cached(hf_env.hub_cache_dir(), repo, commit, file):
@@ -250,14 +278,17 @@ def _read_part(listing: RepoListing, file: RemoteFile, cache: HeaderCache, clien
     if listing.offline_reason is not None:
         raise _offline_error(listing, f"{repo}/{file.path} (for {ref.asked()})")
     url = _resolve_url(repo, file.path, commit)
-    with HttpRangeSource(url, size=file.size, client=client, label=f"{repo}/{file.path}",
-                         repo_id=repo) as source:
+    with HttpRangeSource(
+        url, size=file.size, client=client, label=f"{repo}/{file.path}", repo_id=repo
+    ) as source:
         header, data = read_header_capturing(source)
     cache.put(key, data, header.file_size, url)
     return header, PartOrigin(file.path, "remote", url, source.bytes_received, source.requests)
 
 
-def _assemble(listing: RepoListing, choice: QuantChoice, parts: tuple[GgufHeader, ...]) -> GgufModel:
+def _assemble(
+    listing: RepoListing, choice: QuantChoice, parts: tuple[GgufHeader, ...]
+) -> GgufModel:
     """The parts as one model, checked like local split parts.
 
     Raises:

@@ -156,7 +156,7 @@ def default_resolver() -> Resolver:
 
 def _calibrated(plan: Plan, model: GgufModel, report: GpuReport) -> Plan:
     """The plan with a compute buffer measured by an earlier run, as ``homelab plan`` uses."""
-    from homelab.engine.calibration import apply_calibration
+    from homelab.plan.calibration import apply_calibration
 
     return apply_calibration(plan, model, report)
 

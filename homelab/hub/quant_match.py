@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from homelab.hub.hub_errors import QuantNotFoundError
+from homelab.hub.errors import QuantNotFoundError
 from homelab.units import format_bytes
 
 DEFAULT_QUANTS = ("Q4_K_M", "Q8_0")
@@ -246,5 +246,7 @@ def select(
             available=[c.label for c in choices],
             hint="The upload looks incomplete; pick another quant or ask the repo's owner.",
         )
-    projector = find_mmproj(ordered, model.primary) if mmproj and is_model_gguf(primary.path) else None
+    projector = (
+        find_mmproj(ordered, model.primary) if mmproj and is_model_gguf(primary.path) else None
+    )
     return Selection(model, projector)

@@ -11,7 +11,7 @@ script or a test applies. The token goes to the Hub only: httpx drops
 ``Authorization`` on a redirect to another host (the CDN), and so do later reads sent
 straight to the redirected address.
 
-Every failure becomes a ``HubError`` subclass (:mod:`homelab.hub.hub_failures`) with a
+Every failure becomes a ``HubError`` subclass (:mod:`homelab.hub.errors`) with a
 sentence and a next step: 401/403 (gated or private), 404, the network, a server that
 ignores ``Range`` (answering a range request with the whole multi-gigabyte file is
 refused, not downloaded).
@@ -31,26 +31,17 @@ import httpx
 
 from homelab import __version__
 from homelab.hub import hf_env
-from homelab.hub.hub_failures import (
-    HubAuthError,
+from homelab.hub.errors import (
     HubError,
     HubNetworkError,
-    HubNotFoundError,
-    HubOfflineError,
     status_error,
 )
 
-__all__ = [  # the Hub error family is re-exported: importers name it from here
+__all__ = [
     "HttpRangeSource",
-    "HubAuthError",
-    "HubError",
-    "HubNetworkError",
-    "HubNotFoundError",
-    "HubOfflineError",
     "RangeNotSupportedError",
     "RemoteFileInfo",
     "hub_headers",
-    "status_error",
 ]
 
 RETRIES = 2
@@ -73,8 +64,9 @@ def hub_headers(token: str | None = None) -> dict[str, str]:
     from huggingface_hub.utils import build_hf_headers
 
     token = token or hf_env.token()
-    headers = build_hf_headers(token=token or False, library_name="homelab",
-                               library_version=__version__)
+    headers = build_hf_headers(
+        token=token or False, library_name="homelab", library_version=__version__
+    )
     headers["Accept-Encoding"] = "identity"
     return headers
 
@@ -224,7 +216,9 @@ class HttpRangeSource:
         headers = {**self._headers_for(url), "Range": f"bytes={start}-{end}"}
         self.requests += 1
         try:
-            with self._client.stream("GET", url, headers=headers, follow_redirects=True) as response:
+            with self._client.stream(
+                "GET", url, headers=headers, follow_redirects=True
+            ) as response:
                 if response.status_code in (401, 403, 404, 410) and url != self.url:
                     # A signed CDN address may have expired: go through the Hub again.
                     self._read_url = self.url
@@ -272,8 +266,9 @@ class HttpRangeSource:
             raise _Retry(f"the connection closed after {len(out) - before:,} of {want:,} bytes")
         return total is not None and last >= total - 1
 
-    def _take_whole_body(self, response: httpx.Response, start: int, end: int,
-                         out: bytearray) -> bool:
+    def _take_whole_body(
+        self, response: httpx.Response, start: int, end: int, out: bytearray
+    ) -> bool:
         """A ``200`` to a range request: fine for a small file that the range covers, refused otherwise."""
         length = _int_header(response, "Content-Length")
         if start != 0 or length is None or length > end + 1:
@@ -298,8 +293,9 @@ class HttpRangeSource:
     def _send(self, method: str, url: str) -> httpx.Response:
         self.requests += 1
         try:
-            return self._client.request(method, url, headers=self._headers_for(url),
-                                        follow_redirects=True)
+            return self._client.request(
+                method, url, headers=self._headers_for(url), follow_redirects=True
+            )
         except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
             raise self._network_error(exc) from None
         except httpx.HTTPError as exc:
@@ -329,8 +325,12 @@ class HttpRangeSource:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
 

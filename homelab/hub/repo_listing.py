@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from homelab.hub import hf_cache, hf_env
+from homelab.hub.errors import HubNetworkError, HubOfflineError, is_transport_error, translate
 from homelab.hub.header_cache import HeaderCache
-from homelab.hub.hub_errors import HubNetworkError, HubOfflineError, is_transport_error, translate
 from homelab.hub.quant_match import RemoteFile
 
 DEFAULT_REVISION = "main"
@@ -54,8 +54,13 @@ class HubUnreachableError(HubNetworkError):
         return f"{type(self.error).__name__}: {self.error}"
 
 
-def list_repo(repo: str, revision: str = DEFAULT_REVISION, *, offline: bool | None = None,
-              cache: HeaderCache | None = None) -> RepoListing:
+def list_repo(
+    repo: str,
+    revision: str = DEFAULT_REVISION,
+    *,
+    offline: bool | None = None,
+    cache: HeaderCache | None = None,
+) -> RepoListing:
     """The repo's files at ``revision``: from the Hub (one API call), or from the HF cache and
     the header cache when offline or when the Hub cannot be reached.
 
@@ -93,7 +98,7 @@ def remote_listing(repo: str, revision: str = DEFAULT_REVISION) -> RepoListing:
     api = HfApi(endpoint=hf_env.endpoint(), token=hf_env.token() or False, library_name="homelab")
     try:
         info = api.model_info(repo, revision=revision, files_metadata=True)
-    except Exception as error:  # noqa: BLE001 - translated right here
+    except Exception as error:
         if is_transport_error(error):
             raise HubUnreachableError(
                 f"cannot reach {hf_env.endpoint()} to list {repo}: {type(error).__name__}: {error}",
@@ -104,15 +109,21 @@ def remote_listing(repo: str, revision: str = DEFAULT_REVISION) -> RepoListing:
         raise translate(error, repo=repo) from None
     if not info.sha:
         raise translate(OSError("the Hub's answer names no commit"), repo=repo)
-    files = tuple(RemoteFile(path=s.rfilename, size=s.lfs.size if s.lfs else s.size,
-                             sha256=s.lfs.sha256 if s.lfs else None,
-                             git_oid=None if s.lfs else s.blob_id)
-                  for s in info.siblings or [])
+    files = tuple(
+        RemoteFile(
+            path=s.rfilename,
+            size=s.lfs.size if s.lfs else s.size,
+            sha256=s.lfs.sha256 if s.lfs else None,
+            git_oid=None if s.lfs else s.blob_id,
+        )
+        for s in info.siblings or []
+    )
     return RepoListing(repo, revision, info.sha, files)
 
 
-def cached_listing(repo: str, revision: str, why: str, *,
-                   headers: HeaderCache | None = None) -> RepoListing | None:
+def cached_listing(
+    repo: str, revision: str, why: str, *, headers: HeaderCache | None = None
+) -> RepoListing | None:
     """What this machine knows of ``repo`` at ``revision``, as one listing whose
     ``offline_reason`` is ``why``; None when it knows nothing.
 
@@ -139,13 +150,21 @@ def cached_listing(repo: str, revision: str, why: str, *,
     if headers is not None and header_commit == commit:
         for entry in headers.stored(repo, revision):
             etag = entry.etag or ""
-            files[entry.filename] = RemoteFile(entry.filename, entry.file_size,
-                                               sha256=etag if len(etag) == 64 else None,
-                                               git_oid=etag if len(etag) == 40 else None)
+            files[entry.filename] = RemoteFile(
+                entry.filename,
+                entry.file_size,
+                sha256=etag if len(etag) == 64 else None,
+                git_oid=etag if len(etag) == 40 else None,
+            )
     if downloaded and downloaded[0] == commit:
         files.update({f.path: f for f in downloaded[1]})
-    return RepoListing(repo, revision, commit, tuple(sorted(files.values(), key=lambda f: f.path)),
-                       offline_reason=why)
+    return RepoListing(
+        repo,
+        revision,
+        commit,
+        tuple(sorted(files.values(), key=lambda f: f.path)),
+        offline_reason=why,
+    )
 
 
 def _require_cached(repo: str, revision: str, cache: HeaderCache, why: str) -> RepoListing:

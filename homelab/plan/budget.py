@@ -53,7 +53,9 @@ def pick_device(report: GpuReport, index: int | None) -> GpuDevice | None:
     """The card to plan on: the one asked for, else the one with most free memory."""
     if not report.devices:
         if index is not None:
-            raise UsageError(f"GPU {index} was asked for, but {report.note or 'no NVIDIA GPU is visible'}")
+            raise UsageError(
+                f"GPU {index} was asked for, but {report.note or 'no NVIDIA GPU is visible'}"
+            )
         return None
     if index is None:
         return max(report.devices, key=lambda d: d.free_min)
@@ -127,7 +129,11 @@ class WeightPlacement:
 
     def on_device(self, n_gpu_blocks: int | None = None) -> int:
         """Weights on the GPU with the last ``n_gpu_blocks`` blocks offloaded (None: all)."""
-        blocks = self.per_block if n_gpu_blocks is None else self.per_block[len(self.per_block) - n_gpu_blocks :]
+        blocks = (
+            self.per_block
+            if n_gpu_blocks is None
+            else self.per_block[len(self.per_block) - n_gpu_blocks :]
+        )
         if n_gpu_blocks == 0:
             blocks = ()
         return self.output + sum(blocks)

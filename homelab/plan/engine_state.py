@@ -79,13 +79,18 @@ def estimate_engine_state(
     n_vocab = geometry.n_vocab or UNKNOWN_VOCAB
     n_outputs = min(n_ubatch, settings.n_seq)  # llama-server reserves one output row per slot
     widest_kv = max((layer.k_width + layer.v_width for layer in geometry.kv_layers), default=0)
-    head_dim = max((layer.k_width // layer.n_head_kv for layer in geometry.kv_layers if layer.n_head_kv), default=0)
+    head_dim = max(
+        (layer.k_width // layer.n_head_kv for layer in geometry.kv_layers if layer.n_head_kv),
+        default=0,
+    )
     q_width = geometry.n_head * head_dim  # queries and the attention output, as wide as all heads
     per_token_activations = 3 * geometry.n_embd + 2 * geometry.n_ff_max + widest_kv + 2 * q_width
     # a chunked delta-net / selective scan keeps several d_inner-wide intermediates per token
     per_token_activations = max(per_token_activations, 6 * geometry.ssm_d_inner)
     cells = allocation.ctx_per_seq if geometry.full_layers else allocation.swa_cells
-    scratch = fa_scratch_bytes_per_cell(geometry, settings, on_gpu=on_gpu) * cells * allocation.n_stream
+    scratch = (
+        fa_scratch_bytes_per_cell(geometry, settings, on_gpu=on_gpu) * cells * allocation.n_stream
+    )
     if settings.flash_attn:
         mask = 2 * allocation.ctx_per_seq * n_ubatch
     else:

@@ -243,10 +243,16 @@ def _partial_offload(
     want = min(per_slot, MIN_CTX) if request.ctx is None else request.ctx
     for gpu_blocks in range(n_blocks, -1, -1):
         first = n_blocks - gpu_blocks
-        sub = replace(geometry, layers=tuple(layer for layer in geometry.layers if layer.index >= first))
+        sub = replace(
+            geometry, layers=tuple(layer for layer in geometry.layers if layer.index >= first)
+        )
         on_device = weights.on_device(gpu_blocks)
         fitter = Fitter(
-            sub, budget.usable - on_device, base, on_gpu=True, measured_compute=request.measured_compute
+            sub,
+            budget.usable - on_device,
+            base,
+            on_gpu=True,
+            measured_compute=request.measured_compute,
         )
         if fitter.fits(want, 1):
             return gpu_blocks + 1, fitter, on_device

@@ -43,7 +43,10 @@ def plan_to_dict(plan: Plan, argv: list[str]) -> dict[str, Any]:
             "swa_cells": alloc.swa_cells,
         },
         "tokens_fit": plan.tokens_fit,
-        "workload": {"name": plan.request.workload.name, "tokens_per_slot": plan.request.workload.tokens_per_slot},
+        "workload": {
+            "name": plan.request.workload.name,
+            "tokens_per_slot": plan.request.workload.tokens_per_slot,
+        },
         "verdict": plan.verdict,
         "n_gpu_layers": plan.n_gpu_layers,
         "budget": {

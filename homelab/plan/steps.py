@@ -30,7 +30,9 @@ def _b(n: int) -> str:
 def kv_per_token_lines(plan: Plan) -> list[str]:
     """How one token of context costs what it costs, by group of identical layers."""
     settings = plan.settings
-    groups = Counter((layer.n_head_kv, layer.k_width, layer.v_width) for layer in plan.geometry.full_layers)
+    groups = Counter(
+        (layer.n_head_kv, layer.k_width, layer.v_width) for layer in plan.geometry.full_layers
+    )
     tk, tv = settings.type_k, settings.type_v
     fk, fv = type_fraction(tk), type_fraction(tv)
     lines = []
@@ -72,21 +74,30 @@ def describe_plan(plan: Plan) -> list[str]:
     steps = [f"Model: {g.arch}, {g.n_layer_all} layers, trained on {g.trained_ctx:,} tokens"]
     kinds = Counter(layer.kind for layer in g.layers)
     layout = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
-    steps.append(f"Layers that keep memory: {len(g.kv_layers)} of {g.n_layer_all} keep KV ({layout})")
+    steps.append(
+        f"Layers that keep memory: {len(g.kv_layers)} of {g.n_layer_all} keep KV ({layout})"
+    )
     steps.append(f"Memory: {b.name}, {_b(b.total)} in all")
     for label, value in (
         ("reserved by the driver", b.reserved),
         ("desktop (its peak while sampled)", b.desktop),
         ("other processes", b.other),
-        (f"headroom ({'the card drives a display' if b.display_active else 'no display'})", b.headroom),
+        (
+            f"headroom ({'the card drives a display' if b.display_active else 'no display'})",
+            b.headroom,
+        ),
     ):
         steps.append(f"  − {label}: {_b(value)}")
     steps.append(f"  = usable by llama-server: {_b(b.usable)}")
     where = "on the card" if plan.on_gpu else "in RAM"
     embd_note = " (the input embedding stays in system RAM)" if plan.on_gpu else ""
-    steps.append(f"Weights {where}: {_b(plan.weights_on_device)} of {_b(plan.weights.total)}{embd_note}")
+    steps.append(
+        f"Weights {where}: {_b(plan.weights_on_device)} of {_b(plan.weights.total)}{embd_note}"
+    )
     if engine.cuda_context:
-        steps.append(f"Engine: CUDA context and cuBLAS {_b(engine.cuda_context)} (not in llama.cpp's own figures)")
+        steps.append(
+            f"Engine: CUDA context and cuBLAS {_b(engine.cuda_context)} (not in llama.cpp's own figures)"
+        )
     compute_label = "measured" if engine.measured_compute is not None else "estimated"
     steps.append(
         f"Engine: compute buffer {compute_label} {_b(engine.compute_buffer - engine.fa_scratch)} "
@@ -123,7 +134,11 @@ def describe_plan(plan: Plan) -> list[str]:
         f"(full {alloc.full_bytes:,} + SWA {alloc.swa_bytes:,} + recurrent {alloc.recurrent_bytes:,} B)"
     )
     if plan.n_gpu_layers is not None:
-        steps.append(f"Partial offload: -ngl {plan.n_gpu_layers} (output layer + {plan.n_gpu_layers - 1} blocks)")
+        steps.append(
+            f"Partial offload: -ngl {plan.n_gpu_layers} (output layer + {plan.n_gpu_layers - 1} blocks)"
+        )
     spare = b.usable - plan.weights_on_device - engine.total - alloc.total
-    steps.append(f"Spare after the plan: {_b(spare)} (plus the {format_bytes(b.headroom)} headroom)")
+    steps.append(
+        f"Spare after the plan: {_b(spare)} (plus the {format_bytes(b.headroom)} headroom)"
+    )
     return steps

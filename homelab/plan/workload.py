@@ -52,5 +52,7 @@ def parse_workload(text: str) -> Workload:
         )
     tokens = int(value) * multiplier
     if tokens < 256:
-        raise UsageError(f"a workload of {tokens} tokens is too small (llama.cpp pads slots to 256)")
+        raise UsageError(
+            f"a workload of {tokens} tokens is too small (llama.cpp pads slots to 256)"
+        )
     return Workload(f"{tokens:,} tokens", tokens)

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from homelab.engine.llama_diagnose import llama_server_profile
-from homelab.engine.process import alive, create_time_of
-from homelab.engine.state_file import StateFile
-from homelab.engine.supervisor import EngineSpec, RestartPolicy, Supervisor
+from homelab.engine.llamacpp.diagnose import llama_server_profile
+from homelab.engine.supervision.process import alive, create_time_of
+from homelab.engine.supervision.state_file import StateFile
+from homelab.engine.supervision.supervisor import EngineSpec, RestartPolicy, Supervisor
 from tests.factory.server_log import free_port
 
 PR_SET_CHILD_SUBREAPER = 36

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from homelab.engine.llama_log import LoadLog, parse_load_log
+from homelab.engine.llamacpp.argv import llama_server_argv
+from homelab.engine.llamacpp.log import LoadLog, parse_load_log
 from homelab.gguf.model_file import read_model
 from homelab.gpu.cpu import cpu_report
-from homelab.plan.argv import llama_server_argv
 from homelab.plan.planner import Plan, PlanRequest, make_plan
 from tests.factory.server_log import capture_load_log
 

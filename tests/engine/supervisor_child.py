@@ -17,10 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-from homelab.engine.llama_diagnose import llama_server_profile
-from homelab.engine.locate import find_llama_server
-from homelab.engine.state_file import StateFile
-from homelab.engine.supervisor import EngineSpec, Supervisor
+from homelab.engine.llamacpp.diagnose import llama_server_profile
+from homelab.engine.llamacpp.locate import find_llama_server
+from homelab.engine.supervision.state_file import StateFile
+from homelab.engine.supervision.supervisor import EngineSpec, Supervisor
 
 SCRIPT = Path(__file__).resolve()
 REPO = SCRIPT.parents[2]

@@ -1,4 +1,4 @@
-"""homelab.engine.actuals: the plan's figures next to the real llama-server's log.
+"""homelab.engine.llamacpp.actuals: the plan's figures next to the real llama-server's log.
 
 The real runs start llama-server (b11312, CPU build) with exactly the argv the planner
 made for a CPU plan, on SmolLM2 and on the factory's real-geometry models, and compare.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from homelab.engine.actuals import (
+from homelab.engine.llamacpp.actuals import (
     ROW_NAMES,
     actuals_to_dict,
     compare,
@@ -22,7 +22,7 @@ from homelab.engine.actuals import (
     predicted_output_bytes,
     row,
 )
-from homelab.engine.llama_log import MIB, mib_matches, parse_load_log
+from homelab.engine.llamacpp.log import MIB, mib_matches, parse_load_log
 from homelab.gguf.model_file import read_model
 from homelab.gpu.probe import probe, synthetic_report
 from homelab.plan.planner import PlanRequest, make_plan

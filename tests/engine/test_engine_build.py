@@ -1,4 +1,4 @@
-"""homelab.engine.build: cmake options, progress, checksums, extraction, install, errors."""
+"""homelab.engine.llamacpp.build: cmake options, progress, checksums, extraction, install, errors."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from homelab.cli import engine_cmd
-from homelab.engine import build
-from homelab.engine.build import (
+from homelab.engine.llamacpp import build
+from homelab.engine.llamacpp.build import (
     SDIST_SHA256,
     SDIST_SOURCE_DIR,
     _StepFailed,
@@ -34,7 +34,7 @@ from homelab.engine.build import (
     sha256_file,
     verify_sha256,
 )
-from homelab.engine.locate import LLAMA_CPP_BUILD_NUMBER, LLAMA_CPP_COMMIT, binary_path
+from homelab.engine.llamacpp.locate import LLAMA_CPP_BUILD_NUMBER, LLAMA_CPP_COMMIT, binary_path
 from homelab.errors import EngineError, ExitCode
 
 
@@ -81,8 +81,12 @@ def test_cuda_args_leave_architectures_to_ggml_when_unknown() -> None:
 
 @pytest.mark.parametrize(
     ("nvcc", "driver", "expected"),
-    [("/x/nvcc", True, "cuda"), ("/x/nvcc", False, "cpu"),
-     (None, True, "cpu"), (None, False, "cpu")],
+    [
+        ("/x/nvcc", True, "cuda"),
+        ("/x/nvcc", False, "cpu"),
+        (None, True, "cpu"),
+        (None, False, "cpu"),
+    ],
 )
 def test_auto_variant_needs_nvcc_and_a_driver(monkeypatch, nvcc, driver, expected) -> None:
     monkeypatch.setattr(build, "find_nvcc", lambda: nvcc)
@@ -122,14 +126,19 @@ def test_run_step_tees_output_reports_progress_and_keeps_the_tail(tmp_path: Path
     log = io.StringIO()
     code = "print('[ 50%] half'); print('boom: No space left on device'); raise SystemExit(3)"
     with pytest.raises(_StepFailed) as failed:
-        run_step("cmake build", [sys.executable, "-c", code], log,
-                 lambda f, line: seen.append((f, line)))
+        run_step(
+            "cmake build", [sys.executable, "-c", code], log, lambda f, line: seen.append((f, line))
+        )
     assert seen == [(0.5, "[ 50%] half")]
     assert failed.value.args[0] == "cmake build"
     assert "boom: No space left on device" in failed.value.args[1]
     assert "[ 50%] half" in log.getvalue() and "$ " in log.getvalue()
-    run_step("ok", [sys.executable, "-c", "print('[100%] done')"], log,
-             lambda f, line: seen.append((f, line)))
+    run_step(
+        "ok",
+        [sys.executable, "-c", "print('[100%] done')"],
+        log,
+        lambda f, line: seen.append((f, line)),
+    )
     assert seen[-1] == (1.0, "[100%] done")
 
 
@@ -141,7 +150,10 @@ def test_progress_printer_plain_lines_off_a_terminal() -> None:
     printer(1.0, "installed /x/llama-server")
     printer.close()
     assert out.getvalue().splitlines() == [
-        "configuring", "[ 50%] Building x", "[100%] installed /x/llama-server"]
+        "configuring",
+        "[ 50%] Building x",
+        "[100%] installed /x/llama-server",
+    ]
 
 
 def test_progress_printer_rewrites_one_line_on_a_terminal() -> None:
@@ -203,8 +215,11 @@ def test_fetch_sdist_reuses_a_good_cached_copy(monkeypatch) -> None:
 def test_fetch_sdist_offline_says_how_to_provide_the_file(monkeypatch) -> None:
     """A real pip run against an index nobody listens on."""
     for name, value in {
-        "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
-        "PIP_NO_CACHE_DIR": "1", "PIP_RETRIES": "0", "PIP_TIMEOUT": "2",
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+        "PIP_NO_CACHE_DIR": "1",
+        "PIP_RETRIES": "0",
+        "PIP_TIMEOUT": "2",
     }.items():
         monkeypatch.setenv(name, value)
     for name in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX"):
@@ -251,8 +266,12 @@ def test_extract_source_without_llama_cpp_is_an_engine_error(tmp_path: Path) -> 
 
 def test_manifest_records_version_variant_source_and_args() -> None:
     args = cmake_args("cpu")
-    manifest = build_manifest(variant="cpu", args=args, seconds=361.26,
-                              version_output="version: 0.5.0-dev (build 11312, commit 0c1e57098)\n")
+    manifest = build_manifest(
+        variant="cpu",
+        args=args,
+        seconds=361.26,
+        version_output="version: 0.5.0-dev (build 11312, commit 0c1e57098)\n",
+    )
     assert manifest["version"] == f"b{LLAMA_CPP_BUILD_NUMBER}" and manifest["variant"] == "cpu"
     assert manifest["source"]["sha256"] == SDIST_SHA256
     assert manifest["source"]["version"] == "0.3.36"
@@ -283,8 +302,11 @@ def test_install_binary_is_complete_and_replaces_an_old_build(tmp_path: Path) ->
     ("tail", "message", "hint"),
     [
         ("x.o: No space left on device", "disk filled up", "free some disk space"),
-        ("CMake Error: No CMAKE_CXX_COMPILER could be found.", "no C++ compiler",
-         "build-essential"),
+        (
+            "CMake Error: No CMAKE_CXX_COMPILER could be found.",
+            "no C++ compiler",
+            "build-essential",
+        ),
         ("CMake Error: No CMAKE_C_COMPILER could be found.", "no C compiler", "build-essential"),
         ("No CMAKE_CUDA_COMPILER could be found", "nvcc", "--cpu"),
         ('Target "ggml-cuda" links to:\n    CUDA::cublas', "no cuBLAS", "--cpu"),
@@ -312,11 +334,16 @@ def _only_on_path(monkeypatch, tmp_path: Path, *tools: str) -> None:
 
 @pytest.mark.parametrize(
     ("tools", "missing"),
-    [((), "cmake not found"), (("cmake",), "make not found"),
-     (("cmake", "make"), "no C compiler"), (("cmake", "make", "gcc"), "no C++ compiler")],
+    [
+        ((), "cmake not found"),
+        (("cmake",), "make not found"),
+        (("cmake", "make"), "no C compiler"),
+        (("cmake", "make", "gcc"), "no C++ compiler"),
+    ],
 )
-def test_missing_build_tools_name_the_debian_packages(monkeypatch, tmp_path, tools,
-                                                      missing) -> None:
+def test_missing_build_tools_name_the_debian_packages(
+    monkeypatch, tmp_path, tools, missing
+) -> None:
     _only_on_path(monkeypatch, tmp_path, *tools)
     with pytest.raises(EngineError) as error:
         check_toolchain("cpu")
@@ -346,8 +373,11 @@ def test_too_little_disk_space_is_an_engine_error(monkeypatch, tmp_path) -> None
 def test_existing_build_is_returned_without_tools_or_network(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("HOMELAB_DATA_DIR", str(tmp_path / "data"))
     _only_on_path(monkeypatch, tmp_path)  # no cmake, no compiler: must not be needed
-    installed = install_binary(_script(tmp_path / "b" / "llama-server", "exit 0"),
-                               {"variant": "cpu"}, binary_path("cpu").parent.parent)
+    installed = install_binary(
+        _script(tmp_path / "b" / "llama-server", "exit 0"),
+        {"variant": "cpu"},
+        binary_path("cpu").parent.parent,
+    )
     seen: list[tuple[float | None, str]] = []
     got = build_llama_server(variant="cpu", progress=lambda f, line: seen.append((f, line)))
     assert got == installed

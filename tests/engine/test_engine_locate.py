@@ -1,4 +1,4 @@
-"""homelab.engine.locate: which llama-server runs, its version, and ``homelab engine path``."""
+"""homelab.engine.llamacpp.locate: which llama-server runs, its version, and ``homelab engine path``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from homelab.cli import engine_cmd, report_error
-from homelab.engine.locate import (
+from homelab.engine.llamacpp.locate import (
     ENV_VAR,
     LLAMA_CPP_BUILD_NUMBER,
     LLAMA_CPP_COMMIT,
@@ -27,7 +27,8 @@ from homelab.engine.locate import (
 from homelab.errors import EngineError, ExitCode, HomelabError
 
 NEW_STYLE = (
-    "version: 0.5.0-dev (build 42, commit abc1234)\nbuilt with GNU 12.2.0 for Linux x86_64\n")
+    "version: 0.5.0-dev (build 42, commit abc1234)\nbuilt with GNU 12.2.0 for Linux x86_64\n"
+)
 
 
 def _fake_server(path: Path, version_text: str = NEW_STYLE) -> Path:
@@ -125,8 +126,13 @@ def test_nothing_found_says_to_build(empty_world) -> None:
 
 def test_install_layout_is_versioned_under_data_dir(empty_world, tmp_path) -> None:
     assert binary_path("cpu") == (
-        tmp_path / "data" / "engine" / f"llama.cpp-b{LLAMA_CPP_BUILD_NUMBER}-cpu" / "bin"
-        / "llama-server")
+        tmp_path
+        / "data"
+        / "engine"
+        / f"llama.cpp-b{LLAMA_CPP_BUILD_NUMBER}-cpu"
+        / "bin"
+        / "llama-server"
+    )
 
 
 # --- versions ------------------------------------------------------------------------
@@ -136,8 +142,10 @@ def test_install_layout_is_versioned_under_data_dir(empty_world, tmp_path) -> No
     ("text", "expected"),
     [
         (NEW_STYLE, EngineVersion(42, "abc1234", "0.5.0-dev")),
-        ("ggml_cuda_init: found 1 CUDA devices\nversion: 4567 (b1a2c3d)\nbuilt with cc",
-         EngineVersion(4567, "b1a2c3d")),
+        (
+            "ggml_cuda_init: found 1 CUDA devices\nversion: 4567 (b1a2c3d)\nbuilt with cc",
+            EngineVersion(4567, "b1a2c3d"),
+        ),
         ("usage: llama-server [options]", None),
         ("", None),
     ],
@@ -183,8 +191,9 @@ def test_engine_path_without_engine_exits_6_with_hint(empty_world, capsys) -> No
     assert "homelab: No engine:" in err and "homelab engine build" in err
 
 
-def test_engine_version_of_a_silent_binary_is_an_engine_error(monkeypatch, tmp_path, empty_world,
-                                                             capsys) -> None:
+def test_engine_version_of_a_silent_binary_is_an_engine_error(
+    monkeypatch, tmp_path, empty_world, capsys
+) -> None:
     monkeypatch.setenv(ENV_VAR, str(_fake_server(tmp_path / "srv", "hello")))
     code, out, err = _cli(["engine", "version"], capsys)
     assert (code, out) == (6, "") and "could not read a version" in err

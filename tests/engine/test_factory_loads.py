@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from homelab.engine.llama_log import FailureKind, LoadLog, mib_matches, parse_load_log
+from homelab.engine.llamacpp.log import FailureKind, LoadLog, mib_matches, parse_load_log
 from tests.factory import ACCEPTANCE_ARCHS, ARCHS, geometry, write_gguf
 from tests.factory.keys import memory_keys
 from tests.factory.server_log import SETTING_A, SETTING_B, SETTING_B_SAME_TYPES, capture_load_log

@@ -1,4 +1,4 @@
-"""homelab.engine.metrics on Prometheus text: parsing and counter windows (pure).
+"""homelab.engine.llamacpp.metrics on Prometheus text: parsing and counter windows (pure).
 
 The real server's /metrics is parsed in test_live_status.py; these cover the format's
 corners (labels, timestamps, NaN/Inf, non-metrics pages) and counter resets.
@@ -11,7 +11,12 @@ import math
 
 import pytest
 
-from homelab.engine.metrics import LlamaMetrics, MetricsFormatError, parse_prometheus_text, window
+from homelab.engine.llamacpp.metrics import (
+    LlamaMetrics,
+    MetricsFormatError,
+    parse_prometheus_text,
+    window,
+)
 
 
 def test_prometheus_text_parsing() -> None:

@@ -1,4 +1,4 @@
-"""homelab.engine.live / metrics / server_answers against the real llama-server.
+"""homelab.engine.llamacpp.client / metrics / server_answers against the real llama-server.
 
 A SmolLM2 server runs on 127.0.0.1 for this module (``--metrics``, 2 slots of 2,048
 tokens); the tests send it a bounded number of small chat completions and check that
@@ -22,15 +22,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from homelab.engine.live import (
+from homelab.engine.llamacpp.client import (
     EngineUnavailableError,
     HealthState,
     LlamaServerClient,
     cache_reuse,
     status_line,
 )
-from homelab.engine.locate import LLAMA_CPP_COMMIT
-from homelab.engine.metrics import (
+from homelab.engine.llamacpp.locate import LLAMA_CPP_COMMIT
+from homelab.engine.llamacpp.metrics import (
     window,
 )
 from tests.factory.server_log import free_port

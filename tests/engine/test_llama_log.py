@@ -1,4 +1,4 @@
-"""homelab.engine.llama_log: parsing llama-server's load log.
+"""homelab.engine.llamacpp.log: parsing llama-server's load log.
 
 Real logs (``tests/fixtures/llama_logs/``, captured from llama-server b11312 /
 0c1e570 on CPU with ``-lv 4`` by ``python -m tests.factory.capture_fixtures``;
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from homelab.engine.llama_log import (
+from homelab.engine.llamacpp.log import (
     MIB,
     BufferLine,
     FailureKind,

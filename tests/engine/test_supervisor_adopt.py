@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from homelab.engine.ownership import decide, stop_engine
-from homelab.engine.process import alive, create_time_of
-from homelab.engine.state_file import EngineRecord, StateFile
-from homelab.engine.supervisor import State
+from homelab.engine.supervision.ownership import decide, stop_engine
+from homelab.engine.supervision.process import alive, create_time_of
+from homelab.engine.supervision.state_file import EngineRecord, StateFile
+from homelab.engine.supervision.supervisor import State
 from homelab.errors import EngineError
 
 pytestmark = pytest.mark.engine

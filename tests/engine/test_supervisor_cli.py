@@ -19,8 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from homelab.engine.process import alive
-from homelab.engine.state_file import StateFile
+from homelab.engine.supervision.process import alive
+from homelab.engine.supervision.state_file import StateFile
 from tests.engine.supervisor_child import REPO, run_homelab, script_env
 from tests.factory.server_log import free_port
 
@@ -120,7 +120,9 @@ def test_detach_adopt_status_replace_stop(smollm2_gguf: Path, engines) -> None:
     assert data["running"] and data["pid"] == pid and data["detached"]
     assert data["url"] == f"http://127.0.0.1:{port}" and data["health"]["state"] == "ready"
 
-    replaced = run_homelab("serve", str(smollm2_gguf), *PLAN, "--port", port, "--detach", "--replace")
+    replaced = run_homelab(
+        "serve", str(smollm2_gguf), *PLAN, "--port", port, "--detach", "--replace"
+    )
     assert replaced.returncode == 0, replaced.stderr
     assert f"replacing llama-server pid {pid}" in replaced.stdout
     new_pid = StateFile().read().pid
@@ -163,7 +165,7 @@ def test_serve_of_a_damaged_model_fails_with_the_engine_words(
     assert StateFile().read() is None
 
 
-def test_serve_narrates_a_crash_and_the_restart(smollm2_gguf: Path, engines) -> None:  # noqa: ANN001
+def test_serve_narrates_a_crash_and_the_restart(smollm2_gguf: Path, engines) -> None:
     serving = Serving(str(smollm2_gguf), *PLAN, "--port", str(free_port()))
     try:
         first = int(serving.wait_for(r"^pid (\d+), log ").group(1))

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from homelab.engine.failure import describe_exit
-from homelab.engine.llama_diagnose import diagnose_llama_server, strip_prefix
+from homelab.engine.llamacpp.diagnose import diagnose_llama_server, strip_prefix
+from homelab.engine.supervision.failure import describe_exit
 from homelab.errors import (
     DoesNotFitError,
     EngineError,

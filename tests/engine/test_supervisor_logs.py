@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from homelab.engine.attempt_log import LOGS_KEPT, AttemptLog, marker_line, new_log_path
-from homelab.engine.llama_diagnose import SERVING_LINE
-from homelab.engine.log_tail import MAX_LINE_CHARS, LogFollower
+from homelab.engine.llamacpp.diagnose import SERVING_LINE
+from homelab.engine.supervision.attempt_log import LOGS_KEPT, AttemptLog, marker_line, new_log_path
+from homelab.engine.supervision.log_tail import MAX_LINE_CHARS, LogFollower
 
 
 def test_follower_dispatches_whole_lines_in_order(tmp_path: Path) -> None:

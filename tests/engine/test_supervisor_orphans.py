@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from homelab.cli import main
-from homelab.engine.process import alive
-from homelab.engine.state_file import StateFile
+from homelab.engine.supervision.process import alive
+from homelab.engine.supervision.state_file import StateFile
 from tests.engine.supervisor_child import SCRIPT, script_env
 from tests.factory.server_log import free_port
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from homelab.engine.llama_diagnose import diagnose_llama_server
-from homelab.engine.ports import PortChoice, choose_port, port_is_free, with_port
-from homelab.engine.process import alive
-from homelab.engine.state_file import StateFile
-from homelab.engine.supervisor import State
+from homelab.engine.llamacpp.diagnose import diagnose_llama_server
+from homelab.engine.supervision.ports import PortChoice, choose_port, port_is_free, with_port
+from homelab.engine.supervision.process import alive
+from homelab.engine.supervision.state_file import StateFile
+from homelab.engine.supervision.supervisor import State
 from homelab.errors import EngineError
 
 pytestmark = pytest.mark.engine
@@ -118,7 +118,7 @@ def test_engine_that_loses_the_port_race_restarts_at_once_on_a_free_port(
 
     The race is made certain by letting the first check answer "free" for the held port.
     """
-    import homelab.engine.supervisor as supervisor_module
+    import homelab.engine.supervision.supervisor as supervisor_module
 
     real = supervisor_module.choose_port
     calls = []

@@ -15,10 +15,10 @@ from dataclasses import replace
 import httpx
 import pytest
 
-from homelab.engine.llama_diagnose import llama_server_profile
-from homelab.engine.process import alive
-from homelab.engine.state_file import StateFile
-from homelab.engine.supervisor import State
+from homelab.engine.llamacpp.diagnose import llama_server_profile
+from homelab.engine.supervision.process import alive
+from homelab.engine.supervision.state_file import StateFile
+from homelab.engine.supervision.supervisor import State
 from homelab.errors import EngineError
 
 pytestmark = pytest.mark.engine
@@ -81,13 +81,13 @@ def _engine_answers_health(url: str, timeout_s: float = 120) -> bool:
     return False
 
 
-def _stays_starting(supervisor, seconds: float) -> bool:  # noqa: ANN001
+def _stays_starting(supervisor, seconds: float) -> bool:
     """True when the supervisor is still STARTING after ``seconds`` (health polls reach 0.5 s)."""
     supervisor.wait_stopped(seconds)
     return supervisor.state is State.STARTING
 
 
-def test_health_ok_without_the_serving_line_is_not_ready(supervise) -> None:  # noqa: ANN001
+def test_health_ok_without_the_serving_line_is_not_ready(supervise) -> None:
     profile = replace(
         llama_server_profile(), serving_line=re.compile(r"this line is never printed")
     )
@@ -99,7 +99,7 @@ def test_health_ok_without_the_serving_line_is_not_ready(supervise) -> None:  # 
     assert State.READY not in [t.state for t in supervisor.events]
 
 
-def test_serving_line_without_health_ok_is_not_ready(supervise) -> None:  # noqa: ANN001
+def test_serving_line_without_health_ok_is_not_ready(supervise) -> None:
     profile = replace(llama_server_profile(), health_path="/no-such-endpoint")
     supervisor = supervise(profile=profile)
     supervisor.start()
@@ -113,7 +113,7 @@ def test_serving_line_without_health_ok_is_not_ready(supervise) -> None:  # noqa
     assert State.READY not in [t.state for t in supervisor.events]
 
 
-def test_start_timeout_stops_the_engine_and_quotes_its_log(supervise) -> None:  # noqa: ANN001
+def test_start_timeout_stops_the_engine_and_quotes_its_log(supervise) -> None:
     profile = replace(
         llama_server_profile(), serving_line=re.compile(r"this line is never printed")
     )

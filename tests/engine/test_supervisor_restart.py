@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from homelab.engine.failure import EngineFailure
-from homelab.engine.process import alive
-from homelab.engine.state_file import StateFile
-from homelab.engine.supervision import CrashHistory
-from homelab.engine.supervisor import RestartPolicy, State
+from homelab.engine.supervision.failure import EngineFailure
+from homelab.engine.supervision.process import alive
+from homelab.engine.supervision.state_file import StateFile
+from homelab.engine.supervision.states import CrashHistory
+from homelab.engine.supervision.supervisor import RestartPolicy, State
 from homelab.errors import ExitCode, ModelFileError, UnknownArchitectureError
 from tests.factory.capture_fixtures import _unknown_arch_gguf
 

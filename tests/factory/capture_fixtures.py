@@ -95,7 +95,7 @@ def capture_all(binary: Path, workdir: Path) -> list[Path]:
 
 def main() -> int:
     """Entry point: capture with the llama-server ``find_llama_server`` resolves."""
-    from homelab.engine.locate import find_llama_server
+    from homelab.engine.llamacpp.locate import find_llama_server
 
     binary = find_llama_server()
     with tempfile.TemporaryDirectory(prefix="homelab-fixtures-") as tmp:

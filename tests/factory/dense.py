@@ -74,7 +74,11 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def _llama_like(
-    mw: ModelWriter, g: dict[str, Any], *, qk_norm: bool = False, qkv_bias: bool = False,
+    mw: ModelWriter,
+    g: dict[str, Any],
+    *,
+    qk_norm: bool = False,
+    qkv_bias: bool = False,
     moe: bool = False,
 ) -> None:
     """Blocks of llama / mistral3 / qwen2 / qwen3 / qwen3moe (q width = n_head * head_dim)."""

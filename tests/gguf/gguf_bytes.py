@@ -46,16 +46,32 @@ def array_payload(item_type: int, count: int, items: bytes) -> bytes:
 
 
 def tensor_info(name: str, dims: tuple[int, ...], ggml_type: int, offset: int) -> bytes:
-    return (gstr(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims)
-            + struct.pack("<IQ", ggml_type, offset))
+    return (
+        gstr(name)
+        + struct.pack("<I", len(dims))
+        + struct.pack(f"<{len(dims)}Q", *dims)
+        + struct.pack("<IQ", ggml_type, offset)
+    )
 
 
-def header(kvs: list[bytes], tensors: list[bytes], *, version: int = 3,
-           n_tensors: int | None = None, n_kv: int | None = None) -> bytes:
+def header(
+    kvs: list[bytes],
+    tensors: list[bytes],
+    *,
+    version: int = 3,
+    n_tensors: int | None = None,
+    n_kv: int | None = None,
+) -> bytes:
     """A whole header; the counts default to the lists' lengths."""
-    return (preamble(len(tensors) if n_tensors is None else n_tensors,
-                     len(kvs) if n_kv is None else n_kv, version)
-            + b"".join(kvs) + b"".join(tensors))
+    return (
+        preamble(
+            len(tensors) if n_tensors is None else n_tensors,
+            len(kvs) if n_kv is None else n_kv,
+            version,
+        )
+        + b"".join(kvs)
+        + b"".join(tensors)
+    )
 
 
 class UnknownSizeSource:
@@ -97,27 +113,46 @@ _BIG_STRING_IN_ARRAY = r"(5,000 string items|string #10 of 'k' claims 4,294,967,
 ABSURD: dict[str, tuple[bytes, str]] = {
     "1e9 tensors": (preamble(10**9, 0), r"claims 1,000,000,000 tensors"),
     "1e9 metadata entries": (preamble(0, 10**9), r"claims 1,000,000,000 metadata entries"),
-    "1e6 tensors in a tiny file": (preamble(10**6, 0) + b"\0" * 64,
-                                   r"(24,000,000 bytes|appears twice|truncated)"),
-    "4 GB key": (preamble(0, 1) + struct.pack("<Q", _FOUR_GB) + b"k" * 64,
-                 r"metadata entry #0 has a string of 4,294,967,296 bytes"),
-    "4 GB string value": (preamble(0, 1) + gstr("k") + struct.pack("<IQ", VT.STRING, _FOUR_GB),
-                          r"'k' has a string of 4,294,967,296 bytes"),
-    "100 MB string value": (preamble(0, 1) + gstr("k") + struct.pack("<IQ", VT.STRING, 100 << 20),
-                            _TRUNCATED),
-    "2^40 array items": (preamble(0, 1) + gstr("k")
-                         + struct.pack("<IIQ", VT.ARRAY, VT.UINT8, 2**40),
-                         r"array of 1,099,511,627,776 items"),
-    "1e7 u64 items": (preamble(0, 1) + gstr("k") + struct.pack("<IIQ", VT.ARRAY, VT.UINT64, 10**7),
-                      _TRUNCATED),
-    "1e7 strings": (preamble(0, 1) + gstr("k") + struct.pack("<IIQ", VT.ARRAY, VT.STRING, 10**7),
-                    _TRUNCATED),
-    "4 GB string inside a big array": (preamble(0, 1) + gstr("k")
-                                       + struct.pack("<IIQ", VT.ARRAY, VT.STRING, 5000)
-                                       + gstr("ab") * 10 + struct.pack("<Q", _FOUR_GB),
-                                       _BIG_STRING_IN_ARRAY),
-    "4 GB tensor name": (preamble(1, 0) + struct.pack("<Q", _FOUR_GB) + b"\0" * 64,
-                         r"tensor info #0 has a string of 4,294,967,296 bytes"),
+    "1e6 tensors in a tiny file": (
+        preamble(10**6, 0) + b"\0" * 64,
+        r"(24,000,000 bytes|appears twice|truncated)",
+    ),
+    "4 GB key": (
+        preamble(0, 1) + struct.pack("<Q", _FOUR_GB) + b"k" * 64,
+        r"metadata entry #0 has a string of 4,294,967,296 bytes",
+    ),
+    "4 GB string value": (
+        preamble(0, 1) + gstr("k") + struct.pack("<IQ", VT.STRING, _FOUR_GB),
+        r"'k' has a string of 4,294,967,296 bytes",
+    ),
+    "100 MB string value": (
+        preamble(0, 1) + gstr("k") + struct.pack("<IQ", VT.STRING, 100 << 20),
+        _TRUNCATED,
+    ),
+    "2^40 array items": (
+        preamble(0, 1) + gstr("k") + struct.pack("<IIQ", VT.ARRAY, VT.UINT8, 2**40),
+        r"array of 1,099,511,627,776 items",
+    ),
+    "1e7 u64 items": (
+        preamble(0, 1) + gstr("k") + struct.pack("<IIQ", VT.ARRAY, VT.UINT64, 10**7),
+        _TRUNCATED,
+    ),
+    "1e7 strings": (
+        preamble(0, 1) + gstr("k") + struct.pack("<IIQ", VT.ARRAY, VT.STRING, 10**7),
+        _TRUNCATED,
+    ),
+    "4 GB string inside a big array": (
+        preamble(0, 1)
+        + gstr("k")
+        + struct.pack("<IIQ", VT.ARRAY, VT.STRING, 5000)
+        + gstr("ab") * 10
+        + struct.pack("<Q", _FOUR_GB),
+        _BIG_STRING_IN_ARRAY,
+    ),
+    "4 GB tensor name": (
+        preamble(1, 0) + struct.pack("<Q", _FOUR_GB) + b"\0" * 64,
+        r"tensor info #0 has a string of 4,294,967,296 bytes",
+    ),
 }
 
 

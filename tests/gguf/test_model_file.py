@@ -115,11 +115,17 @@ def test_split_tensor_count_must_add_up(tmp_path: Path) -> None:
     paths = [tmp_path / f"M-{i:05d}-of-00002.gguf" for i in (1, 2)]
     for index, path in enumerate(paths):
         kvs = [kv_str("general.architecture", "llama")] if index == 0 else []
-        path.write_bytes(header(
-            [*kvs, _u16("split.no", index), _u16("split.count", 2),
-             _i32("split.tensors.count", 3)],
-            [tensor_info(f"t{index}", (32,), QT.F32, 0)],
-        ))
+        path.write_bytes(
+            header(
+                [
+                    *kvs,
+                    _u16("split.no", index),
+                    _u16("split.count", 2),
+                    _i32("split.tensors.count", 3),
+                ],
+                [tensor_info(f"t{index}", (32,), QT.F32, 0)],
+            )
+        )
     with pytest.raises(ModelFileError, match=r"hold 2 tensors, but split\.tensors\.count says 3"):
         read_model(paths[0])
 
@@ -133,8 +139,9 @@ def test_split_part_paths() -> None:
 
 
 def test_model_from_source_reads_one_part() -> None:
-    data = header([kv_str("general.architecture", "gemma3")],
-                  [tensor_info("w", (64, 2), QT.Q8_0, 0)])
+    data = header(
+        [kv_str("general.architecture", "gemma3")], [tensor_info("w", (64, 2), QT.Q8_0, 0)]
+    )
     model = read_model_from_source(BytesSource(data, "https://example/x.gguf"))
     assert model.arch == "gemma3" and model.weights_bytes == 2 * 68
     assert model.header.source_name == "https://example/x.gguf"
@@ -167,8 +174,10 @@ def test_unreadable_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("failure", "pattern"),
-    [(PermissionError(13, "Permission denied"), "permission denied"),
-     (OSError(5, "Input/output error"), "cannot open .*Input/output error")],
+    [
+        (PermissionError(13, "Permission denied"), "permission denied"),
+        (OSError(5, "Input/output error"), "cannot open .*Input/output error"),
+    ],
 )
 def test_open_failures_become_model_file_errors(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: OSError, pattern: str

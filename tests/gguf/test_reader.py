@@ -171,10 +171,13 @@ def test_file_cut_after_the_header_parses_like_the_full_file(rich: Path, tmp_pat
 
 
 def test_every_cut_inside_the_header_is_a_model_file_error() -> None:
-    kvs = [kv_str("general.architecture", "llama"), kv_u32("llama.block_count", 2),
-           kv("tok", VT.ARRAY, array_payload(VT.STRING, 3, gstr("a") + gstr("bc") + gstr(""))),
-           kv("big", VT.ARRAY, array_payload(VT.STRING, 5000, gstr("xy") * 5000)),
-           kv("ints", VT.ARRAY, array_payload(VT.INT32, 5000, b"\1\0\0\0" * 5000))]
+    kvs = [
+        kv_str("general.architecture", "llama"),
+        kv_u32("llama.block_count", 2),
+        kv("tok", VT.ARRAY, array_payload(VT.STRING, 3, gstr("a") + gstr("bc") + gstr(""))),
+        kv("big", VT.ARRAY, array_payload(VT.STRING, 5000, gstr("xy") * 5000)),
+        kv("ints", VT.ARRAY, array_payload(VT.INT32, 5000, b"\1\0\0\0" * 5000)),
+    ]
     tensors = [tensor_info("a", (64, 2), QT.F32, 0), tensor_info("b", (32,), QT.Q8_0, 512)]
     data = header(kvs, tensors)
     whole = parse_bytes(data)
@@ -286,8 +289,12 @@ def test_unknown_value_types_are_rejected() -> None:
 
 
 def test_empty_array_and_zero_dim_tensor() -> None:
-    parsed = parse_bytes(header([kv("k", VT.ARRAY, array_payload(VT.UINT8, 0, b""))],
-                                [tensor_info("scalar", (), QT.F32, 0)]))
+    parsed = parse_bytes(
+        header(
+            [kv("k", VT.ARRAY, array_payload(VT.UINT8, 0, b""))],
+            [tensor_info("scalar", (), QT.F32, 0)],
+        )
+    )
     assert parsed.metadata["k"] == []
     assert parsed.tensors[0].shape == () and parsed.tensors[0].n_bytes == 4
 
@@ -324,8 +331,11 @@ def test_absurd_counts_fail_fast_in_little_memory(case: str, sized: bool) -> Non
 def test_truncation_after_a_skipped_array_says_where_the_file_ends() -> None:
     data = preamble(0, 1) + gstr("k") + struct.pack("<IIQ", VT.ARRAY, VT.UINT64, 10**7)
     # longer than the first read, so the source's end is not seen before the skip
-    with pytest.raises(ModelFileError, match=r"at offset 49 needs bytes up to 80000049, but the "
-                                             r"file ends before byte 80000048"):
+    with pytest.raises(
+        ModelFileError,
+        match=r"at offset 49 needs bytes up to 80000049, but the "
+        r"file ends before byte 80000048",
+    ):
         read_header(UnknownSizeSource(data + b"\0" * 100_000, "x.gguf"))
     with pytest.raises(ModelFileError, match=r"would take at least 80,000,000 bytes, but only 100"):
         read_header(UnknownSizeSource(data + b"\0" * 100, "x.gguf"))  # a short read: size known
@@ -351,8 +361,13 @@ def write_big_vocab(path: Path, n_tokens: int, *, with_types: bool) -> Path:
     writer.add_string("tokenizer.chat_template", "{{ x }}" * 1000)
     for layer in range(40):
         for part in ("attn_q", "attn_k", "attn_v", "ffn_up", "ffn_down"):
-            writer.add_tensor_info(f"blk.{layer}.{part}.weight", (256, 256), np.dtype(np.float16),
-                                   256 * 144, raw_dtype=QT.Q4_K)
+            writer.add_tensor_info(
+                f"blk.{layer}.{part}.weight",
+                (256, 256),
+                np.dtype(np.float16),
+                256 * 144,
+                raw_dtype=QT.Q4_K,
+            )
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()

@@ -34,14 +34,28 @@ SEED = header(
         kv_str("general.architecture", "llama"),
         kv_u32("llama.block_count", 2),
         kv("llama.rope.freq_base", VT.FLOAT32, struct.pack("<f", 10000.0)),
-        kv("llama.attention.head_count_kv", VT.ARRAY,
-           array_payload(VT.INT32, 2, struct.pack("<2i", 8, 0))),
-        kv("tokenizer.ggml.tokens", VT.ARRAY,
-           array_payload(VT.STRING, 4100, b"".join(gstr(f"t{i % 50}") for i in range(4100)))),
-        kv("tokenizer.ggml.token_type", VT.ARRAY,
-           array_payload(VT.INT32, 4100, b"\1\0\0\0" * 4100)),
-        kv("nested", VT.ARRAY, array_payload(VT.ARRAY, 2, array_payload(VT.BOOL, 1, b"\1")
-                                               + array_payload(VT.STRING, 1, gstr("z")))),
+        kv(
+            "llama.attention.head_count_kv",
+            VT.ARRAY,
+            array_payload(VT.INT32, 2, struct.pack("<2i", 8, 0)),
+        ),
+        kv(
+            "tokenizer.ggml.tokens",
+            VT.ARRAY,
+            array_payload(VT.STRING, 4100, b"".join(gstr(f"t{i % 50}") for i in range(4100))),
+        ),
+        kv(
+            "tokenizer.ggml.token_type", VT.ARRAY, array_payload(VT.INT32, 4100, b"\1\0\0\0" * 4100)
+        ),
+        kv(
+            "nested",
+            VT.ARRAY,
+            array_payload(
+                VT.ARRAY,
+                2,
+                array_payload(VT.BOOL, 1, b"\1") + array_payload(VT.STRING, 1, gstr("z")),
+            ),
+        ),
         kv("general.alignment", VT.UINT32, struct.pack("<I", 64)),
     ],
     [
@@ -52,8 +66,11 @@ SEED = header(
 )
 
 INTERESTING_WORDS = [0, 1, 2**31, 2**32 - 1, 2**32, 2**63, 2**64 - 1, 4100, 10**9]
-FUZZ = settings(max_examples=300, deadline=timedelta(milliseconds=500),
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=300,
+    deadline=timedelta(milliseconds=500),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def parse_somehow(data: bytes, sized: bool) -> GgufHeader | None:
@@ -105,10 +122,15 @@ def test_random_bytes_are_rejected_cleanly(data: bytes, sized: bool) -> None:
 
 
 @FUZZ
-@given(body=st.binary(max_size=2048), version=st.sampled_from([2, 3]),
-       counts=st.tuples(st.integers(0, 40), st.integers(0, 40)), sized=st.booleans())
-def test_random_bodies_after_a_valid_preamble(body: bytes, version: int,
-                                              counts: tuple[int, int], sized: bool) -> None:
+@given(
+    body=st.binary(max_size=2048),
+    version=st.sampled_from([2, 3]),
+    counts=st.tuples(st.integers(0, 40), st.integers(0, 40)),
+    sized=st.booleans(),
+)
+def test_random_bodies_after_a_valid_preamble(
+    body: bytes, version: int, counts: tuple[int, int], sized: bool
+) -> None:
     data = b"GGUF" + struct.pack("<IQQ", version, *counts) + body
     parsed = parse_somehow(data, sized)
     if parsed is not None:

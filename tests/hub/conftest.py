@@ -66,7 +66,15 @@ def tiny_gguf(gguf_dir: Path) -> Callable[..., Path]:
         if key not in made:
             path = gguf_dir / f"{seed}-{n_layer}-{name}"
             made[key] = write_gguf(
-                "llama", path, n_layer=n_layer, n_embd=64, n_ff=128, n_head=2, n_head_kv=1, head_dim=32, seed=seed
+                "llama",
+                path,
+                n_layer=n_layer,
+                n_embd=64,
+                n_ff=128,
+                n_head=2,
+                n_head_kv=1,
+                head_dim=32,
+                seed=seed,
             )
         return made[key]
 

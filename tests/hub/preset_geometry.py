@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from homelab.gguf.header import GgufHeader
 from metadata_headers import header, seed_qwen35
+
+from homelab.gguf.header import GgufHeader
 
 _NEMOTRON_NANO_9B_V2 = "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-"
 """hybrid_override_pattern: M = Mamba2, * = attention, - = MLP (27 / 4 / 25 of 56)."""

@@ -26,13 +26,24 @@ def point_hf_at(stub: HubStub, monkeypatch: pytest.MonkeyPatch, home: Path) -> N
     online."""
     monkeypatch.setenv("HF_ENDPOINT", stub.endpoint)
     monkeypatch.setenv("HF_HOME", str(home))
-    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE",
-                 "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN_PATH"):
+    for name in (
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "HF_HUB_CACHE",
+        "HUGGINGFACE_HUB_CACHE",
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "HF_TOKEN_PATH",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
-def recorded(hub: HubStub, select: Callable[[RecordedRequest], bool], expected_count: int,
-             timeout_s: float = 10.0) -> list[RecordedRequest]:
+def recorded(
+    hub: HubStub,
+    select: Callable[[RecordedRequest], bool],
+    expected_count: int,
+    timeout_s: float = 10.0,
+) -> list[RecordedRequest]:
     """The stand-in's recorded requests that ``select`` keeps, once there are ``expected_count``.
 
     The stand-in records a request after writing its answer, so the client can be done
@@ -66,7 +77,11 @@ def write_big_vocab_gguf(path: Path, n_vocab: int = 40_000, **overrides: Any) ->
     g = geometry("llama", **{"n_layer": 4, **overrides})
     mw = ModelWriter(path, "llama", weight_type=g["weight_type"], seed=g["seed"])
     mw.general("homelab-big-vocab")
-    tokens = [f"Ġtok{i:06d}" for i in range(n_vocab - 3)] + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tokens = [f"Ġtok{i:06d}" for i in range(n_vocab - 3)] + [
+        "<|endoftext|>",
+        "<|im_start|>",
+        "<|im_end|>",
+    ]
     mw.w.add_tokenizer_model("gpt2")
     mw.w.add_tokenizer_pre("gpt-2")
     mw.w.add_token_list(tokens)

@@ -9,7 +9,7 @@ import pytest
 
 from homelab.cli import main
 from homelab.hub.download import pull
-from homelab.hub.hub_errors import (
+from homelab.hub.errors import (
     HubAuthError,
     HubNetworkError,
     HubNotFoundError,
@@ -48,7 +48,9 @@ def test_gated_repo_without_a_token_says_how_to_log_in(stub: HubStub) -> None:
     assert f"{stub.endpoint}/org/Gated-GGUF" in (error.hint or "")
 
 
-def test_gated_repo_with_a_token_without_access_is_403(stub: HubStub, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gated_repo_with_a_token_without_access_is_403(
+    stub: HubStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stub.require_token("hf_granted")
     monkeypatch.setenv("HF_TOKEN", "hf_not_granted")
     with pytest.raises(HubAuthError) as raised:
@@ -93,7 +95,11 @@ def test_unknown_quant_lists_the_quants_there_are(stub: HubStub) -> None:
     error = raised.value
     assert error.available == ("IQ2_XXS", "Q4_K_M", "Q8_0")
     size = stub.file(REPO, "Tiny-Q8_0.gguf").size
-    assert "Q8_0 (" in error.message and "Q5_K_M" in error.message and f"{size / 1024:.2f} KiB" in error.message
+    assert (
+        "Q8_0 (" in error.message
+        and "Q5_K_M" in error.message
+        and f"{size / 1024:.2f} KiB" in error.message
+    )
     assert [r for r in stub.requests if r.host == "cdn"] == []
 
 
@@ -117,7 +123,9 @@ def test_unreachable_hub_without_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "cannot reach" in raised.value.message
 
 
-def test_unreachable_hub_falls_back_to_the_cache_and_says_so(stub: HubStub, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreachable_hub_falls_back_to_the_cache_and_says_so(
+    stub: HubStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
     online = pull(REPO)
     monkeypatch.setenv("HF_ENDPOINT", _closed_port_endpoint())
     model = pull(REPO)
@@ -132,7 +140,9 @@ def test_offline_uses_the_cache_without_asking_the_hub(
     asked = len(stub.requests)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     model = pull(f"{REPO}:q8_0")
-    assert model.paths == online.paths and model.revision == online.revision and model.quant == "Q8_0"
+    assert (
+        model.paths == online.paths and model.revision == online.revision and model.quant == "Q8_0"
+    )
     assert model.from_cache and model.note is not None and "offline" in model.note
     assert main(["pull", f"{REPO}:Q8_0"]) == 0
     captured = capsys.readouterr()
@@ -141,7 +151,9 @@ def test_offline_uses_the_cache_without_asking_the_hub(
     assert len(stub.requests) == asked
 
 
-def test_offline_without_cache_is_a_clear_error(stub: HubStub, capsys: pytest.CaptureFixture[str]) -> None:
+def test_offline_without_cache_is_a_clear_error(
+    stub: HubStub, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(HubOfflineError) as raised:
         pull(REPO, offline=True)
     assert "nothing of org/Tiny-GGUF is in the cache" in raised.value.message

@@ -9,7 +9,7 @@ import pytest
 from homelab.cli import main
 from homelab.hub import download
 from homelab.hub.download import pull
-from homelab.hub.hub_errors import ChecksumMismatchError, NotEnoughDiskError
+from homelab.hub.errors import ChecksumMismatchError, NotEnoughDiskError
 from homelab.units import format_bytes
 from tests.hubstub import HubStub
 
@@ -19,7 +19,14 @@ NAME = "Tiny-Q4_K_M.gguf"
 
 @pytest.fixture
 def stub(hub_stub, tiny_gguf) -> HubStub:  # type: ignore[no-untyped-def]
-    return hub_stub({REPO: {NAME: tiny_gguf("q4.gguf", seed=1, n_layer=8), "mmproj-F16.gguf": tiny_gguf("mm.gguf")}})
+    return hub_stub(
+        {
+            REPO: {
+                NAME: tiny_gguf("q4.gguf", seed=1, n_layer=8),
+                "mmproj-F16.gguf": tiny_gguf("mm.gguf"),
+            }
+        }
+    )
 
 
 def _repo_dir(hf_cache: Path) -> Path:
@@ -40,7 +47,9 @@ def test_a_corrupted_download_is_deleted_and_reported(stub: HubStub, hf_cache: P
     assert model.fetched == stub.file(REPO, NAME).size
 
 
-def test_checksum_mismatch_exits_1_with_a_message(stub: HubStub, capsys: pytest.CaptureFixture[str]) -> None:
+def test_checksum_mismatch_exits_1_with_a_message(
+    stub: HubStub, capsys: pytest.CaptureFixture[str]
+) -> None:
     stub.corrupt(NAME)
     assert main(["pull", REPO, "--quiet"]) == 1
     err = capsys.readouterr().err
@@ -75,7 +84,9 @@ def test_bytes_already_on_disk_are_not_counted_again(stub: HubStub, hf_cache: Pa
         pull(REPO, mmproj=False, free_space=lambda _: 0)
     assert raised.value.needed == size - 1000
     pull(REPO, mmproj=False)
-    assert pull(REPO, mmproj=False, free_space=lambda _: 0).fetched == 0  # all cached: nothing needed
+    assert (
+        pull(REPO, mmproj=False, free_space=lambda _: 0).fetched == 0
+    )  # all cached: nothing needed
 
 
 def test_not_enough_disk_in_the_cli(

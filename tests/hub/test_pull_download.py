@@ -26,7 +26,9 @@ def stub(hub_stub, tiny_gguf) -> HubStub:  # type: ignore[no-untyped-def]
             },
             "org/Split-GGUF": {
                 **{
-                    f"Q4_K_M/Split-Q4_K_M-{i:05d}-of-00003.gguf": tiny_gguf(f"split{i}.gguf", seed=10 + i)
+                    f"Q4_K_M/Split-Q4_K_M-{i:05d}-of-00003.gguf": tiny_gguf(
+                        f"split{i}.gguf", seed=10 + i
+                    )
                     for i in (1, 2, 3)
                 },
                 "Split-Q8_0.gguf": tiny_gguf("split-q8.gguf", seed=20),
@@ -57,11 +59,15 @@ def test_pull_lays_out_blobs_snapshots_and_refs(stub: HubStub, hf_cache: Path) -
     assert not model.from_cache and model.note is None
 
 
-def test_huggingface_hub_and_llama_server_find_what_pull_cached(stub: HubStub, hf_cache: Path) -> None:
+def test_huggingface_hub_and_llama_server_find_what_pull_cached(
+    stub: HubStub, hf_cache: Path
+) -> None:
     model = pull(REPO)
     found = try_to_load_from_cache(REPO, "Tiny-Q4_K_M.gguf", cache_dir=hf_cache)
     assert found == str(model.paths[0])
-    again = hf_hub_download(REPO, "Tiny-Q4_K_M.gguf", cache_dir=hf_cache, endpoint=stub.endpoint, token=False)
+    again = hf_hub_download(
+        REPO, "Tiny-Q4_K_M.gguf", cache_dir=hf_cache, endpoint=stub.endpoint, token=False
+    )
     assert again == str(model.paths[0])
     assert _blob_gets(stub, "Tiny-Q4_K_M.gguf") == [stub.file(REPO, "Tiny-Q4_K_M.gguf").size]
 

@@ -55,7 +55,12 @@ def test_model_info_lists_siblings_with_lfs_metadata(stub: HubStub, tiny_gguf) -
 
 def test_listing_tree_and_paths_info(stub: HubStub) -> None:
     api = HfApi(endpoint=stub.endpoint, token=False)
-    assert api.list_repo_files(REPO) == [".gitattributes", "README.md", "Tiny-Q4_K_M.gguf", "sub/Tiny-Q8_0.gguf"]
+    assert api.list_repo_files(REPO) == [
+        ".gitattributes",
+        "README.md",
+        "Tiny-Q4_K_M.gguf",
+        "sub/Tiny-Q8_0.gguf",
+    ]
     top = {entry.path for entry in api.list_repo_tree(REPO)}
     assert top == {".gitattributes", "README.md", "Tiny-Q4_K_M.gguf", "sub"}
     inside = [entry.path for entry in api.list_repo_tree(REPO, path_in_repo="sub")]
@@ -64,7 +69,11 @@ def test_listing_tree_and_paths_info(stub: HubStub) -> None:
     assert [type(i).__name__ for i in infos] == ["RepoFile", "RepoFolder"]
     assert infos[0].lfs is not None and infos[0].last_commit is not None
     refs = httpx.get(f"{stub.endpoint}/api/models/{REPO}/refs").json()
-    assert refs["branches"][0] == {"name": "main", "ref": "refs/heads/main", "targetCommit": DEFAULT_REVISION_SHA}
+    assert refs["branches"][0] == {
+        "name": "main",
+        "ref": "refs/heads/main",
+        "targetCommit": DEFAULT_REVISION_SHA,
+    }
 
 
 def test_resolve_head_redirects_lfs_files_to_another_origin(stub: HubStub) -> None:
@@ -93,13 +102,19 @@ def test_range_requests_and_unsatisfiable_ranges(stub: HubStub, tiny_gguf) -> No
     assert tail.content == data[-10:]
     beyond = httpx.get(url, headers={"Range": f"bytes={len(data)}-"}, follow_redirects=True)
     assert beyond.status_code == 416 and beyond.headers["Content-Range"] == f"bytes */{len(data)}"
-    with HfFileSystem(endpoint=stub.endpoint, token=False).open(f"{REPO}/Tiny-Q4_K_M.gguf", "rb") as handle:
+    with HfFileSystem(endpoint=stub.endpoint, token=False).open(
+        f"{REPO}/Tiny-Q4_K_M.gguf", "rb"
+    ) as handle:
         handle.seek(1000)
         assert handle.read(16) == data[1000:1016]
 
 
 def test_hf_hub_download_lays_out_the_cache(stub: HubStub, hf_cache: Path, tiny_gguf) -> None:  # type: ignore[no-untyped-def]
-    path = Path(hf_hub_download(REPO, "sub/Tiny-Q8_0.gguf", cache_dir=hf_cache, endpoint=stub.endpoint, token=False))
+    path = Path(
+        hf_hub_download(
+            REPO, "sub/Tiny-Q8_0.gguf", cache_dir=hf_cache, endpoint=stub.endpoint, token=False
+        )
+    )
     assert path.read_bytes() == tiny_gguf("q8.gguf", seed=2).read_bytes()
     assert os.readlink(path) == f"../../../blobs/{stub.file(REPO, 'sub/Tiny-Q8_0.gguf').sha256}"
     gets = stub.requests_for("sub/Tiny-Q8_0.gguf")
@@ -121,14 +136,20 @@ def test_access_errors_map_to_huggingface_hub_exceptions(
 ) -> None:
     stub.require_token("hf_right")
     with pytest.raises(error) as raised:
-        hf_hub_download(repo, "G-Q4_K_M.gguf", cache_dir=hf_cache, endpoint=stub.endpoint, token=token or False)
+        hf_hub_download(
+            repo, "G-Q4_K_M.gguf", cache_dir=hf_cache, endpoint=stub.endpoint, token=token or False
+        )
     assert raised.value.response.status_code == status  # type: ignore[attr-defined]
 
 
-def test_token_opens_gated_and_private_repos_and_stays_off_the_cdn(stub: HubStub, hf_cache: Path) -> None:
+def test_token_opens_gated_and_private_repos_and_stays_off_the_cdn(
+    stub: HubStub, hf_cache: Path
+) -> None:
     stub.require_token("hf_right")
     for repo, name in (("org/Gated", "G-Q4_K_M.gguf"), ("org/Private", "P-Q4_K_M.gguf")):
-        path = hf_hub_download(repo, name, cache_dir=hf_cache, endpoint=stub.endpoint, token="hf_right")
+        path = hf_hub_download(
+            repo, name, cache_dir=hf_cache, endpoint=stub.endpoint, token="hf_right"
+        )
         assert Path(path).stat().st_size == stub.file(repo, name).size
     for request in stub.requests:
         expected = None if request.host == "cdn" else "Bearer hf_right"
@@ -147,7 +168,9 @@ def test_cut_after_drops_the_connection_once(stub: HubStub) -> None:
     url = stub.resolve_url(REPO, "Tiny-Q4_K_M.gguf")
     with pytest.raises(httpx.RemoteProtocolError):
         httpx.get(url, follow_redirects=True)
-    assert httpx.get(url, follow_redirects=True).content == stub.file(REPO, "Tiny-Q4_K_M.gguf").read(0, 10**9)
+    assert httpx.get(url, follow_redirects=True).content == stub.file(
+        REPO, "Tiny-Q4_K_M.gguf"
+    ).read(0, 10**9)
     sent = [r.bytes_sent for r in stub.requests_for("Tiny-Q4_K_M.gguf") if r.host == "cdn"]
     assert sent == [1000, stub.file(REPO, "Tiny-Q4_K_M.gguf").size]
 

@@ -27,7 +27,14 @@ START_TIMEOUT_S = 180.0
 
 @pytest.fixture
 def stub(hub_stub, tiny_gguf) -> HubStub:  # type: ignore[no-untyped-def]
-    return hub_stub({REPO: {"Tiny-Q4_K_M.gguf": tiny_gguf("q4.gguf", seed=1), "Tiny-Q8_0.gguf": tiny_gguf("q8.gguf", seed=2)}})
+    return hub_stub(
+        {
+            REPO: {
+                "Tiny-Q4_K_M.gguf": tiny_gguf("q4.gguf", seed=1),
+                "Tiny-Q8_0.gguf": tiny_gguf("q8.gguf", seed=2),
+            }
+        }
+    )
 
 
 def _free_port() -> int:
@@ -42,8 +49,21 @@ def _serve_once(binary: Path, ref: str, hf_home: Path, endpoint: str) -> str:
     env = {**os.environ, "HF_HOME": str(hf_home), "HF_ENDPOINT": endpoint + "/"}
     for name in ("LLAMA_CACHE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_TOKEN"):
         env.pop(name, None)
-    argv = [str(binary), "-hf", ref, "--host", "127.0.0.1", "--port", str(port), "-c", "256", "--no-mmproj"]
-    process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    argv = [
+        str(binary),
+        "-hf",
+        ref,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-c",
+        "256",
+        "--no-mmproj",
+    ]
+    process = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     healthy = False
     try:
         deadline = time.monotonic() + START_TIMEOUT_S

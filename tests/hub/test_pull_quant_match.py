@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from homelab.hub.download import PullRef, parse_pull_ref
-from homelab.hub.hub_errors import BadModelRefError, QuantNotFoundError
+from homelab.hub.errors import BadModelRefError, QuantNotFoundError
 from homelab.hub.quant_match import (
     RemoteFile,
     available_quants,
@@ -17,7 +17,9 @@ from homelab.hub.quant_match import (
 
 
 def _files(*paths: str) -> list[RemoteFile]:
-    return [RemoteFile(path, size=100 * (i + 1), sha256=f"{i:064x}") for i, path in enumerate(paths)]
+    return [
+        RemoteFile(path, size=100 * (i + 1), sha256=f"{i:064x}") for i, path in enumerate(paths)
+    ]
 
 
 QWEN = _files(
@@ -52,7 +54,10 @@ def test_quant_matching(quant: str | None, expected: str) -> None:
 
 def test_default_falls_back_to_q8_0_then_the_first_model() -> None:
     assert select("o/r", _files("a-F16.gguf", "a-Q8_0.gguf")).model.primary.path == "a-Q8_0.gguf"
-    assert select("o/r", _files("mmproj-x.gguf", "b-F16.gguf", "a-Q2_K.gguf")).model.primary.path == "a-Q2_K.gguf"
+    assert (
+        select("o/r", _files("mmproj-x.gguf", "b-F16.gguf", "a-Q2_K.gguf")).model.primary.path
+        == "a-Q2_K.gguf"
+    )
 
 
 def test_projector_closest_in_bits_to_the_model() -> None:
@@ -83,7 +88,10 @@ def test_split_models_bring_all_parts_in_order() -> None:
     assert [f.path.rsplit("-", 3)[-3] for f in model.files] == ["00001", "00002", "00003"]
     assert model.tag == "Q4_K_M" and model.size == sum(f.size or 0 for f in model.files)
     by_part = select("o/r", SPLIT, filename="q8_0/big-q8_0-00002-of-00002.gguf").model
-    assert [f.path for f in by_part.files] == ["Q8_0/Big-Q8_0-00001-of-00002.gguf", "Q8_0/Big-Q8_0-00002-of-00002.gguf"]
+    assert [f.path for f in by_part.files] == [
+        "Q8_0/Big-Q8_0-00001-of-00002.gguf",
+        "Q8_0/Big-Q8_0-00002-of-00002.gguf",
+    ]
     assert [c.label for c in available_quants(SPLIT)] == ["Q4_K_M", "Q8_0"]
 
 
@@ -106,7 +114,12 @@ def test_names() -> None:
     assert quant_tag("model.gguf") is None and quant_tag("README.md") is None
     assert split_info("a/B-Q4_0-00003-of-00010.gguf") == split_info("a/B-Q4_0-00003-of-00010.gguf")
     info = split_info("a/B-Q4_0-00003-of-00010.gguf")
-    assert info is not None and (info.prefix, info.tag, info.index, info.count) == ("a/B-Q4_0", "Q4_0", 3, 10)
+    assert info is not None and (info.prefix, info.tag, info.index, info.count) == (
+        "a/B-Q4_0",
+        "Q4_0",
+        3,
+        10,
+    )
     assert not is_model_gguf("mmproj-F16.gguf") and not is_model_gguf("imatrix.gguf")
     assert not is_model_gguf("m-mtp-Q8_0.gguf") and is_model_gguf("m-Q8_0.gguf")
 
@@ -125,7 +138,10 @@ def test_parse_pull_ref(text: str, expected: PullRef) -> None:
     assert parse_pull_ref(text) == expected
 
 
-@pytest.mark.parametrize("text", ["justaname", "org/r:", "org/r/readme.md", "a b/c", "org/r:Q4 K", "o--x/r", "o/r/f.gguf:Q4"])
+@pytest.mark.parametrize(
+    "text",
+    ["justaname", "org/r:", "org/r/readme.md", "a b/c", "org/r:Q4 K", "o--x/r", "o/r/f.gguf:Q4"],
+)
 def test_bad_refs(text: str) -> None:
     with pytest.raises(BadModelRefError) as raised:
         parse_pull_ref(text)

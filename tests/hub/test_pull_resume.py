@@ -9,7 +9,7 @@ import pytest
 from homelab.cli import main
 from homelab.hub import blob_fetch
 from homelab.hub.download import PullProgress, pull
-from homelab.hub.hub_errors import HubNetworkError
+from homelab.hub.errors import HubNetworkError
 from tests.hubstub import HubStub
 
 REPO = "org/Big-GGUF"
@@ -29,7 +29,9 @@ def size(stub: HubStub) -> int:
 
 
 def _partial(hf_cache: Path, stub: HubStub) -> Path:
-    return hf_cache / "models--org--Big-GGUF" / "blobs" / f"{stub.file(REPO, NAME).sha256}.incomplete"
+    return (
+        hf_cache / "models--org--Big-GGUF" / "blobs" / f"{stub.file(REPO, NAME).sha256}.incomplete"
+    )
 
 
 def _gets(stub: HubStub) -> list[tuple[str | None, int]]:
@@ -45,7 +47,9 @@ def test_a_dropped_connection_resumes_in_the_same_pull(stub: HubStub, size: int)
     assert stub.bytes_sent(NAME) == size == model.fetched
 
 
-def test_an_interrupted_pull_is_resumed_by_the_next_one(stub: HubStub, hf_cache: Path, size: int) -> None:
+def test_an_interrupted_pull_is_resumed_by_the_next_one(
+    stub: HubStub, hf_cache: Path, size: int
+) -> None:
     def interrupt(event: PullProgress) -> None:
         if event.file_done > size // 2:
             raise KeyboardInterrupt
@@ -68,7 +72,11 @@ def test_an_interrupted_pull_is_resumed_by_the_next_one(stub: HubStub, hf_cache:
 
 
 def test_ctrl_c_in_the_cli_exits_130_and_keeps_the_partial_file(
-    stub: HubStub, hf_cache: Path, size: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    stub: HubStub,
+    hf_cache: Path,
+    size: int,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from homelab.cli import pull_cmd
 
@@ -88,7 +96,9 @@ def test_ctrl_c_in_the_cli_exits_130_and_keeps_the_partial_file(
     assert _gets(stub)[-1] == (f"bytes={kept}-", size - kept)
 
 
-def test_a_stale_partial_longer_than_the_file_is_discarded(stub: HubStub, hf_cache: Path, size: int) -> None:
+def test_a_stale_partial_longer_than_the_file_is_discarded(
+    stub: HubStub, hf_cache: Path, size: int
+) -> None:
     partial = _partial(hf_cache, stub)
     partial.parent.mkdir(parents=True)
     partial.write_bytes(b"\0" * (size + 10))

@@ -31,7 +31,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     split = write_split_gguf(folder / "Mid-Q8_0.gguf", 2, weight_type="q8_0", **GEOMETRY)
     f16 = write_gguf("llama", folder / "Mid-F16.gguf", **GEOMETRY)
     return {
-        "Mid-Q4_0.gguf": write_gguf("llama", folder / "Mid-Q4_0.gguf", weight_type="q4_0", **GEOMETRY),
+        "Mid-Q4_0.gguf": write_gguf(
+            "llama", folder / "Mid-Q4_0.gguf", weight_type="q4_0", **GEOMETRY
+        ),
         "Mid-F16.gguf": f16,
         SPLIT[0]: split[0],
         SPLIT[1]: split[1],
@@ -60,9 +62,13 @@ def telling_vram(files: dict[str, Path]) -> str:
 
 
 @pytest.fixture
-def hub(files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubStub]:
-    with HubStub({REPO: files, "tester/Docs-Only": {"README.md": b"no weights"}, "tester/Gated-GGUF": files},
-                 gated={"tester/Gated-GGUF"}) as stub:
+def hub(
+    files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[HubStub]:
+    with HubStub(
+        {REPO: files, "tester/Docs-Only": {"README.md": b"no weights"}, "tester/Gated-GGUF": files},
+        gated={"tester/Gated-GGUF"},
+    ) as stub:
         point_hf_at(stub, monkeypatch, tmp_path / "hf-home")
         yield stub
 
@@ -89,12 +95,19 @@ def test_every_quant_is_planned_like_homelab_plan_and_the_best_is_marked(
     assert [row["quant"] for row in data["quants"]] == ["Q4_0", "Q8_0", "F16"]  # smallest first
     assert rows["Q8_0"]["files"] == SPLIT
     assert rows["Q8_0"]["size_bytes"] == sum(files[name].stat().st_size for name in SPLIT)
-    for quant, local_file in (("Q4_0", "Mid-Q4_0.gguf"), ("Q8_0", SPLIT[0]), ("F16", "Mid-F16.gguf")):
+    for quant, local_file in (
+        ("Q4_0", "Mid-Q4_0.gguf"),
+        ("Q8_0", SPLIT[0]),
+        ("F16", "Mid-F16.gguf"),
+    ):
         local = _local_plan(capsys, files[local_file], telling_vram)
         row = rows[quant]
         assert row["verdict"] == local["verdict"]
         assert (row["slots"], row["ctx_per_slot"], row["tokens_fit"]) == (
-            local["parallel"], local["ctx_per_slot"], local["tokens_fit"])
+            local["parallel"],
+            local["ctx_per_slot"],
+            local["tokens_fit"],
+        )
         assert row["weights_bytes"] == local["weights_bytes"]
         assert row["header_source"] == "remote"
     assert data["best"] == "Q8_0" and rows["Q8_0"]["best"] and not rows["F16"]["best"]
@@ -109,14 +122,25 @@ def test_the_human_table(hub: HubStub, telling_vram: str, capsys) -> None:
     assert code == 0
     lines = out.splitlines()
     assert lines[0].startswith(f"{REPO} at main (") and "3 quant(s)" in lines[0]
-    assert lines[1].split() == ["QUANT", "SIZE", "FIT", "FULL", "SLOTS", "TOKENS/SLOT", "TOKENS", "FIT"]
+    assert lines[1].split() == [
+        "QUANT",
+        "SIZE",
+        "FIT",
+        "FULL",
+        "SLOTS",
+        "TOKENS/SLOT",
+        "TOKENS",
+        "FIT",
+    ]
     marked = [line for line in lines if line.startswith("*")]
     assert len(marked) == 1 and marked[0].split()[1:3] == ["Q8_0", "(2"]
     assert any(line.startswith("Best: Q8_0 is the largest") for line in lines)
     assert "nothing was downloaded" in lines[-1]
 
 
-def test_headers_come_from_the_cache_the_second_time(hub: HubStub, telling_vram: str, capsys) -> None:
+def test_headers_come_from_the_cache_the_second_time(
+    hub: HubStub, telling_vram: str, capsys
+) -> None:
     _quants(capsys, REPO, "--vram", telling_vram, "--workload", WORKLOAD)
     before = len(settled(hub))
     code, out, _ = _quants(capsys, REPO, "--vram", telling_vram, "--workload", WORKLOAD, "--json")
@@ -149,13 +173,16 @@ def test_nothing_fits_exits_3(hub: HubStub, capsys) -> None:
     assert data["why"].startswith("No quant fits")
 
 
-@pytest.mark.parametrize(("args", "code", "words"), [
-    ([f"{REPO}:Q4_0"], 2, "takes a Hugging Face repo"),
-    (["tester/Docs-Only"], 1, "has no GGUF model files"),
-    (["tester/Nope-GGUF"], 1, "no repository tester/Nope-GGUF"),
-    (["tester/Gated-GGUF"], 1, "HF_TOKEN"),
-    ([REPO, "--workload", "lots"], 2, "unknown workload"),
-])
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        ([f"{REPO}:Q4_0"], 2, "takes a Hugging Face repo"),
+        (["tester/Docs-Only"], 1, "has no GGUF model files"),
+        (["tester/Nope-GGUF"], 1, "no repository tester/Nope-GGUF"),
+        (["tester/Gated-GGUF"], 1, "HF_TOKEN"),
+        ([REPO, "--workload", "lots"], 2, "unknown workload"),
+    ],
+)
 def test_errors(hub: HubStub, capsys, args: list[str], code: int, words: str) -> None:
     got, _, err = _quants(capsys, *args, "--vram", "16GiB")
     assert got == code and words in err and err.startswith("homelab: ")

@@ -73,7 +73,7 @@ def test_capture_fetches_the_holes_the_parser_skipped(tmp_path: Path) -> None:
     _, data = read_header_capturing(captured)
     assert data == path.read_bytes()[: header.header_bytes]
     assert captured.reads[: len(plain.reads)] == plain.reads
-    extra = captured.reads[len(plain.reads):]
+    extra = captured.reads[len(plain.reads) :]
     assert extra, "the parser skipped bytes, so the capture must have fetched them"
     fetched = sum(n for _, n in captured.reads)
     assert fetched <= header.header_bytes + 64 * 1024  # the holes, not the file again

@@ -11,19 +11,20 @@ from remote_fixtures import point_hf_at, recorded, write_split_gguf
 
 from homelab.gguf.model_file import read_model
 from homelab.hub.download import pull
-from homelab.hub.hub_errors import BadModelRefError, QuantNotFoundError
+from homelab.hub.errors import (
+    BadModelRefError,
+    HubAuthError,
+    HubNetworkError,
+    HubNotFoundError,
+    HubOfflineError,
+    QuantNotFoundError,
+)
 from homelab.hub.model_ref import (
     ModelRef,
     list_repo,
     parse_model_ref,
     resolve_model,
     resolve_model_ref,
-)
-from homelab.hub.remote_source import (
-    HubAuthError,
-    HubNetworkError,
-    HubNotFoundError,
-    HubOfflineError,
 )
 from tests.factory import write_gguf
 from tests.hubstub import DEFAULT_REVISION_SHA, HubStub
@@ -45,10 +46,13 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture
-def hub(models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubStub]:
+def hub(
+    models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[HubStub]:
     plain = {k: v for k, v in models.items() if not k.startswith("Q8_0/")}
-    with HubStub({REPO: plain, SPLIT_REPO: models, "tester/Gated-GGUF": plain},
-                 gated={"tester/Gated-GGUF"}) as stub:
+    with HubStub(
+        {REPO: plain, SPLIT_REPO: models, "tester/Gated-GGUF": plain}, gated={"tester/Gated-GGUF"}
+    ) as stub:
         point_hf_at(stub, monkeypatch, tmp_path / "hf-home")
         yield stub
 
@@ -69,24 +73,42 @@ def _range_gets(hub: HubStub) -> list:
         ("owner/Model-GGUF@v1.2:Q8_0", "owner/Model-GGUF", "Q8_0", None, "v1.2"),
         ("owner/Model-GGUF@" + "a" * 40 + "/M.gguf", "owner/Model-GGUF", None, "M.gguf", "a" * 40),
         ("hf.co/owner/Model-GGUF:Q6_K", "owner/Model-GGUF", "Q6_K", None, "main"),
-        ("https://huggingface.co/owner/Model-GGUF/resolve/dev/M%20x-Q8_0.gguf?download=true",
-         "owner/Model-GGUF", None, "M x-Q8_0.gguf", "dev"),
+        (
+            "https://huggingface.co/owner/Model-GGUF/resolve/dev/M%20x-Q8_0.gguf?download=true",
+            "owner/Model-GGUF",
+            None,
+            "M x-Q8_0.gguf",
+            "dev",
+        ),
     ],
 )
-def test_hub_references(text: str, repo: str, quant: str | None, filename: str | None, revision: str) -> None:
+def test_hub_references(
+    text: str, repo: str, quant: str | None, filename: str | None, revision: str
+) -> None:
     ref = parse_model_ref(text)
     assert (ref.repo, ref.quant, ref.filename, ref.revision) == (repo, quant, filename, revision)
     assert not ref.is_local
 
 
-@pytest.mark.parametrize("text", ["/no/such/Model-Q4_K_M.gguf", "./m.gguf", "missing.gguf",
-                                  "models/missing.gguf", "~/x.gguf", "justaword"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "/no/such/Model-Q4_K_M.gguf",
+        "./m.gguf",
+        "missing.gguf",
+        "models/missing.gguf",
+        "~/x.gguf",
+        "justaword",
+    ],
+)
 def test_paths_stay_paths(text: str) -> None:
     ref = parse_model_ref(text)
     assert ref.is_local and ref.repo is None
 
 
-def test_an_existing_folder_pair_is_a_path_not_a_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_existing_folder_pair_is_a_path_not_a_repo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "owner" / "name").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
     assert parse_model_ref("owner/name").is_local
@@ -115,7 +137,9 @@ def test_local_file(models: dict[str, Path]) -> None:
     assert resolved.model.tensors == read_model(path).tensors
 
 
-def test_remote_header_equals_local_and_is_cached_for_next_time(hub: HubStub, models: dict[str, Path]) -> None:
+def test_remote_header_equals_local_and_is_cached_for_next_time(
+    hub: HubStub, models: dict[str, Path]
+) -> None:
     resolved = resolve_model_ref(f"{REPO}:q4_0")
     local = read_model(models["Tiny-Q4_0.gguf"])
     assert resolved.model.metadata == local.metadata and resolved.model.tensors == local.tensors
@@ -128,7 +152,10 @@ def test_remote_header_equals_local_and_is_cached_for_next_time(hub: HubStub, mo
 
     again = resolve_model_ref(f"{REPO}:Q4_0")
     assert [p.origin for p in again.parts] == ["header-cache"]
-    assert again.model.tensors == local.tensors and again.model.header.file_size == local.header.file_size
+    assert (
+        again.model.tensors == local.tensors
+        and again.model.header.file_size == local.header.file_size
+    )
     assert len(_range_gets(hub)) == first_gets  # no byte of the file asked for again
     assert resolve_model(f"{REPO}:Q4_0").tensors == local.tensors
 
@@ -210,7 +237,9 @@ def test_offline_uses_a_downloaded_file(hub: HubStub, monkeypatch: pytest.Monkey
     assert resolved.display == str(pulled.paths[0]) and resolved.is_downloaded
 
 
-def test_offline_with_nothing_cached_says_what_is_missing(hub: HubStub, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_offline_with_nothing_cached_says_what_is_missing(
+    hub: HubStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
     resolve_model_ref(f"{REPO}:Q4_0")  # one header cached
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(HubOfflineError) as caught:
@@ -222,7 +251,9 @@ def test_offline_with_nothing_cached_says_what_is_missing(hub: HubStub, monkeypa
     assert hub.requests_for("Tiny-F16.gguf", None) == []
 
 
-def test_unreachable_hub_falls_back_to_the_caches(hub: HubStub, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreachable_hub_falls_back_to_the_caches(
+    hub: HubStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
     resolve_model_ref(f"{REPO}:Q4_0")
     hub.close()
     listing = list_repo(REPO)

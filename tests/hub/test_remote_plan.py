@@ -30,7 +30,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture
-def hub(files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubStub]:
+def hub(
+    files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[HubStub]:
     with HubStub({REPO: files}) as stub:
         point_hf_at(stub, monkeypatch, tmp_path / "hf-home")
         yield stub
@@ -57,8 +59,9 @@ def _without_path(plan: dict) -> dict:
 
 
 @pytest.mark.parametrize(("ref", "local_name"), [(f"{REPO}:F16", FILE), (f"{REPO}:q8_0", SPLIT[0])])
-def test_remote_plan_equals_the_local_plan(hub: HubStub, files: dict[str, Path], capsys, ref: str,
-                                          local_name: str) -> None:
+def test_remote_plan_equals_the_local_plan(
+    hub: HubStub, files: dict[str, Path], capsys, ref: str, local_name: str
+) -> None:
     local_code, local = _plan_json(capsys, str(files[local_name]))
     remote_code, remote = _plan_json(capsys, ref)
     assert remote_code == local_code == 0
@@ -86,7 +89,9 @@ def test_a_remote_plan_reads_only_the_header(hub: HubStub, files: dict[str, Path
     assert sum(r.bytes_sent for r in api) < 8_000  # the listing: names, sizes, hashes
 
 
-def test_split_parts_are_all_read_with_header_bytes_only(hub: HubStub, files: dict[str, Path]) -> None:
+def test_split_parts_are_all_read_with_header_bytes_only(
+    hub: HubStub, files: dict[str, Path]
+) -> None:
     resolved = resolve_model_ref(f"{REPO}:Q8_0")
     assert [p.filename for p in resolved.parts] == SPLIT
     for name, part in zip(SPLIT, resolved.parts, strict=True):
@@ -100,12 +105,14 @@ def test_second_plan_needs_no_header_bytes(hub: HubStub, capsys) -> None:
     first = settled(hub)
     code, plan = _plan_json(capsys, f"{REPO}:F16")
     assert code == 0 and plan["model"]["arch"] == "llama"
-    new = settled(hub)[len(first):]
+    new = settled(hub)[len(first) :]
     assert [r for r in new if r.filename == FILE] == []
     assert all(r.path.startswith("/api/") for r in new)  # only the listing (is main still there?)
 
 
-def test_offline_plan_from_the_header_cache(hub: HubStub, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_offline_plan_from_the_header_cache(
+    hub: HubStub, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _, online = _plan_json(capsys, f"{REPO}:F16")
     hub.close()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -113,7 +120,9 @@ def test_offline_plan_from_the_header_cache(hub: HubStub, capsys, monkeypatch: p
     assert code == 0 and offline == online
 
 
-def test_offline_without_cache_is_a_clear_error(hub: HubStub, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_offline_without_cache_is_a_clear_error(
+    hub: HubStub, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     code = main(["plan", f"{REPO}:F16", *PLAN_OPTIONS])
     _, err = capsys.readouterr()
@@ -123,18 +132,23 @@ def test_offline_without_cache_is_a_clear_error(hub: HubStub, capsys, monkeypatc
     assert settled(hub) == []
 
 
-@pytest.mark.parametrize(("ref", "code", "words"), [
-    (f"{REPO}:Q2_K", 1, "has no quant Q2_K; it has: F16"),
-    ("tester/Nope-GGUF:Q4_K_M", 1, "no repository tester/Nope-GGUF"),
-    ("owner/na me:Q4", 2, "cannot read the model reference"),
-])
+@pytest.mark.parametrize(
+    ("ref", "code", "words"),
+    [
+        (f"{REPO}:Q2_K", 1, "has no quant Q2_K; it has: F16"),
+        ("tester/Nope-GGUF:Q4_K_M", 1, "no repository tester/Nope-GGUF"),
+        ("owner/na me:Q4", 2, "cannot read the model reference"),
+    ],
+)
 def test_plan_errors_exit_cleanly(hub: HubStub, capsys, ref: str, code: int, words: str) -> None:
     assert main(["plan", ref, *PLAN_OPTIONS]) == code
     _, err = capsys.readouterr()
     assert words in err and "Traceback" not in err
 
 
-def test_a_missing_local_path_is_still_a_bad_model_file(hub: HubStub, capsys, tmp_path: Path) -> None:
+def test_a_missing_local_path_is_still_a_bad_model_file(
+    hub: HubStub, capsys, tmp_path: Path
+) -> None:
     assert main(["plan", str(tmp_path / "gone" / "Model-Q4_K_M.gguf"), *PLAN_OPTIONS]) == 4
     assert "no such file" in capsys.readouterr().err
     assert settled(hub) == []

@@ -16,14 +16,8 @@ from remote_fixtures import recorded
 
 from homelab.gguf.model_file import read_model
 from homelab.gguf.reader import read_header
-from homelab.hub.remote_source import (
-    HttpRangeSource,
-    HubAuthError,
-    HubError,
-    HubNetworkError,
-    HubNotFoundError,
-    RangeNotSupportedError,
-)
+from homelab.hub.errors import HubAuthError, HubError, HubNetworkError, HubNotFoundError
+from homelab.hub.remote_source import HttpRangeSource, RangeNotSupportedError
 from tests.factory import write_gguf
 from tests.hubstub import DEFAULT_REVISION_SHA, HubStub
 
@@ -40,13 +34,17 @@ def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def hub(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubStub]:
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setenv("HF_HOME", str(tiny_gguf.parent / "hf-home-unused"))
-    with HubStub({REPO: {FILE: tiny_gguf}, "tester/Gated-GGUF": {FILE: tiny_gguf}},
-                 gated={"tester/Gated-GGUF"}) as stub:
+    with HubStub(
+        {REPO: {FILE: tiny_gguf}, "tester/Gated-GGUF": {FILE: tiny_gguf}},
+        gated={"tester/Gated-GGUF"},
+    ) as stub:
         monkeypatch.setenv("HF_ENDPOINT", stub.endpoint)
         yield stub
 
 
-def test_head_follows_the_lfs_redirect_and_reads_size_etag_commit(hub: HubStub, tiny_gguf: Path) -> None:
+def test_head_follows_the_lfs_redirect_and_reads_size_etag_commit(
+    hub: HubStub, tiny_gguf: Path
+) -> None:
     with HttpRangeSource(hub.resolve_url(REPO, FILE)) as source:
         assert source.size() == tiny_gguf.stat().st_size
         info = source.info
@@ -58,7 +56,9 @@ def test_head_follows_the_lfs_redirect_and_reads_size_etag_commit(hub: HubStub, 
     assert heads == [("hub", 302), ("cdn", 200)]
 
 
-def test_remote_header_equals_the_local_one_and_reads_go_to_the_cdn(hub: HubStub, tiny_gguf: Path) -> None:
+def test_remote_header_equals_the_local_one_and_reads_go_to_the_cdn(
+    hub: HubStub, tiny_gguf: Path
+) -> None:
     local = read_model(tiny_gguf).header
     with HttpRangeSource(hub.resolve_url(REPO, FILE)) as source:
         remote = read_header(source)
@@ -95,14 +95,20 @@ def test_a_dropped_connection_resumes_where_it_stopped(hub: HubStub, tiny_gguf: 
 
 
 def test_gated_repo_without_token_is_a_clear_auth_error(hub: HubStub) -> None:
-    with HttpRangeSource(hub.resolve_url("tester/Gated-GGUF", FILE), repo_id="tester/Gated-GGUF") as source:
+    with HttpRangeSource(
+        hub.resolve_url("tester/Gated-GGUF", FILE), repo_id="tester/Gated-GGUF"
+    ) as source:
         with pytest.raises(HubAuthError) as caught:
             source.read(0, 100)
     assert "401" in caught.value.message and "gated" in caught.value.message
-    assert "HF_TOKEN" in (caught.value.hint or "") and "tester/Gated-GGUF" in (caught.value.hint or "")
+    assert "HF_TOKEN" in (caught.value.hint or "") and "tester/Gated-GGUF" in (
+        caught.value.hint or ""
+    )
 
 
-def test_gated_repo_with_the_wrong_token_is_403(hub: HubStub, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gated_repo_with_the_wrong_token_is_403(
+    hub: HubStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
     hub.require_token("hf_right")
     monkeypatch.setenv("HF_TOKEN", "hf_wrong")
     with HttpRangeSource(hub.resolve_url("tester/Gated-GGUF", FILE)) as source:
@@ -152,8 +158,9 @@ class _Server:
     def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}/{path}"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from homelab.engine.process import alive
-from homelab.engine.state_file import StateFile
+from homelab.engine.supervision.process import alive
+from homelab.engine.supervision.state_file import StateFile
 from tests.engine.supervisor_child import run_homelab
 from tests.factory.server_log import free_port
 

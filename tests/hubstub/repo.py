@@ -90,7 +90,12 @@ class StubFile:
 
     def tree_entry(self, commit: str, expand: bool) -> dict[str, object]:
         """An entry of ``/api/models/{repo}/tree/...`` or ``paths-info``."""
-        entry: dict[str, object] = {"type": "file", "oid": self.git_oid, "size": self.size, "path": self.path}
+        entry: dict[str, object] = {
+            "type": "file",
+            "oid": self.git_oid,
+            "size": self.size,
+            "path": self.path,
+        }
         if self.lfs:
             entry["lfs"] = {"oid": self.sha256, "size": self.size, "pointerSize": self.pointer_size}
         if expand:
@@ -145,20 +150,26 @@ class StubRepo:
             "usedStorage": sum(f.size for f in self.files.values()),
         }
         if expand:
-            return {"_id": full["_id"], "id": self.repo_id, **{k: full[k] for k in expand if k in full}}
+            return {
+                "_id": full["_id"],
+                "id": self.repo_id,
+                **{k: full[k] for k in expand if k in full},
+            }
         return full
 
-    def tree(self, commit: str, folder: str, *, recursive: bool, expand: bool) -> list[dict[str, object]] | None:
+    def tree(
+        self, commit: str, folder: str, *, recursive: bool, expand: bool
+    ) -> list[dict[str, object]] | None:
         """The body of ``GET /api/models/{repo}/tree/{rev}[/{folder}]``; None if no such folder."""
         if folder and folder not in self.directories():
             return None
         prefix = f"{folder}/" if folder else ""
         entries: list[dict[str, object]] = []
         for directory in sorted(self.directories()):
-            if directory.startswith(prefix) and (recursive or "/" not in directory[len(prefix):]):
+            if directory.startswith(prefix) and (recursive or "/" not in directory[len(prefix) :]):
                 entries.append(self._dir_entry(directory, commit, expand))
         for path, stub_file in self.files.items():
-            if path.startswith(prefix) and (recursive or "/" not in path[len(prefix):]):
+            if path.startswith(prefix) and (recursive or "/" not in path[len(prefix) :]):
                 entries.append(stub_file.tree_entry(commit, expand))
         return entries
 

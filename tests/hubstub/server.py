@@ -75,7 +75,9 @@ class HubStub:
             raise ValueError(f"revision_sha must be 40 lowercase hex digits, got {revision_sha!r}")
         self.revision_sha = revision_sha
         self.repos = {
-            repo_id: StubRepo.build(repo_id, files, gated=repo_id in gated, private=repo_id in private)
+            repo_id: StubRepo.build(
+                repo_id, files, gated=repo_id in gated, private=repo_id in private
+            )
             for repo_id, files in repos.items()
         }
         self.requests: list[RecordedRequest] = []
@@ -94,7 +96,9 @@ class HubStub:
         """Start both listeners (``with HubStub(...) as hub`` calls this)."""
         for host in ("hub", "cdn"):
             server = StubServer(self._dispatch, host)
-            thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+            thread = threading.Thread(
+                target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+            )
             thread.start()
             self._servers.append(server)
             self._threads.append(thread)
@@ -118,7 +122,10 @@ class HubStub:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()
 
@@ -151,7 +158,9 @@ class HubStub:
     def requests_for(self, filename: str, method: str | None = "GET") -> list[RecordedRequest]:
         """Recorded requests about ``filename`` (any host), of ``method`` unless None."""
         with self._lock:
-            return [r for r in self.requests if r.filename == filename and method in (None, r.method)]
+            return [
+                r for r in self.requests if r.filename == filename and method in (None, r.method)
+            ]
 
     def bytes_sent(self, filename: str | None = None) -> int:
         """Body bytes sent in all, or for ``filename`` only."""
@@ -200,8 +209,14 @@ class HubStub:
             if method == "GET" and len(rest) == 2 and rest[0] == "revision":
                 return send_json(handler, method, self._info(repo, rest[1], query))
             if method == "GET" and rest == ["refs"]:
-                branch = {"name": "main", "ref": "refs/heads/main", "targetCommit": self.revision_sha}
-                return send_json(handler, method, {"branches": [branch], "converts": [], "tags": []})
+                branch = {
+                    "name": "main",
+                    "ref": "refs/heads/main",
+                    "targetCommit": self.revision_sha,
+                }
+                return send_json(
+                    handler, method, {"branches": [branch], "converts": [], "tags": []}
+                )
             if method == "GET" and len(rest) >= 2 and rest[0] == "tree":
                 return self._tree(handler, method, repo, raw_path, query)
             if method == "POST" and len(rest) == 2 and rest[0] == "paths-info":
@@ -223,14 +238,19 @@ class HubStub:
         return repo
 
     def _authorized(self, handler: StubHandler) -> bool:
-        return self._token is not None and handler.headers.get("Authorization") == f"Bearer {self._token}"
+        return (
+            self._token is not None
+            and handler.headers.get("Authorization") == f"Bearer {self._token}"
+        )
 
     def _commit(self, revision: str) -> str:
         if revision not in ("main", self.revision_sha):
             raise Reply(404, f"Invalid rev id: {revision}", "RevisionNotFound")
         return self.revision_sha
 
-    def _info(self, repo: StubRepo, revision: str, query: dict[str, list[str]]) -> dict[str, object]:
+    def _info(
+        self, repo: StubRepo, revision: str, query: dict[str, list[str]]
+    ) -> dict[str, object]:
         blobs = query.get("blobs", ["false"])[0].lower() in ("1", "true")
         expand = query.get("expand") or None
         return repo.info(self._commit(revision), blobs=blobs, expand=expand)
@@ -241,9 +261,13 @@ class HubStub:
         commit = self._commit(unquote(raw_revision))
         recursive = query.get("recursive", ["false"])[0].lower() in ("1", "true")
         expand = query.get("expand", ["false"])[0].lower() in ("1", "true")
-        entries = repo.tree(commit, unquote(raw_folder).strip("/"), recursive=recursive, expand=expand)
+        entries = repo.tree(
+            commit, unquote(raw_folder).strip("/"), recursive=recursive, expand=expand
+        )
         if entries is None:
-            raise Reply(404, f"{unquote(raw_folder)} does not exist on main", "EntryNotFound", commit)
+            raise Reply(
+                404, f"{unquote(raw_folder)} does not exist on main", "EntryNotFound", commit
+            )
         return send_json(handler, method, entries)
 
     def _paths_info(self, handler, repo, revision):  # type: ignore[no-untyped-def]
@@ -282,7 +306,9 @@ class HubStub:
             raise Reply(404, "Entry not found", "EntryNotFound", commit)
         headers = {"X-Repo-Commit": commit, "ETag": f'"{stub_file.etag}"', "Vary": "Origin, Accept"}
         if stub_file.lfs:
-            location = f"{self.cdn_endpoint}/lfs/{repo_id}/{stub_file.sha256}?filename={quote(filename)}"
+            location = (
+                f"{self.cdn_endpoint}/lfs/{repo_id}/{stub_file.sha256}?filename={quote(filename)}"
+            )
             headers.update(
                 {
                     "Location": location,
@@ -307,7 +333,7 @@ class HubStub:
         name = filename.rsplit("/", 1)[-1]
         headers = {
             "ETag": f'"{stub_file.sha256}"',
-            "Content-Disposition": f'inline; filename*=UTF-8\'\'{quote(name)}; filename="{name}";',
+            "Content-Disposition": f"inline; filename*=UTF-8''{quote(name)}; filename=\"{name}\";",
             "Cache-Control": "public, max-age=604800, immutable",
         }
         return self._serve_bytes(handler, method, stub_file, headers)

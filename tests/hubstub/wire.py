@@ -139,7 +139,11 @@ def send_head(handler: StubHandler, status: int, headers: dict[str, str]) -> Non
 def send_json(handler: StubHandler, method: str, body: object) -> tuple[int, int]:
     """A 200 JSON answer; returns (status, body bytes sent)."""
     data = json.dumps(body).encode()
-    send_head(handler, 200, {"Content-Type": "application/json; charset=utf-8", "Content-Length": str(len(data))})
+    send_head(
+        handler,
+        200,
+        {"Content-Type": "application/json; charset=utf-8", "Content-Length": str(len(data))},
+    )
     if method == "HEAD":
         return 200, 0
     handler.wfile.write(data)
@@ -181,11 +185,15 @@ def byte_range(header: str | None, size: int) -> tuple[int, int, int, dict[str, 
     else:
         start, end = max(size - int(last), 0), size
     if start >= size or start >= end:
-        raise Reply(416, "Requested Range Not Satisfiable", headers={"Content-Range": f"bytes */{size}"})
+        raise Reply(
+            416, "Requested Range Not Satisfiable", headers={"Content-Range": f"bytes */{size}"}
+        )
     return 206, start, end, {"Content-Range": f"bytes {start}-{end - 1}/{size}"}
 
 
-def write_body(handler: StubHandler, stub_file: StubFile, start: int, end: int, *, cut: int | None, flip: bool) -> int:
+def write_body(
+    handler: StubHandler, stub_file: StubFile, start: int, end: int, *, cut: int | None, flip: bool
+) -> int:
     """Send bytes ``[start, end)`` (one byte flipped if ``flip``); after ``cut`` bytes drop the
     connection instead. Returns the body bytes written."""
     limit = end - start if cut is None else min(cut, end - start)

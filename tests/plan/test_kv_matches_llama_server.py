@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from homelab.engine.llama_log import LoadLog, mib_matches, parse_load_log
+from homelab.engine.llamacpp.log import LoadLog, mib_matches, parse_load_log
 from homelab.gguf.archs import rule_for
 from homelab.gguf.geometry import geometry_of
 from homelab.gguf.model_file import read_model
@@ -37,7 +37,16 @@ class Setting:
     ubatch: int = 512
 
     def argv(self) -> list[str]:
-        args = ["-c", str(self.ctx), "-np", str(self.n_seq), "-ctk", self.type_k, "-ctv", self.type_v]
+        args = [
+            "-c",
+            str(self.ctx),
+            "-np",
+            str(self.n_seq),
+            "-ctk",
+            self.type_k,
+            "-ctv",
+            self.type_v,
+        ]
         args += ["-fa", "on" if self.flash_attn else "off", "-ub", str(self.ubatch)]
         if self.unified:
             args.append("-kvu")
@@ -58,11 +67,18 @@ class Setting:
 SETTINGS = {
     "q8_0 4k": Setting("q8_0 4k", 4096, 1, "q8_0", "q8_0"),
     "f16/q4_0 8k×3": Setting("f16/q4_0 8k×3", 8192, 3, "f16", "q4_0"),
-    "q5_1 10000×2 unified": Setting("q5_1 10000×2 unified", 10_000, 2, "q5_1", "q5_1", unified=True),
+    "q5_1 10000×2 unified": Setting(
+        "q5_1 10000×2 unified", 10_000, 2, "q5_1", "q5_1", unified=True
+    ),
     "f16 no-FA 3000": Setting("f16 no-FA 3000", 3000, 1, "f16", "f16", flash_attn=False),
-    "bf16/iq4_nl 20000×4 ub256": Setting("bf16/iq4_nl 20000×4 ub256", 20_000, 4, "bf16", "iq4_nl", ubatch=256),
+    "bf16/iq4_nl 20000×4 ub256": Setting(
+        "bf16/iq4_nl 20000×4 ub256", 20_000, 4, "bf16", "iq4_nl", ubatch=256
+    ),
 }
-MLA_SAME_TYPES = {"f16/q4_0 8k×3": ("q4_0", "q4_0"), "bf16/iq4_nl 20000×4 ub256": ("iq4_nl", "iq4_nl")}
+MLA_SAME_TYPES = {
+    "f16/q4_0 8k×3": ("q4_0", "q4_0"),
+    "bf16/iq4_nl 20000×4 ub256": ("iq4_nl", "iq4_nl"),
+}
 
 
 def _cases() -> list[tuple[str, str]]:
@@ -79,7 +95,9 @@ def factory_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {arch: write_gguf(arch, folder / f"{arch}.gguf") for arch in ARCHS}
 
 
-def _compare(log: LoadLog, alloc: KvAllocation, n_kv_full: int, n_kv_swa: int, setting: Setting) -> None:
+def _compare(
+    log: LoadLog, alloc: KvAllocation, n_kv_full: int, n_kv_swa: int, setting: Setting
+) -> None:
     caches = {line.swa: line for line in log.kv_caches}
     full = caches.get(False) or caches.get(None)
     if n_kv_full:
@@ -87,8 +105,14 @@ def _compare(log: LoadLog, alloc: KvAllocation, n_kv_full: int, n_kv_swa: int, s
         assert full.cells == alloc.ctx_per_seq
         assert full.layers == n_kv_full
         assert full.n_stream == alloc.n_stream or full.n_seq_max == setting.n_seq
-        assert mib_matches(alloc.full_k, full.k_mib, single_precision=True), (alloc.full_k, full.k_mib)
-        assert mib_matches(alloc.full_v, full.v_mib, single_precision=True), (alloc.full_v, full.v_mib)
+        assert mib_matches(alloc.full_k, full.k_mib, single_precision=True), (
+            alloc.full_k,
+            full.k_mib,
+        )
+        assert mib_matches(alloc.full_v, full.v_mib, single_precision=True), (
+            alloc.full_v,
+            full.v_mib,
+        )
         assert mib_matches(alloc.full_bytes, full.size_mib, single_precision=True)
     if n_kv_swa:
         swa = caches.get(True)
@@ -103,8 +127,14 @@ def _compare(log: LoadLog, alloc: KvAllocation, n_kv_full: int, n_kv_swa: int, s
         assert len(log.recurrent) == 1, "expected one recurrent-state line"
         rs = log.recurrent[0]
         assert rs.cells == max(1, setting.n_seq)
-        assert mib_matches(alloc.recurrent_r, rs.r_mib, single_precision=True), (alloc.recurrent_r, rs.r_mib)
-        assert mib_matches(alloc.recurrent_s, rs.s_mib, single_precision=True), (alloc.recurrent_s, rs.s_mib)
+        assert mib_matches(alloc.recurrent_r, rs.r_mib, single_precision=True), (
+            alloc.recurrent_r,
+            rs.r_mib,
+        )
+        assert mib_matches(alloc.recurrent_s, rs.s_mib, single_precision=True), (
+            alloc.recurrent_s,
+            rs.s_mib,
+        )
     else:
         assert not log.recurrent, "llama-server keeps recurrent state the plan does not know about"
     assert log.context.n_ctx == alloc.n_ctx
@@ -118,8 +148,16 @@ def test_planned_kv_equals_llama_server_log(
     geometry = geometry_of(read_model(factory_models[arch]))
     if geometry.is_mla and setting_name in MLA_SAME_TYPES:
         type_k, type_v = MLA_SAME_TYPES[setting_name]
-        setting = Setting(setting.name, setting.ctx, setting.n_seq, type_k, type_v, setting.unified,
-                          setting.flash_attn, setting.ubatch)
+        setting = Setting(
+            setting.name,
+            setting.ctx,
+            setting.n_seq,
+            type_k,
+            type_v,
+            setting.unified,
+            setting.flash_attn,
+            setting.ubatch,
+        )
     log = parse_load_log(capture_load_log(llama_server_bin, factory_models[arch], setting.argv()))
     assert not log.failures, [f.line for f in log.failures]
     alloc = kv_allocation(geometry, setting.kv_settings())

@@ -4,13 +4,13 @@ and the seed article's worked example."""
 from __future__ import annotations
 
 import pytest
+from metadata_headers import deepseek_v3, gemma3_27b, gpt_oss_20b, header, llama31_8b, seed_qwen35
 
 from homelab.errors import UnknownArchitectureError, UsageError
 from homelab.gguf.geometry import geometry_of
 from homelab.plan.fit import Fitter
 from homelab.plan.kv import KvSettings, context_cells, kv_allocation
 from homelab.units import GiB, MiB
-from metadata_headers import deepseek_v3, gemma3_27b, gpt_oss_20b, header, llama31_8b, seed_qwen35
 
 
 def test_seed_article_bytes_per_token() -> None:
@@ -100,7 +100,9 @@ def test_v_rows_padded_without_flash_attention() -> None:
     )
     geometry = geometry_of(mixed)
     fa = kv_allocation(geometry, KvSettings(n_ctx=4096, type_k="f16", type_v="f16"))
-    no_fa = kv_allocation(geometry, KvSettings(n_ctx=4096, type_k="f16", type_v="f16", flash_attn=False))
+    no_fa = kv_allocation(
+        geometry, KvSettings(n_ctx=4096, type_k="f16", type_v="f16", flash_attn=False)
+    )
     assert fa.full_v == (2 * 64 + 4 * 64) * 2 * 4096
     assert no_fa.full_v == 2 * (4 * 64) * 2 * 4096
 

@@ -22,7 +22,11 @@ def _plan(capsys, *args: str) -> tuple[int, str, str]:
 
 def test_plan_json_on_replayed_wayland_card(capsys, smollm2_gguf: Path) -> None:
     code, out, _ = _plan(
-        capsys, str(smollm2_gguf), "--gpu-snapshot", str(FIXTURES / "rtx3090_wayland.json"), "--json"
+        capsys,
+        str(smollm2_gguf),
+        "--gpu-snapshot",
+        str(FIXTURES / "rtx3090_wayland.json"),
+        "--json",
     )
     assert code == 0
     data = json.loads(out)
@@ -34,7 +38,11 @@ def test_plan_json_on_replayed_wayland_card(capsys, smollm2_gguf: Path) -> None:
     assert budget["desktop"] > 2 * 1024**3  # the Wayland desktop's peak, not zero
     assert budget["headroom"] == 1024**3  # the card drives a display
     assert budget["weights"] + budget["engine"] + budget["kv"] <= (
-        budget["total"] - budget["reserved"] - budget["desktop"] - budget["other"] - budget["headroom"]
+        budget["total"]
+        - budget["reserved"]
+        - budget["desktop"]
+        - budget["other"]
+        - budget["headroom"]
     )
     assert data["kv_bytes_per_token"] == 2 * 30 * 3 * 64 * 34 // 32
     assert data["argv"][0] == "llama-server" and str(smollm2_gguf) in data["argv"]

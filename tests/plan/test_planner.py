@@ -5,23 +5,27 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from metadata_headers import llama31_8b, seed_qwen35
 
+from homelab.engine.llamacpp.argv import llama_server_argv
 from homelab.errors import DoesNotFitError
 from homelab.gguf.header import GgufModel, TensorInfo
 from homelab.gpu.probe import synthetic_report
 from homelab.gpu.report import CpuMemory, GpuReport
-from homelab.plan.argv import llama_server_argv
 from homelab.plan.planner import PlanRequest, make_plan
 from homelab.plan.serialize import plan_to_dict
 from homelab.plan.workload import CHAT, parse_workload
 from homelab.units import GiB, MiB
-from metadata_headers import llama31_8b, seed_qwen35
 
 
-def _with_weights(header, *, block_bytes: int, embd_bytes: int, output_bytes: int, tied: bool = False) -> GgufModel:
+def _with_weights(
+    header, *, block_bytes: int, embd_bytes: int, output_bytes: int, tied: bool = False
+) -> GgufModel:
     n = header.metadata[f"{header.arch}.block_count"]
     tensors = [TensorInfo("token_embd.weight", (1,), 0, "F32", 0, embd_bytes)]
-    tensors += [TensorInfo(f"blk.{i}.ffn_up.weight", (1,), 0, "F32", 0, block_bytes) for i in range(n)]
+    tensors += [
+        TensorInfo(f"blk.{i}.ffn_up.weight", (1,), 0, "F32", 0, block_bytes) for i in range(n)
+    ]
     if not tied:
         tensors.append(TensorInfo("output.weight", (1,), 0, "F32", 0, output_bytes))
     tensors.append(TensorInfo("output_norm.weight", (1,), 0, "F32", 0, 4096))
@@ -30,7 +34,9 @@ def _with_weights(header, *, block_bytes: int, embd_bytes: int, output_bytes: in
 
 def seed_model() -> GgufModel:
     # ~5.4 GiB on the card: 32 blocks of 160 MiB + a 400 MiB output head; 600 MiB embedding in RAM
-    return _with_weights(seed_qwen35(), block_bytes=160 * MiB, embd_bytes=600 * MiB, output_bytes=400 * MiB)
+    return _with_weights(
+        seed_qwen35(), block_bytes=160 * MiB, embd_bytes=600 * MiB, output_bytes=400 * MiB
+    )
 
 
 def _check_budget_adds_up(plan) -> None:
@@ -66,7 +72,9 @@ def test_tokens_fit_is_the_boundary() -> None:
     plan = make_plan(seed_model(), "seed.gguf", synthetic_report(16 * GiB), PlanRequest(parallel=1))
     from homelab.plan.fit import Fitter
 
-    fitter = Fitter(plan.geometry, plan.budget.usable - plan.weights_on_device, plan.settings, on_gpu=True)
+    fitter = Fitter(
+        plan.geometry, plan.budget.usable - plan.weights_on_device, plan.settings, on_gpu=True
+    )
     assert fitter.fits(plan.tokens_fit, 1)
     assert not fitter.fits(plan.tokens_fit + 256, 1)
 
@@ -76,12 +84,32 @@ def test_json_contract_and_argv() -> None:
     argv = llama_server_argv(plan, port=8123)
     data = plan_to_dict(plan, argv)
     for key in (
-        "model", "weights_bytes", "cache_type_k", "cache_type_v", "kv_bytes_per_token", "ctx_size",
-        "parallel", "ctx_per_slot", "kv_bytes", "tokens_fit", "budget", "steps", "argv",
+        "model",
+        "weights_bytes",
+        "cache_type_k",
+        "cache_type_v",
+        "kv_bytes_per_token",
+        "ctx_size",
+        "parallel",
+        "ctx_per_slot",
+        "kv_bytes",
+        "tokens_fit",
+        "budget",
+        "steps",
+        "argv",
     ):
         assert key in data
     assert set(data["model"]) >= {"path", "arch", "n_layer", "kv_layers", "trained_ctx"}
-    assert set(data["budget"]) >= {"total", "reserved", "desktop", "other", "engine", "headroom", "weights", "kv"}
+    assert set(data["budget"]) >= {
+        "total",
+        "reserved",
+        "desktop",
+        "other",
+        "engine",
+        "headroom",
+        "weights",
+        "kv",
+    }
     assert data["model"]["kv_layers"] == 8
     assert argv[argv.index("-c") + 1] == str(data["ctx_size"])
     assert argv[argv.index("-np") + 1] == str(data["parallel"])
@@ -94,7 +122,9 @@ def test_json_contract_and_argv() -> None:
 
 
 def test_weights_too_big_offers_partial_offload() -> None:
-    model = _with_weights(llama31_8b(), block_bytes=400 * MiB, embd_bytes=500 * MiB, output_bytes=500 * MiB)
+    model = _with_weights(
+        llama31_8b(), block_bytes=400 * MiB, embd_bytes=500 * MiB, output_bytes=500 * MiB
+    )
     plan = make_plan(model, "big.gguf", synthetic_report(8 * GiB), PlanRequest(workload=CHAT))
     assert plan.verdict == "partial"
     assert plan.n_gpu_layers is not None and 1 < plan.n_gpu_layers < 33
@@ -117,14 +147,18 @@ def test_ctx_that_does_not_fit_says_what_does() -> None:
 def test_model_trained_shorter_than_workload_is_capped() -> None:
     header = dataclasses.replace(llama31_8b())
     header.metadata["llama.context_length"] = 32_768
-    model = _with_weights(header, block_bytes=100 * MiB, embd_bytes=100 * MiB, output_bytes=100 * MiB)
+    model = _with_weights(
+        header, block_bytes=100 * MiB, embd_bytes=100 * MiB, output_bytes=100 * MiB
+    )
     plan = make_plan(model, "m.gguf", synthetic_report(24 * GiB), PlanRequest())
     assert plan.candidate.allocation.ctx_per_slot == 32_768
     assert any("trained on 32,768" in w for w in plan.warnings)
 
 
 def test_cpu_plan_uses_ram() -> None:
-    report = GpuReport(source="cpu", devices=(), cpu=CpuMemory(total=32 * GiB, available=24 * GiB), note="no GPU")
+    report = GpuReport(
+        source="cpu", devices=(), cpu=CpuMemory(total=32 * GiB, available=24 * GiB), note="no GPU"
+    )
     plan = make_plan(seed_model(), "seed.gguf", report, PlanRequest())
     assert plan.budget.kind == "cpu"
     assert plan.weights_on_device == plan.weights.total
@@ -140,11 +174,18 @@ def test_workload_parsing() -> None:
 
 
 def test_mla_refuses_mixed_cache_types() -> None:
-    from homelab.errors import UsageError
     from metadata_headers import deepseek_v3
 
-    model = _with_weights(deepseek_v3(), block_bytes=10 * MiB, embd_bytes=10 * MiB, output_bytes=10 * MiB)
+    from homelab.errors import UsageError
+
+    model = _with_weights(
+        deepseek_v3(), block_bytes=10 * MiB, embd_bytes=10 * MiB, output_bytes=10 * MiB
+    )
     with pytest.raises(UsageError, match="MLA"):
-        make_plan(model, "ds.gguf", synthetic_report(24 * GiB), PlanRequest(type_k="f16", type_v="q4_0"))
-    plan = make_plan(model, "ds.gguf", synthetic_report(24 * GiB), PlanRequest(type_k="q4_0", type_v="q4_0"))
+        make_plan(
+            model, "ds.gguf", synthetic_report(24 * GiB), PlanRequest(type_k="f16", type_v="q4_0")
+        )
+    plan = make_plan(
+        model, "ds.gguf", synthetic_report(24 * GiB), PlanRequest(type_k="q4_0", type_v="q4_0")
+    )
     assert plan.candidate.allocation.full_v == 0

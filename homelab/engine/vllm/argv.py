@@ -9,8 +9,8 @@ model from the HF cache keeps its repo id as the served name.
 
 from __future__ import annotations
 
-from homelab.engine.vllm.plan import VllmPlan
 from homelab.errors import UsageError
+from homelab.plan.vllm.plan import VllmPlan
 
 DEFAULT_PORT = 8000
 DEFAULT_HOST = "127.0.0.1"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from homelab.engine.failure import EngineFailure
-from homelab.engine.readiness import EngineProfile
+from homelab.engine.supervision.failure import EngineFailure
+from homelab.engine.supervision.readiness import EngineProfile
 from homelab.engine.vllm.log import failure_error, find_failure
 
 ENGINE = "vllm"
@@ -45,4 +45,6 @@ def diagnose_vllm(lines: Sequence[str], returncode: int | None) -> EngineFailure
 
 def vllm_profile() -> EngineProfile:
     """vLLM's serving line, health path and failure reader."""
-    return EngineProfile(name=ENGINE, serving_line=SERVING_LINE, diagnose=diagnose_vllm, health_path="/health")
+    return EngineProfile(
+        name=ENGINE, serving_line=SERVING_LINE, diagnose=diagnose_vllm, health_path="/health"
+    )

@@ -30,7 +30,9 @@ def test_plan_engine_vllm_json(model_dir, capsys) -> None:
     assert int(argv[argv.index("--max-model-len") + 1]) == data["max_model_len"]
 
 
-def test_serve_engine_vllm_without_vllm_installed_says_so(model_dir, capsys, monkeypatch, tmp_path) -> None:
+def test_serve_engine_vllm_without_vllm_installed_says_so(
+    model_dir, capsys, monkeypatch, tmp_path
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no `vllm` anywhere on it
     folder = model_dir("Qwen__Qwen3-8B")
     code = main(["serve", str(folder), "--engine", "vllm", "--gpu-snapshot", WAYLAND])

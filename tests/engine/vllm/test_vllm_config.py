@@ -17,8 +17,8 @@ from vllm_fixture_data import (
     write_shards,
 )
 
-from homelab.engine.vllm.config import DTYPE_BYTES, load_model_config
 from homelab.errors import ModelFileError, UnknownArchitectureError, UsageError
+from homelab.plan.vllm.config import DTYPE_BYTES, load_model_config
 
 KIND = {"full_attention": "full", "sliding_attention": "sliding", "linear_attention": "linear"}
 

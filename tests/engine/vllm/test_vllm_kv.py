@@ -13,9 +13,9 @@ import math
 import pytest
 from vllm_fixture_data import raw_config, text_config
 
-from homelab.engine.vllm.config import load_model_config
-from homelab.engine.vllm.kv import kv_layout
 from homelab.errors import UsageError
+from homelab.plan.vllm.config import load_model_config
+from homelab.plan.vllm.kv import kv_layout
 
 T = 2048  # --max-num-batched-tokens
 

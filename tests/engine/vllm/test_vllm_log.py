@@ -8,10 +8,11 @@ import re
 import pytest
 from vllm_fixture_data import LOGS
 
-from homelab.engine.vllm import failure_error, is_ready, parse_vllm_log, vllm_plan
-from homelab.engine.vllm.config import load_model_config
-from homelab.engine.vllm.kv import kv_layout
+from homelab.engine.vllm.log import failure_error, is_ready, parse_vllm_log
 from homelab.errors import DoesNotFitError, EngineError, UsageError
+from homelab.plan.vllm.config import load_model_config
+from homelab.plan.vllm.kv import kv_layout
+from homelab.plan.vllm.plan import vllm_plan
 
 OK = "vllm-0.33.0_qwen3-8b_rtx3090_startup-ok.log"
 HYBRID_OK = "vllm-0.33.0_qwen3.5-0.8b_rtx3090_startup-ok.log"

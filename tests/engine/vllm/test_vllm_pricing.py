@@ -8,16 +8,16 @@ import re
 import pytest
 from vllm_fixture_data import GPU, weights_total
 
-from homelab.engine.vllm import vllm_plan
-from homelab.engine.vllm.pricing import (
+from homelab.errors import DoesNotFitError, UsageError
+from homelab.gpu.probe import probe, synthetic_report
+from homelab.plan.budget import HEADROOM_DISPLAY
+from homelab.plan.vllm.plan import vllm_plan
+from homelab.plan.vllm.pricing import (
     CUDA_CONTEXT_BYTES,
     ESTIMATE_MARGIN_BYTES,
     RUNTIME_SLACK_BYTES,
     capture_sizes,
 )
-from homelab.errors import DoesNotFitError, UsageError
-from homelab.gpu.probe import probe, synthetic_report
-from homelab.plan.budget import HEADROOM_DISPLAY
 from homelab.plan.workload import AGENT, CHAT
 from homelab.units import GiB
 

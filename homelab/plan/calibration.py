@@ -8,7 +8,7 @@ plan for the same model, engine version and compute-relevant flags uses it
 the plan's working then says "measured").
 
 The key (model, engine version, compute-relevant flags) is
-:class:`~homelab.engine.calibration_key.CalibrationKey`.
+:class:`~homelab.plan.calibration_key.CalibrationKey`.
 
 Records live in ``state_dir()/calibration.json``, written atomically under a
 lock. A file that cannot be read as a calibration store is renamed aside
@@ -29,18 +29,18 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from homelab.engine.actuals import compare, row
-from homelab.engine.calibration_key import (
+from homelab.engine.llamacpp.actuals import compare, row
+from homelab.engine.llamacpp.log import LoadLog
+from homelab.errors import HomelabError
+from homelab.gguf.header import GgufModel
+from homelab.gpu.report import GpuReport
+from homelab.paths import state_dir
+from homelab.plan.calibration_key import (
     CalibrationKey,
     key_for,
     key_from_dict,
     model_identity,
 )
-from homelab.engine.llama_log import LoadLog
-from homelab.errors import HomelabError
-from homelab.gguf.header import GgufModel
-from homelab.gpu.report import GpuReport
-from homelab.paths import state_dir
 from homelab.plan.planner import Plan, make_plan
 
 try:  # POSIX: serialise read-modify-write between homelab processes
@@ -294,7 +294,7 @@ def save(calibration: Calibration, path: Path | None = None) -> None:
 
 def current_engine_version() -> str | None:
     """The version tag of the llama-server homelab would run, or None when there is none."""
-    from homelab.engine.locate import engine_version, find_llama_server
+    from homelab.engine.llamacpp.locate import engine_version, find_llama_server
     from homelab.errors import EngineError
 
     try:

@@ -21,10 +21,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from homelab.engine.vllm.config import ModelConfig
 from homelab.errors import DoesNotFitError
 from homelab.gpu.report import GpuDevice
 from homelab.plan.budget import DeviceBudget
+from homelab.plan.vllm.config import ModelConfig
 from homelab.units import MiB, format_bytes
 
 CUDA_CONTEXT_BYTES = 640 * MiB

@@ -1,6 +1,6 @@
 """Follow an engine's log file: complete lines into a bounded tail and to a callback.
 
-The engine writes its log file directly (see ``homelab.engine.process``), so
+The engine writes its log file directly (see ``homelab.engine.supervision.process``), so
 homelab reads it like ``tail -f``: a thread polls for new bytes, quickly while
 the engine starts (readiness waits on a log line) and slowly once it serves.
 :meth:`LogFollower.drain` reads whatever is there right now on the caller's

@@ -27,13 +27,13 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from homelab.engine.process import EngineProcess, alive, create_time_of
+from homelab.engine.supervision.process import EngineProcess, alive, create_time_of
 from homelab.errors import EngineError
 from homelab.paths import state_dir
 
 if TYPE_CHECKING:
-    from homelab.engine.ports import PortChoice
-    from homelab.engine.supervision import EngineSpec
+    from homelab.engine.supervision.ports import PortChoice
+    from homelab.engine.supervision.states import EngineSpec
 
 logger = logging.getLogger(__name__)
 

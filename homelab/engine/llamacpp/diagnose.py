@@ -1,6 +1,6 @@
 """llama-server's failures, explained with a next step; and its profile for the supervisor.
 
-The log lines are recognised by ``homelab.engine.llama_log`` (pinned build
+The log lines are recognised by ``homelab.engine.llamacpp.log`` (pinned build
 b11312). This module picks the line that says most (an unknown architecture
 before the "failed to load model" that follows it), quotes the engine's own
 error lines, and turns it into a message with a next step; with the plan at
@@ -17,9 +17,14 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from homelab.engine.failure import QUOTE_LINES, EngineFailure, describe_exit, unexplained
-from homelab.engine.llama_log import Failure, FailureKind, parse_failure_line
-from homelab.engine.readiness import EngineProfile
+from homelab.engine.llamacpp.log import Failure, FailureKind, parse_failure_line
+from homelab.engine.supervision.failure import (
+    QUOTE_LINES,
+    EngineFailure,
+    describe_exit,
+    unexplained,
+)
+from homelab.engine.supervision.readiness import EngineProfile
 from homelab.errors import DoesNotFitError, EngineError, ModelFileError, UnknownArchitectureError
 from homelab.units import format_bytes
 

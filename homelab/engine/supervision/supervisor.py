@@ -5,10 +5,10 @@ States::
     stopped -> starting -> ready -> (crashed -> restarting -> starting ...) -> stopping -> stopped
 
 Every change is a :class:`Transition` (timestamped, with the pid, URL, reason and,
-after a crash, the explained :class:`~homelab.engine.failure.EngineFailure`),
+after a crash, the explained :class:`~homelab.engine.supervision.failure.EngineFailure`),
 appended to :attr:`Supervisor.events` and handed to subscribers.
 
-One run-loop thread (:mod:`homelab.engine.run_loop`) owns the engine process: it spawns,
+One run-loop thread (:mod:`homelab.engine.supervision.run_loop`) owns the engine process: it spawns,
 waits for readiness, watches for the exit, restarts with exponential backoff, and stops.
 This module is what the rest of homelab holds: it picks the first port, opens the session
 log, starts that thread (or adopts an engine another homelab started), and lets other
@@ -17,7 +17,7 @@ minutes) or a failure that would repeat identically (a bad file, an unknown arch
 ends the retries, quoting the engine's own lines.
 
 Engine-agnostic: what differs between llama-server and vLLM comes in an
-:class:`~homelab.engine.readiness.EngineProfile`.
+:class:`~homelab.engine.supervision.readiness.EngineProfile`.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from homelab.engine.attempt_log import AttemptLog, new_log_path
-from homelab.engine.failure import EngineFailure
-from homelab.engine.ports import PortChoice, choose_port
-from homelab.engine.process import EngineProcess
-from homelab.engine.readiness import EngineProfile
-from homelab.engine.run_loop import RunLoop
-from homelab.engine.state_file import EngineRecord, EngineRecords, StateFile
-from homelab.engine.supervision import EngineSpec, RestartPolicy, State, Transition
+from homelab.engine.supervision.attempt_log import AttemptLog, new_log_path
+from homelab.engine.supervision.failure import EngineFailure
+from homelab.engine.supervision.ports import PortChoice, choose_port
+from homelab.engine.supervision.process import EngineProcess
+from homelab.engine.supervision.readiness import EngineProfile
+from homelab.engine.supervision.run_loop import RunLoop
+from homelab.engine.supervision.state_file import EngineRecord, EngineRecords, StateFile
+from homelab.engine.supervision.states import EngineSpec, RestartPolicy, State, Transition
 from homelab.errors import EngineError
 from homelab.paths import state_dir
 

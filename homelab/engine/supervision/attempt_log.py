@@ -5,7 +5,7 @@ one story); before each spawn the supervisor writes a marker line::
 
     ---- homelab 2026-01-31T12:00:00.000+01:00 attempt 2: /path/llama-server -m ...
 
-While the file streams in (``homelab.engine.log_tail``), this keeps the lines of
+While the file streams in (``homelab.engine.supervision.log_tail``), this keeps the lines of
 the attempt now running (to explain its failure) and notes when that attempt
 logged the engine's "serving" line (half of readiness). A line of an earlier
 attempt read late never counts for the current one.
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 
-from homelab.engine.log_tail import LogFollower
+from homelab.engine.supervision.log_tail import LogFollower
 
 _MARKER = re.compile(r"^---- homelab \S+ attempt (\d+):")
 ATTEMPT_LINES = 2000

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from homelab.engine.failure import EngineFailure
+from homelab.engine.supervision.failure import EngineFailure
 
 if TYPE_CHECKING:
     import httpx
 
-    from homelab.engine.supervision import Inbox
+    from homelab.engine.supervision.states import Inbox
 
 HEALTH_TIMEOUT_S = 2.0
 FIRST_POLL_S = 0.02

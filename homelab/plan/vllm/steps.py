@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from homelab.engine.vllm.pricing import ESTIMATE_MARGIN_BYTES
+from homelab.plan.vllm.pricing import ESTIMATE_MARGIN_BYTES
 from homelab.units import format_bytes
 
 if TYPE_CHECKING:
-    from homelab.engine.vllm.plan import VllmPlan
+    from homelab.plan.vllm.plan import VllmPlan
 
 _KIND_WORDS = {"full": "full attention", "sliding": "sliding window", "linear": "linear attention"}
 

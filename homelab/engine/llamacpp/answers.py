@@ -1,6 +1,6 @@
 """llama-server's JSON answers, parsed: ``/slots`` entries, ``/props``, completion timings.
 
-Pure functions, no I/O (the HTTP client is :mod:`homelab.engine.live`). Field
+Pure functions, no I/O (the HTTP client is :mod:`homelab.engine.llamacpp.client`). Field
 names are llama-server's (b11312): a slot lists ``id``, ``n_ctx``,
 ``is_processing`` and, once a task has used it, ``id_task``, ``n_prompt_tokens``
 (tokens held in its KV cache, generated ones included: ``prompt.tokens.size()``),

@@ -7,8 +7,8 @@ stops the engine or leaves it running. An unexpected exit is a crash unless the 
 file says someone asked for the stop (``homelab stop`` / ``--replace``). A crash loop or
 a failure that would repeat identically ends the retries.
 
-:class:`~homelab.engine.supervisor.Supervisor` sets the loop up and runs it on a thread;
-other threads only ask (through the :class:`~homelab.engine.supervision.Inbox`) and read
+:class:`~homelab.engine.supervision.supervisor.Supervisor` sets the loop up and runs it on a thread;
+other threads only ask (through the :class:`~homelab.engine.supervision.states.Inbox`) and read
 what the loop publishes under its ``lock``.
 """
 
@@ -20,13 +20,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from homelab.engine.attempt_log import AttemptLog, marker_line
-from homelab.engine.failure import EngineFailure, start_timeout
-from homelab.engine.ports import PortChoice, choose_port, with_port
-from homelab.engine.process import EngineProcess
-from homelab.engine.readiness import EngineProfile, await_ready, health_client
-from homelab.engine.state_file import EngineRecords, new_record
-from homelab.engine.supervision import (
+from homelab.engine.supervision.attempt_log import AttemptLog, marker_line
+from homelab.engine.supervision.failure import EngineFailure, start_timeout
+from homelab.engine.supervision.ports import PortChoice, choose_port, with_port
+from homelab.engine.supervision.process import EngineProcess
+from homelab.engine.supervision.readiness import EngineProfile, await_ready, health_client
+from homelab.engine.supervision.state_file import EngineRecords, new_record
+from homelab.engine.supervision.states import (
     CrashHistory,
     EngineSpec,
     Inbox,
@@ -58,8 +58,13 @@ class RunLoop:
         released: the loop ended leaving the engine running.
     """
 
-    def __init__(self, spec: EngineSpec, profile: EngineProfile, policy: RestartPolicy,
-                 records: EngineRecords) -> None:
+    def __init__(
+        self,
+        spec: EngineSpec,
+        profile: EngineProfile,
+        policy: RestartPolicy,
+        records: EngineRecords,
+    ) -> None:
         self.spec = spec
         self.profile = profile
         self.policy = policy

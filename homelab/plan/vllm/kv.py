@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from homelab.engine.vllm.config import LayerKind, ModelConfig
 from homelab.errors import UnknownArchitectureError, UsageError
+from homelab.plan.vllm.config import LayerKind, ModelConfig
 
 DEFAULT_BLOCK_SIZE = 16
 BLOCK_ALIGNMENT = 16

@@ -1,6 +1,6 @@
 """Why an engine stopped, for a person: what happened, the engine's own words, the next step.
 
-Engine-specific readers (``homelab.engine.llama_diagnose`` for llama-server)
+Engine-specific readers (``homelab.engine.llamacpp.diagnose`` for llama-server)
 turn a log and an exit code into an :class:`EngineFailure`; the supervisor
 keeps it on the transition that reported it and, when it gives up, raises
 :meth:`EngineFailure.to_error` (the right exit code: a model that does not fit

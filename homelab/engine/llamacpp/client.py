@@ -6,14 +6,14 @@ error). The other endpoints raise :class:`EngineUnavailableError` (an ``EngineEr
 when the server cannot answer; :meth:`~LlamaServerClient.snapshot` catches those and
 returns a :class:`LiveStatus` with what it could read, which :func:`status_line`
 prints in one line. :func:`cache_reuse` reads prompt-cache reuse off a completion
-response (parsing of the JSON answers lives in :mod:`homelab.engine.server_answers`).
+response (parsing of the JSON answers lives in :mod:`homelab.engine.llamacpp.answers`).
 
 Facts of llama-server (b11312) this relies on: ``/health`` answers 503
 ``{"error": {"message": "Loading model", ...}}`` while the model loads (its HTTP
 server starts first) and 200 ``{"status": "ok"}`` once ready; every other endpoint
 also answers 503 while loading; ``/metrics`` answers 501 without ``--metrics``;
 ``/slots`` lists each slot's ``n_ctx`` and held tokens. There is no KV-usage
-metric any more (see :mod:`homelab.engine.metrics`): KV use is the slots' held
+metric any more (see :mod:`homelab.engine.llamacpp.metrics`): KV use is the slots' held
 tokens over their context.
 """
 
@@ -26,14 +26,14 @@ from typing import Any, Self
 
 import httpx
 
-from homelab.engine.metrics import LlamaMetrics, MetricsFormatError, MetricsWindow, window
-from homelab.engine.server_answers import (
+from homelab.engine.llamacpp.answers import (
     ServerProps,
     SlotStatus,
     cache_reuse,
     parse_props,
     parse_slot,
 )
+from homelab.engine.llamacpp.metrics import LlamaMetrics, MetricsFormatError, MetricsWindow, window
 from homelab.errors import EngineError
 
 __all__ = [

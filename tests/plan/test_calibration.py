@@ -1,4 +1,4 @@
-"""homelab.engine.calibration: a real run's measured buffers feed the next plan.
+"""homelab.plan.calibration: a real run's measured buffers feed the next plan.
 
 Plan (through the CLI's own ``plan_from_args``) → run the plan's argv in the real
 llama-server → record → the next plan for the same model, engine and flags prices the
@@ -16,8 +16,12 @@ import pytest
 
 from homelab.cli import build_parser, main
 from homelab.cli.plan_cmd import plan_from_args
-from homelab.engine.actuals import compare, row
-from homelab.engine.calibration import (
+from homelab.engine.llamacpp.actuals import compare, row
+from homelab.engine.llamacpp.locate import engine_version
+from homelab.engine.llamacpp.log import parse_load_log
+from homelab.gguf.model_file import read_model
+from homelab.gpu.probe import probe, synthetic_report
+from homelab.plan.calibration import (
     Calibration,
     CalibrationError,
     apply_calibration,
@@ -27,11 +31,7 @@ from homelab.engine.calibration import (
     save,
     store_path,
 )
-from homelab.engine.calibration_key import key_for, model_identity
-from homelab.engine.llama_log import parse_load_log
-from homelab.engine.locate import engine_version
-from homelab.gguf.model_file import read_model
-from homelab.gpu.probe import probe, synthetic_report
+from homelab.plan.calibration_key import key_for, model_identity
 from homelab.plan.planner import PlanRequest, make_plan
 from homelab.units import MiB
 from tests.engine.planned_runs import cpu_plan, engine_args, run_plan
@@ -166,7 +166,7 @@ def test_corrupt_store_is_moved_aside_not_fatal(
     content: bytes, smollm2_gguf: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     store_path().write_bytes(content)
-    with caplog.at_level(logging.WARNING, logger="homelab.engine.calibration"):
+    with caplog.at_level(logging.WARNING, logger="homelab.plan.calibration"):
         plan, _ = plan_from_args(_args(smollm2_gguf, "--ctx", "4096", "--parallel", "1"))
     assert "estimated" in _compute_step(plan)
     assert not store_path().exists()

@@ -1,7 +1,7 @@
 """Predicted vs actual: the plan's memory figures next to what llama-server logged.
 
 Pure functions over a :class:`~homelab.plan.planner.Plan` and a parsed load log
-(:func:`homelab.engine.llama_log.parse_load_log`). One row per part the plan
+(:func:`homelab.engine.llamacpp.log.parse_load_log`). One row per part the plan
 prices and the log reports:
 
 - ``weights``: the model buffers on the plan's device (a CPU plan: every host
@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from homelab.engine.llama_log import MIB, BufferLine, LoadLog, mib_byte_range
+from homelab.engine.llamacpp.log import MIB, BufferLine, LoadLog, mib_byte_range
 from homelab.plan.planner import Plan
 from homelab.units import format_bytes
 

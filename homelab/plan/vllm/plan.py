@@ -1,6 +1,6 @@
 """The vLLM plan: from a model folder (or cached repo) and a probed card to vLLM's flags.
 
-The utilization fraction comes from NVML (see :mod:`homelab.engine.vllm.pricing`);
+The utilization fraction comes from NVML (see :mod:`homelab.plan.vllm.pricing`);
 the budget it buys is spent as vLLM spends it; what is left is the KV pool; the
 pool says which ``--max-model-len`` fits and how many full-length requests run at
 once (``--max-num-seqs``). A length that does not fit is refused here, with the
@@ -13,13 +13,13 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from homelab.engine.vllm.config import ModelConfig, load_model_config
-from homelab.engine.vllm.kv import KvLayout, cdiv, kv_layout
-from homelab.engine.vllm.pricing import MemoryPrice, Utilization, price_memory, utilization_for
-from homelab.engine.vllm.steps import describe
 from homelab.errors import DoesNotFitError, UsageError
 from homelab.gpu.report import GpuReport
 from homelab.plan.budget import device_budget, pick_device
+from homelab.plan.vllm.config import ModelConfig, load_model_config
+from homelab.plan.vllm.kv import KvLayout, cdiv, kv_layout
+from homelab.plan.vllm.pricing import MemoryPrice, Utilization, price_memory, utilization_for
+from homelab.plan.vllm.steps import describe
 from homelab.plan.workload import AGENT, Workload
 from homelab.units import format_bytes
 

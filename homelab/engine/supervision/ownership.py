@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from homelab.engine.process import EngineProcess, alive
-from homelab.engine.state_file import EngineRecord, StateFile
+from homelab.engine.supervision.process import EngineProcess, alive
+from homelab.engine.supervision.state_file import EngineRecord, StateFile
 from homelab.errors import EngineError
 
 Decision = Literal["adopt", "replace"]

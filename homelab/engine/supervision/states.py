@@ -1,6 +1,6 @@
 """The supervisor's vocabulary: states, transitions, what to run, when to restart.
 
-Kept apart from ``homelab.engine.supervisor`` and its run loop (``homelab.engine.run_loop``) so a UI can import
+Kept apart from ``homelab.engine.supervision.supervisor`` and its run loop (``homelab.engine.supervision.run_loop``) so a UI can import
 these values without the machinery.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from homelab.engine.failure import EngineFailure
-from homelab.engine.ports import LOOPBACK
+from homelab.engine.supervision.failure import EngineFailure
+from homelab.engine.supervision.ports import LOOPBACK
 
 logger = logging.getLogger(__name__)
 

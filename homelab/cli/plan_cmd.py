@@ -39,7 +39,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gpu",
         metavar="N",
-        type=int,
+        type=_whole(0),
         help="plan on GPU N (default: the one with most free memory)",
     )
     parser.add_argument(
@@ -48,22 +48,59 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         help="agent (~100k tokens per slot), chat (~8k) or a token count",
     )
     parser.add_argument(
-        "--ctx", type=int, metavar="N", help="total context (-c) instead of the workload's"
+        "--ctx", type=_whole(1), metavar="N", help="total context (-c) instead of the workload's"
     )
     parser.add_argument(
-        "--parallel", type=int, metavar="N", help="slots (-np) instead of as many as fit"
+        "--parallel", type=_whole(1), metavar="N", help="slots (-np) instead of as many as fit"
     )
     parser.add_argument("--cache-type", metavar="T", help="K and V cache type (default q8_0)")
     parser.add_argument("--cache-type-k", metavar="T", help="K cache type")
     parser.add_argument("--cache-type-v", metavar="T", help="V cache type")
     parser.add_argument(
-        "--ubatch", type=int, default=512, metavar="N", help="micro-batch (-ub), default 512"
+        "--ubatch", type=_whole(1), default=512, metavar="N", help="micro-batch (-ub), default 512"
     )
     parser.add_argument(
         "--kv-unified", action="store_true", help="one KV pool shared by all slots (-kvu)"
     )
-    parser.add_argument("--port", type=int, default=8080, help="port for the argv (default 8080)")
+    parser.add_argument(
+        "--port", type=_whole(1, 65535), default=8080, help="port for the argv (default 8080)"
+    )
     add_gpu_options(parser)
+
+
+def _whole(low: int, high: int | None = None):
+    """An argparse type: a whole number written in ASCII digits, ``low`` to ``high``."""
+
+    def parse(text: str) -> int:
+        digits = text.strip()
+        body = digits[1:] if digits[:1] in "+-" else digits
+        if not (body.isascii() and body.isdigit()) or len(body) > 12:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+        value = int(digits)
+        if value < low or (high is not None and value > high):
+            span = f"between {low} and {high}" if high is not None else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"must be {span}, not {value}")
+        return value
+
+    return parse
+
+
+def parse_vram(text: str) -> int:
+    """``--vram``'s text in bytes.
+
+    Raises:
+        UsageError: not a size, or not one a card has (zero, or beyond 1 PiB).
+    """
+    shown = text if len(text) <= 24 else f"{text[:20]}... ({len(text)} characters)"
+    try:
+        vram = parse_size(text)
+    except (ValueError, OverflowError):
+        raise UsageError(f"not a size: {shown!r} (try e.g. 16GiB, 24GB, 512MiB)") from None
+    from homelab.plan.options import MAX_VRAM
+
+    if not 0 < vram <= MAX_VRAM:
+        raise UsageError(f"a card of {shown} is not one homelab plans for (1 B to 1 PiB)")
+    return vram
 
 
 def options_from_args(args: argparse.Namespace):
@@ -71,12 +108,7 @@ def options_from_args(args: argparse.Namespace):
     from homelab.plan.options import PlanOptions
     from homelab.plan.workload import parse_workload
 
-    vram = None
-    if args.vram is not None:
-        try:
-            vram = parse_size(args.vram)
-        except ValueError as error:
-            raise UsageError(str(error)) from None
+    vram = parse_vram(args.vram) if args.vram is not None else None
     base = args.cache_type
     return PlanOptions(
         workload=parse_workload(args.workload) if args.workload else None,
@@ -95,24 +127,13 @@ def options_from_args(args: argparse.Namespace):
     )
 
 
-def request_from_args(args: argparse.Namespace):
-    """The PlanRequest the shared plan options describe."""
-    return options_from_args(args).request()
-
-
-def report_from_args(args: argparse.Namespace):
-    """The card to plan on: ``--vram`` (synthetic), ``--gpu-snapshot`` (replay) or the live probe."""
-    from homelab.plan.card import card_for
-
-    return card_for(options_from_args(args))
-
-
 def plan_from_args(args: argparse.Namespace, model=None, model_path: str | None = None):
     """Read the model (unless given), probe the card and make the plan; returns (plan, argv)."""
     from homelab.engine.llamacpp.argv import llama_server_argv
+    from homelab.engine.llamacpp.calibrate import current_engine_version
     from homelab.gguf.model_file import read_model
     from homelab.plan.card import card_for
-    from homelab.plan.pipeline import plan_model
+    from homelab.plan.judge import judge
 
     options = options_from_args(args)
     model_args = None
@@ -125,8 +146,17 @@ def plan_from_args(args: argparse.Namespace, model=None, model_path: str | None 
         model, model_path = resolved.model, model_path or resolved.display
         if not resolved.is_downloaded:
             model_args = hf_model_args(resolved)
-    plan = plan_model(model, model_path or str(args.model), card_for(options), options)
-    return plan, llama_server_argv(plan, port=args.port or 8080, model_args=model_args)
+    fit = judge(
+        model,
+        model_path or str(args.model),
+        card_for(options),
+        options,
+        engine_version=current_engine_version,
+    )
+    if fit.plan is None:  # does not fit / cannot be planned: that error is the command's
+        assert fit.error is not None  # the judge keeps the error of every verdict without a plan
+        raise fit.error
+    return fit.plan, llama_server_argv(fit.plan, port=args.port or 8080, model_args=model_args)
 
 
 def hf_model_args(resolved) -> list[str]:
@@ -142,7 +172,9 @@ def hf_model_args(resolved) -> list[str]:
 
 def print_plan(plan, argv: list[str]) -> None:
     """The working, the warnings, the verdict and the command line, for a person."""
-    for line in plan.steps:
+    from homelab.plan.working import render_steps
+
+    for line in render_steps(plan.steps):
         print(line)
     for warning in plan.warnings:
         print(f"! {warning}")
@@ -167,7 +199,7 @@ def exit_code(plan) -> int:
 def run(args: argparse.Namespace) -> int:
     from homelab.plan.serialize import plan_to_dict
 
-    if args.engine == "vllm":
+    if options_from_args(args).engine == "vllm":
         return _run_vllm(args)
     plan, argv = plan_from_args(args)
     if args.json:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from homelab.cli.common import print_json
-from homelab.cli.plan_cmd import add_plan_arguments, report_from_args, request_from_args
+from homelab.cli.plan_cmd import add_plan_arguments, options_from_args
 from homelab.errors import ExitCode
 from homelab.units import format_bytes
 
@@ -51,17 +51,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from homelab.engine.llamacpp.calibrate import current_engine_version
     from homelab.hub.preset_fit import fit_presets
     from homelab.hub.presets import load_presets, shipped_presets_dir, user_presets_dir
     from homelab.plan.budget import device_budget
-    from homelab.plan.workload import parse_workload
+    from homelab.plan.card import card_for
 
     presets = load_presets()
-    forced = parse_workload(args.workload) if args.workload is not None else None
-    request = request_from_args(argparse.Namespace(**{**vars(args), "workload": "agent"}))
-    report = report_from_args(args)
-    budget = device_budget(report, request.device_index)
-    fits = fit_presets(presets, report, request, workload=forced)
+    options = options_from_args(args)  # no --workload: each preset's own hint
+    report = card_for(options)
+    budget = device_budget(report, options.gpu)
+    fits = fit_presets(presets, report, options, engine_version=current_engine_version)
     shipped = shipped_presets_dir()
     if args.json:
         print_json(
@@ -77,9 +77,9 @@ def run(args: argparse.Namespace) -> int:
     return int(ExitCode.OK)
 
 
-def fit_to_dict(fit: PresetFit) -> dict[str, Any]:
+def fit_to_dict(row: PresetFit) -> dict[str, Any]:
     """One preset and its verdict, sizes in bytes (the ``--json`` contract)."""
-    preset = fit.preset
+    preset, fit = row.preset, row.fit
     plan = fit.plan
     return {
         "key": preset.key,
@@ -98,7 +98,7 @@ def fit_to_dict(fit: PresetFit) -> dict[str, Any]:
         "overrides": str(preset.overrides) if preset.overrides else None,
         "workload": {"name": fit.workload.name, "tokens_per_slot": fit.workload.tokens_per_slot},
         "verdict": fit.verdict,
-        "reason": fit.reason,
+        "reason": fit.explanation,
         "problem": fit.problem,
         "file_bytes": fit.file_bytes,
         "weights_bytes": fit.weights_bytes,
@@ -108,7 +108,7 @@ def fit_to_dict(fit: PresetFit) -> dict[str, Any]:
         "ctx_per_slot": fit.ctx_per_slot,
         "ctx_size": plan.candidate.allocation.n_ctx if plan else None,
         "n_gpu_layers": plan.n_gpu_layers if plan else None,
-        "warnings": list(fit.warnings) + (list(plan.warnings) if plan else []),
+        "warnings": list(row.warnings) + (list(plan.warnings) if plan else []),
     }
 
 
@@ -143,21 +143,24 @@ def print_table(fits: list[PresetFit], budget: DeviceBudget, user_dir: Path) -> 
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         )
     offline = [
-        fit.preset.key for fit in fits if fit.verdict == "unknown" and fit.problem == "Offline"
+        row.preset.key
+        for row in fits
+        if row.fit.verdict == "unknown" and row.fit.problem == "Offline"
     ]
     if len(offline) > 1:
         print(
             f"! Offline, and these headers were never read: {', '.join(offline)}. Run "
             "`homelab presets` once online: it reads only the headers and keeps them for next time."
         )
-    for fit in fits:
-        if fit.reason and not (len(offline) > 1 and fit.preset.key in offline):
-            print(f"! {fit.preset.key}: {fit.reason}")
+    for row in fits:
+        if row.fit.reason and not (len(offline) > 1 and row.preset.key in offline):
+            print(f"! {row.preset.key}: {row.fit.explanation}")
     print(f"Your own presets: {user_dir}/NAME.toml (same name overrides a shipped preset).")
 
 
-def _row(fit: PresetFit) -> tuple[str, ...]:
-    marker = "*" if fit.preset.origin == "user" else ""
+def _row(row: PresetFit) -> tuple[str, ...]:
+    fit = row.fit
+    marker = "*" if row.preset.origin == "user" else ""
     conversations = tokens = "-"
     if fit.plan is not None:
         conversations = f"{fit.slots} × {fit.ctx_per_slot:,}"
@@ -165,8 +168,8 @@ def _row(fit: PresetFit) -> tuple[str, ...]:
     weights = fit.weights_bytes
     per_token = format_bytes(fit.kv_bytes_per_token) if fit.kv_bytes_per_token is not None else "-"
     return (
-        fit.preset.key + marker,
-        fit.preset.quant,
+        row.preset.key + marker,
+        row.preset.quant,
         fit.workload.name,
         VERDICT_WORDS[fit.verdict],
         conversations,

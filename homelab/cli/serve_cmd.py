@@ -333,9 +333,10 @@ def _interrupted(supervisor) -> int:
 def _report_actuals(supervisor, plan, model) -> None:
     """Predicted vs actual memory from the load log; record the measured compute buffer."""
     from homelab.engine.llamacpp.actuals import compare, format_actuals
+    from homelab.engine.llamacpp.calibrate import record
     from homelab.engine.llamacpp.locate import engine_version
     from homelab.engine.llamacpp.log import parse_load_log
-    from homelab.plan.calibration import CalibrationError, record
+    from homelab.plan.calibration import CalibrationError
     from homelab.units import format_bytes
 
     load_log = parse_load_log("\n".join(supervisor.attempt_lines()))

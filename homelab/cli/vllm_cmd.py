@@ -26,20 +26,14 @@ def add_engine_option(parser: argparse.ArgumentParser) -> None:
 
 def vllm_plan_from_args(args: argparse.Namespace):
     """Price vLLM for the model and card the shared plan options describe."""
-    from homelab.cli.plan_cmd import report_from_args
-    from homelab.plan.vllm.plan import vllm_plan
-    from homelab.plan.workload import parse_workload
+    from dataclasses import replace
 
-    cache_type = (args.cache_type or "auto").lower()
-    return vllm_plan(
-        args.model,
-        report_from_args(args),
-        max_model_len=args.ctx,
-        max_num_seqs=args.parallel,
-        kv_cache_dtype=cache_type,
-        workload=parse_workload(args.workload or "agent"),
-        device_index=args.gpu,
-    )
+    from homelab.cli.plan_cmd import options_from_args
+    from homelab.plan.card import card_for
+    from homelab.plan.vllm.plan import plan_vllm
+
+    options = replace(options_from_args(args), engine="vllm")
+    return plan_vllm(args.model, card_for(options), options)
 
 
 def vllm_argv_for(plan, port: int | None, executable: str = "vllm") -> list[str]:
@@ -51,7 +45,9 @@ def vllm_argv_for(plan, port: int | None, executable: str = "vllm") -> list[str]
 def print_vllm_plan(plan, argv: list[str]) -> None:
     import shlex
 
-    for line in plan.steps:
+    from homelab.plan.working import render_steps
+
+    for line in render_steps(plan.steps):
         print(line)
     for warning in plan.warnings:
         print(f"! {warning}")
@@ -60,6 +56,8 @@ def print_vllm_plan(plan, argv: list[str]) -> None:
 
 def vllm_plan_dict(plan, argv: list[str]) -> dict[str, Any]:
     """The vLLM plan for ``--json``: flags, the budget figures (bytes) and the working."""
+    from homelab.plan.working import render_steps
+
     return {
         "engine": "vllm",
         "model": plan.model_ref,
@@ -71,7 +69,7 @@ def vllm_plan_dict(plan, argv: list[str]) -> dict[str, Any]:
         "kv_pool": plan.kv_pool,
         "longest_fitting": plan.longest_fitting,
         "warnings": list(plan.warnings),
-        "steps": list(plan.steps),
+        "steps": render_steps(plan.steps),
         "argv": argv,
     }
 

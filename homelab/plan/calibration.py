@@ -2,10 +2,14 @@
 
 llama.cpp has no closed form for its compute buffer (it reserves the worst-case
 graph and measures it), so the plan's figure is an estimate until a run logs the
-real one. After a run, :func:`record` stores what the load log measured; the next
-plan for the same model, engine version and compute-relevant flags uses it
-(:func:`apply_calibration` re-plans with ``PlanRequest.measured_compute``, and
-the plan's working then says "measured").
+real one. After a run, ``homelab.engine.llamacpp.calibrate.record`` stores what the
+load log measured; the next plan of the same model under the same engine build
+consults the store inside its one planning pass (:func:`measurements_for` gives the
+planner a :class:`MeasuredCompute` lookup): each candidate setting is priced with the
+measurement of its own flags when there is one, else with its estimate corrected by
+the error of the nearest measurement of the same compute-relevant flags (the plan then
+says so), else with the estimate; the plan's working says "measured" when a
+measurement was used.
 
 The key (model, engine version, compute-relevant flags) is
 :class:`~homelab.plan.calibration_key.CalibrationKey`.
@@ -24,24 +28,23 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from homelab.engine.llamacpp.actuals import compare, row
-from homelab.engine.llamacpp.log import LoadLog
 from homelab.errors import HomelabError
 from homelab.gguf.header import GgufModel
-from homelab.gpu.report import GpuReport
 from homelab.paths import state_dir
 from homelab.plan.calibration_key import (
     CalibrationKey,
-    key_for,
+    ModelIdentity,
     key_from_dict,
+    key_of,
     model_identity,
 )
-from homelab.plan.planner import Plan, make_plan
+from homelab.plan.fit import Measurement, MeasurementFor
+from homelab.plan.kv import KvSettings
 
 try:  # POSIX: serialise read-modify-write between homelab processes
     import fcntl
@@ -190,87 +193,6 @@ def lookup(key: CalibrationKey, path: Path | None = None) -> Calibration | None:
     return found[-1] if found else None
 
 
-def _logged(rows: tuple, name: str) -> int | None:
-    r = row(rows, name)
-    return None if r is None else r.actual
-
-
-def measure(plan: Plan, load_log: LoadLog, key: CalibrationKey) -> Calibration:
-    """The calibration a load log gives for ``plan`` (nothing stored).
-
-    Raises:
-        CalibrationError: the log has no compute buffer line for the plan's device, or its
-            context (n_ctx, slots, micro-batch) is not the plan's, so the figures belong to
-            other flags.
-    """
-    ctx = load_log.context
-    s = plan.settings
-    logged = (ctx.n_ctx, ctx.n_seq_max, ctx.n_ubatch)
-    planned = (
-        plan.candidate.allocation.n_ctx,
-        s.n_seq,
-        min(s.n_ubatch, s.n_batch, plan.candidate.allocation.n_ctx),
-    )
-    if any(v is not None and v != p for v, p in zip(logged, planned, strict=True)):
-        raise CalibrationError(
-            f"the engine ran with n_ctx {ctx.n_ctx}, {ctx.n_seq_max} slot(s), ubatch {ctx.n_ubatch}; "
-            f"the plan has n_ctx {planned[0]}, {planned[1]} slot(s), ubatch {planned[2]}",
-            hint="The figures belong to other flags than the plan's; run the plan's argv unchanged.",
-        )
-    rows = compare(plan, load_log)
-    compute = _logged(rows, "compute")
-    if compute is None:
-        where = "the GPU" if plan.on_gpu else "the CPU"
-        raise CalibrationError(
-            f"the load log has no compute buffer line for {where}",
-            hint="Run llama-server with -lv 4 (the plan's argv does) and record after it is ready.",
-        )
-    engine = plan.candidate.engine
-    return Calibration(
-        key=key,
-        compute=compute,
-        measured_compute=max(compute - engine.fa_scratch, 0),
-        predicted_compute=engine.compute_buffer,
-        model=_logged(rows, "weights"),
-        kv=_logged(rows, "KV"),
-        recurrent=_logged(rows, "recurrent"),
-        output=_logged(rows, "output"),
-        recorded_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    )
-
-
-def record(
-    plan: Plan,
-    load_log: LoadLog,
-    engine_version: str | None,
-    *,
-    model: GgufModel | None = None,
-    path: Path | None = None,
-) -> Calibration:
-    """Measure ``load_log`` against ``plan`` and store it, replacing the record of the same key.
-
-    ``model`` is the plan's parsed model when the caller has it (else it is read again
-    from ``plan.model_path``).
-
-    Raises:
-        CalibrationError: the engine version is unknown, nothing was measured (see
-            :func:`measure`), or the store cannot be written.
-        ModelFileError: ``model`` was not given and ``plan.model_path`` cannot be read.
-    """
-    if not engine_version:
-        raise CalibrationError(
-            "the engine's version is unknown, so the measurement cannot be tied to it",
-            hint="Check that `llama-server --version` runs.",
-        )
-    if model is None:
-        from homelab.gguf.model_file import read_model
-
-        model = read_model(plan.model_path)
-    calibration = measure(plan, load_log, key_for(plan, model, engine_version))
-    save(calibration, path)
-    return calibration
-
-
 def save(calibration: Calibration, path: Path | None = None) -> None:
     """Store ``calibration``, replacing any record of the same key (atomic, under a lock).
 
@@ -289,66 +211,69 @@ def save(calibration: Calibration, path: Path | None = None) -> None:
         ) from None
 
 
-# -- planning with it ------------------------------------------------------------------
+# -- the lookup one planning pass consults ------------------------------------------------
+
+EngineVersion = str | None | Callable[[], str | None]
+"""The engine build's version tag, or a function giving it (called only when needed)."""
 
 
-def current_engine_version() -> str | None:
-    """The version tag of the llama-server homelab would run, or None when there is none."""
-    from homelab.engine.llamacpp.locate import engine_version, find_llama_server
-    from homelab.errors import EngineError
+@dataclass(frozen=True, slots=True)
+class MeasuredCompute:
+    """The store's measurements of one model under one engine build, by flags.
 
-    try:
-        return engine_version(find_llama_server())
-    except EngineError:
-        return None
-
-
-def apply_calibration(
-    plan: Plan,
-    model: GgufModel,
-    report: GpuReport,
-    engine_version: str | None | Callable[[], str | None] = current_engine_version,
-    *,
-    path: Path | None = None,
-) -> Plan:
-    """``plan`` re-made with the compute buffer an earlier run measured for its flags.
-
-    Returns ``plan`` unchanged when nothing was measured for this model, engine and flags
-    (or the request already carries a measured figure). ``engine_version`` may be a
-    function: it is only called when the store holds a record of this model.
-
-    When the measured figure moves the plan to other flags (a larger buffer leaves room
-    for fewer tokens), the record of those flags is used if there is one; otherwise the
-    plan keeps the neighbouring measurement and says so in its warnings.
+    Implements :class:`homelab.plan.fit.ComputeMeasurements`: for one set of
+    compute-relevant flags (device, micro-batch, batch, cache types, flash attention,
+    unified KV, ``-ngl``) it answers, for each (context, slots) the fitter tries, the
+    record of exactly that setting, else the nearest one of the same flags (fewest
+    slots apart, then the closest context; the fitter then takes only its error), else
+    nothing.
     """
-    if plan.request.measured_compute is not None:
-        return plan
-    target = path or store_path()
-    stored = _read(target)
+
+    identity: ModelIdentity
+    engine_version: str
+    by_key: Mapping[CalibrationKey, Calibration]
+
+    def for_flags(
+        self, device: str, base: KvSettings, n_gpu_layers: int | None
+    ) -> MeasurementFor | None:
+        probe = key_of(
+            self.identity, self.engine_version, device, base, n_ctx=0, n_gpu_layers=n_gpu_layers
+        )
+        family = {
+            (k.ctx, k.parallel): Measurement(
+                c.measured_compute, k.ctx, k.parallel, c.compute - c.predicted_compute
+            )
+            for k, c in self.by_key.items()
+            if replace(k, ctx=0, parallel=base.n_seq) == probe
+        }
+        if not family:
+            return None
+
+        def measurement(n_ctx: int, n_seq: int) -> Measurement | None:
+            own = family.get((n_ctx, n_seq))
+            if own is not None:
+                return own
+            nearest = min(family, key=lambda f: (abs(f[1] - n_seq), abs(f[0] - n_ctx), f))
+            return family[nearest]
+
+        return measurement
+
+
+def measurements_for(
+    model: GgufModel, engine_version: EngineVersion, *, path: Path | None = None
+) -> MeasuredCompute | None:
+    """What the store measured for ``model`` under ``engine_version``; None when nothing.
+
+    ``engine_version`` may be a function: it is called only when the store holds a record
+    of this model (finding the engine's version can mean running it).
+    """
+    stored = _read(path or store_path())
     if not stored:
-        return plan
+        return None
     identity = model_identity(model)
     stored = [c for c in stored if c.key.model == identity]
-    version = engine_version() if callable(engine_version) else engine_version
-    if not stored or not version:
-        return plan
-    by_key = {c.key: c for c in stored}
-    calibration = by_key.get(key_for(plan, identity, version))
-    if calibration is None:
-        return plan
-    for _ in range(3):  # a measurement may move the plan to flags with a measurement of their own
-        used = calibration
-        request = replace(plan.request, measured_compute=used.measured_compute)
-        planned = make_plan(model, plan.model_path, report, request)
-        moved_to = key_for(planned, identity, version)
-        if moved_to == used.key:
-            return planned
-        if moved_to not in by_key:
-            break
-        calibration = by_key[moved_to]
-    k = used.key
-    note = (
-        f"The compute buffer was measured at -c {k.ctx} -np {k.parallel}; with it the plan moved to "
-        f"-c {planned.candidate.allocation.n_ctx} -np {planned.settings.n_seq}, which no run has measured yet."
-    )
-    return replace(planned, warnings=(*planned.warnings, note))
+    version = engine_version() if callable(engine_version) and stored else engine_version
+    if not stored or not version or not isinstance(version, str):
+        return None
+    by_key = {c.key: c for c in stored if c.key.engine_version == version}
+    return MeasuredCompute(identity, version, by_key) if by_key else None

@@ -18,10 +18,13 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from homelab.gguf.header import GgufModel, LazyArray
-from homelab.plan.planner import Plan
+from homelab.plan.kv import KvSettings
+
+if TYPE_CHECKING:
+    from homelab.plan.planner import Plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,20 +98,39 @@ def model_identity(model: GgufModel) -> ModelIdentity:
 def key_for(plan: Plan, model: GgufModel | ModelIdentity, engine_version: str) -> CalibrationKey:
     """The calibration key of ``plan`` run by ``engine_version``."""
     identity = model if isinstance(model, ModelIdentity) else model_identity(model)
-    s = plan.settings
+    return key_of(
+        identity,
+        engine_version,
+        plan.budget.kind,
+        plan.settings,
+        n_ctx=plan.candidate.allocation.n_ctx,
+        n_gpu_layers=plan.n_gpu_layers,
+    )
+
+
+def key_of(
+    identity: ModelIdentity,
+    engine_version: str,
+    device: str,
+    settings: KvSettings,
+    *,
+    n_ctx: int,
+    n_gpu_layers: int | None,
+) -> CalibrationKey:
+    """The key of one candidate setting (``n_ctx``: the allocated, padded context)."""
     return CalibrationKey(
         model=identity,
         engine_version=engine_version,
-        device=plan.budget.kind,
-        ctx=plan.candidate.allocation.n_ctx,
-        parallel=s.n_seq,
-        ubatch=s.n_ubatch,
-        batch=s.n_batch,
-        type_k=s.type_k,
-        type_v=s.type_v,
-        flash_attn=s.flash_attn,
-        unified=s.unified,
-        n_gpu_layers=plan.n_gpu_layers,
+        device=device,
+        ctx=n_ctx,
+        parallel=settings.n_seq,
+        ubatch=settings.n_ubatch,
+        batch=settings.n_batch,
+        type_k=settings.type_k,
+        type_v=settings.type_v,
+        flash_attn=settings.flash_attn,
+        unified=settings.unified,
+        n_gpu_layers=n_gpu_layers,
     )
 
 

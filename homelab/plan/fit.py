@@ -8,7 +8,9 @@ so padding, SWA windows per stream and per-sequence recurrent state all count.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from homelab.gguf.geometry import Geometry
 from homelab.plan.engine_state import EngineState, estimate_engine_state
@@ -19,12 +21,47 @@ MAX_TOTAL_CTX = 1 << 24
 
 
 @dataclass(frozen=True, slots=True)
+class Measurement:
+    """A compute buffer an earlier run measured, and the flags it was measured at."""
+
+    measured_compute: int
+    """The logged buffer less the flash-attention scratch the plan prices per token."""
+    ctx: int
+    parallel: int
+    error: int = 0
+    """Logged minus predicted compute buffer at those flags: how far the estimate was off."""
+
+
+MeasurementFor = Callable[[int, int], "Measurement | None"]
+"""``(allocated n_ctx, slots) -> the measurement that applies``, for one fitter's fixed flags."""
+
+
+class ComputeMeasurements(Protocol):
+    """Measured compute buffers of one model under one engine build (the calibration store's)."""
+
+    def for_flags(
+        self, device: str, base: KvSettings, n_gpu_layers: int | None
+    ) -> MeasurementFor | None:
+        """The lookup for candidates of ``base``'s flags (context and slots vary), or None."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
 class Candidate:
     """One (context, slots) setting with what it costs on the device."""
 
     settings: KvSettings
     allocation: KvAllocation
     engine: EngineState
+    measurement: Measurement | None = None
+    """The measurement ``engine`` is priced by: at these flags, its buffer; at neighbouring
+    flags, the estimate corrected by that run's error. None: the estimate."""
+
+    @property
+    def measured_here(self) -> bool:
+        """The measurement (if any) was made at exactly this context and these slots."""
+        m = self.measurement
+        return m is not None and (m.ctx, m.parallel) == (self.allocation.n_ctx, self.settings.n_seq)
 
     @property
     def cost(self) -> int:
@@ -42,13 +79,19 @@ class Fitter:
         *,
         on_gpu: bool,
         measured_compute: int | None = None,
+        measurements: MeasurementFor | None = None,
     ) -> None:
+        """``measured_compute`` prices every candidate at one figure; else ``measurements``
+        gives each candidate the measurement that applies to its flags (if any): one made
+        at exactly its context and slots prices it as logged; one made at neighbouring
+        context or slots corrects the candidate's estimate by that run's error."""
         self.geometry = geometry
         self.room = room
         """Bytes for KV + engine state: the budget left after weights and headroom."""
         self.base = base
         self.on_gpu = on_gpu
         self.measured_compute = measured_compute
+        self.measurements = None if measured_compute is not None else measurements
 
     def candidate(self, n_ctx: int, n_seq: int) -> Candidate:
         settings = replace(self.base, n_ctx=n_ctx, n_seq=n_seq)
@@ -60,7 +103,17 @@ class Fitter:
             on_gpu=self.on_gpu,
             measured_compute=self.measured_compute,
         )
-        return Candidate(settings, allocation, engine)
+        measurement = None
+        if self.measurements is not None:
+            measurement = self.measurements(allocation.n_ctx, n_seq)
+            if measurement is not None:
+                if (measurement.ctx, measurement.parallel) == (allocation.n_ctx, n_seq):
+                    measured = measurement.measured_compute
+                else:
+                    estimate = engine.compute_buffer - engine.fa_scratch
+                    measured = max(estimate + measurement.error, 0)
+                engine = replace(engine, measured_compute=measured)
+        return Candidate(settings, allocation, engine, measurement)
 
     def fits(self, n_ctx: int, n_seq: int) -> bool:
         return self.candidate(n_ctx, n_seq).cost <= self.room

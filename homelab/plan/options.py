@@ -22,6 +22,12 @@ from homelab.plan.workload import Workload
 ENGINES = ("llama.cpp", "vllm")
 """Engine names, the same everywhere (presets, records, options)."""
 DEFAULT_CACHE_TYPE = {"llama.cpp": "q8_0", "vllm": "auto"}
+MAX_VRAM = 1 << 50
+"""1 PiB: a card size beyond this is a typo, not a card."""
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,14 +58,18 @@ class PlanOptions:
     def __post_init__(self) -> None:
         for name in ("ctx", "slots", "ubatch"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
+            if value is not None and (not _whole(value) or value < 1):
                 raise UsageError(
                     f"The {name} setting must be a whole number of at least 1, not {value}."
                 )
-        if self.gpu is not None and self.gpu < 0:
+        if self.gpu is not None and (not _whole(self.gpu) or self.gpu < 0):
             raise UsageError(f"The GPU setting is a card index (0, 1, ...), not {self.gpu}.")
-        if self.vram is not None and self.vram <= 0:
+        if self.vram is not None and (not _whole(self.vram) or self.vram <= 0):
             raise UsageError("The VRAM setting must be a positive size, e.g. 16 GiB.")
+        if self.vram is not None and self.vram > MAX_VRAM:
+            raise UsageError(
+                f"The VRAM setting is at most 1 PiB ({MAX_VRAM:,} bytes), not {self.vram:.3g}."
+            )
         if not self.sample_seconds >= 0:
             raise UsageError(
                 f"The sampling window must be zero or more seconds, not {self.sample_seconds}."
@@ -68,7 +78,7 @@ class PlanOptions:
             raise UsageError(
                 f"Unknown engine {self.engine!r}: homelab runs {' or '.join(ENGINES)}."
             )
-        if self.port is not None and not 1 <= self.port <= 65535:
+        if self.port is not None and (not _whole(self.port) or not 1 <= self.port <= 65535):
             raise UsageError(f"The port must be between 1 and 65535, not {self.port}.")
 
     @property

@@ -1,14 +1,19 @@
 """Plan one model on one card: the single planning path every front-end uses.
 
 ``homelab plan``, ``serve``, ``quants``, ``presets`` and the TUI's menu all call
-:func:`plan_model`; the calibration store (compute buffers measured by earlier runs) is
-consulted here, so no front-end plans twice or forgets it.
+:func:`plan_model` (or :func:`homelab.plan.judge.judge`, which calls it); the
+calibration store (compute buffers measured by earlier runs) is consulted inside the
+one planning pass, so no front-end plans twice or forgets it.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 from homelab.gguf.header import GgufModel
 from homelab.gpu.report import GpuReport
+from homelab.plan.calibration import EngineVersion, measurements_for
 from homelab.plan.options import PlanOptions
 from homelab.plan.planner import Plan, make_plan
 from homelab.plan.workload import Workload
@@ -21,15 +26,24 @@ def plan_model(
     options: PlanOptions,
     *,
     default_workload: Workload | None = None,
+    engine_version: EngineVersion = None,
+    calibration_path: Path | None = None,
 ) -> Plan:
     """The llama.cpp plan for ``model`` (shown as ``label``) on ``report``'s card.
+
+    ``engine_version`` is the llama-server build the plan is for (a tag, or a function
+    giving it, called only when the store holds a record of this model; front-ends pass
+    ``homelab.engine.llamacpp.calibrate.current_engine_version``): its measured compute
+    buffers price the candidates whose flags they were measured at. None: estimates only.
 
     Raises:
         DoesNotFitError: nothing worth serving fits (the message says what would).
         UsageError: the options ask for something impossible (e.g. slots > context).
         ModelFileError: the header's geometry is not one llama.cpp could load.
     """
-    from homelab.plan.calibration import apply_calibration
-
-    plan = make_plan(model, label, report, options.request(default_workload))
-    return apply_calibration(plan, model, report)
+    request = options.request(default_workload)
+    if engine_version is not None and request.measured_compute is None:
+        measured = measurements_for(model, engine_version, path=calibration_path)
+        if measured is not None:
+            request = replace(request, calibration=measured)
+    return make_plan(model, label, report, request)

@@ -3,7 +3,7 @@
 Weights + engine state + headroom come off the card; what is left holds
 conversations; KV bytes per token say how many tokens that is; the workload says
 how many conversations (slots) that makes; the flags follow. Every step is kept
-as a line a person can check on paper (``Plan.steps``).
+as a row a person can check on paper (``Plan.steps``).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from homelab.gguf.header import GgufModel
 from homelab.gpu.report import GpuReport
 from homelab.plan.budget import DeviceBudget, WeightPlacement, device_budget, place_weights
 from homelab.plan.engine_state import CUDA_CONTEXT_BYTES
-from homelab.plan.fit import Candidate, Fitter
+from homelab.plan.fit import Candidate, ComputeMeasurements, Fitter
 from homelab.plan.kv import CTX_PAD, KvSettings, pad
 from homelab.plan.steps import describe_plan
+from homelab.plan.working import Step
 from homelab.plan.workload import AGENT, Workload
 
 MAX_SLOTS = 32
@@ -47,7 +48,10 @@ class PlanRequest:
     device_index: int | None = None
     max_slots: int = MAX_SLOTS
     measured_compute: int | None = None
-    """A compute buffer measured by an earlier run (calibration), when known."""
+    """One measured compute buffer for every candidate (a test's or a caller's figure)."""
+    calibration: ComputeMeasurements | None = field(default=None, compare=False, repr=False)
+    """Measured compute buffers by flags (the calibration store's); each candidate is priced
+    with the one for its own flags, in the one planning pass. Ignored with ``measured_compute``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +71,8 @@ class Plan:
     """Total tokens of context that fit at this number of slots."""
     verdict: Verdict
     warnings: tuple[str, ...] = ()
-    steps: tuple[str, ...] = field(default=())
+    steps: tuple[Step, ...] = field(default=())
+    """The working as rows (``homelab.plan.working.render_step`` makes each a line)."""
 
     @property
     def settings(self) -> KvSettings:
@@ -91,7 +96,7 @@ def make_plan(model: GgufModel, model_path: str, report: GpuReport, request: Pla
         raise UsageError(
             f"{geometry.arch} uses MLA (V is a view of K), so llama-server refuses different K and V "
             f"cache types ({request.type_k} / {request.type_v})",
-            hint=f"Use one type for both, e.g. --cache-type {request.type_k}.",
+            hint=f"Use one cache type for both K and V, e.g. {request.type_k}.",
         )
     budget = device_budget(report, request.device_index)
     weights = place_weights(model)
@@ -107,13 +112,7 @@ def make_plan(model: GgufModel, model_path: str, report: GpuReport, request: Pla
         flash_attn=request.flash_attn,
     )
     weights_on_device = weights.on_device() if on_gpu else weights.total
-    fitter = Fitter(
-        geometry,
-        budget.usable - weights_on_device,
-        base,
-        on_gpu=on_gpu,
-        measured_compute=request.measured_compute,
-    )
+    fitter = _fitter(geometry, budget.usable - weights_on_device, base, request, on_gpu, None)
     warnings: list[str] = []
     n_gpu_layers: int | None = None
     verdict: Verdict = "fits"
@@ -132,6 +131,13 @@ def make_plan(model: GgufModel, model_path: str, report: GpuReport, request: Pla
         )
 
     candidate, tokens_fit = _choose(fitter, request, geometry, per_slot_wanted, warnings)
+    if candidate.measurement is not None and not candidate.measured_here:
+        m = candidate.measurement
+        warnings.append(
+            f"The compute buffer was measured at -c {m.ctx} -np {m.parallel}, not at the plan's "
+            f"-c {candidate.allocation.n_ctx} -np {candidate.settings.n_seq}, which no run has measured yet: "
+            f"the plan takes its estimate corrected by that run's error ({m.error:+,} bytes)."
+        )
     plan = Plan(
         model_path=model_path,
         geometry=geometry,
@@ -152,6 +158,29 @@ def _with_steps(plan: Plan) -> Plan:
     from dataclasses import replace
 
     return replace(plan, steps=tuple(describe_plan(plan)))
+
+
+def _fitter(
+    geometry: Geometry,
+    room: int,
+    base: KvSettings,
+    request: PlanRequest,
+    on_gpu: bool,
+    n_gpu_layers: int | None,
+) -> Fitter:
+    """The fitter for one placement, with the measurements of its flags (if any)."""
+    measurements = None
+    if request.calibration is not None and request.measured_compute is None:
+        device = "gpu" if on_gpu else "cpu"
+        measurements = request.calibration.for_flags(device, base, n_gpu_layers)
+    return Fitter(
+        geometry,
+        room,
+        base,
+        on_gpu=on_gpu,
+        measured_compute=request.measured_compute,
+        measurements=measurements,
+    )
 
 
 def _per_slot_wanted(request: PlanRequest, geometry: Geometry, warnings: list[str]) -> int:
@@ -183,9 +212,9 @@ def _choose(
             raise DoesNotFitError(
                 f"a context of {request.ctx:,} tokens with {n_seq} slot(s) needs "
                 f"{candidate.cost:,} bytes for KV and engine state; {max(fitter.room, 0):,} are free for them",
-                hint=f"What fits with {n_seq} slot(s): --ctx {tokens_fit}"
+                hint=f"What fits with {n_seq} slot(s): a context of {tokens_fit} tokens."
                 if tokens_fit
-                else "Nothing fits: try a smaller quant or --cache-type q4_0.",
+                else "Nothing fits: try a smaller quant or cache type q4_0.",
             )
         return candidate, tokens_fit
 
@@ -220,7 +249,7 @@ def _nothing_fits(fitter: Fitter, n_seq: int) -> DoesNotFitError:
     return DoesNotFitError(
         f"with {n_seq} slot(s) only {best:,} tokens of context fit "
         f"({max(fitter.room, 0):,} bytes free for KV and engine state), below the {MIN_CTX:,}-token minimum",
-        hint="Try a smaller quant, --cache-type q4_0, fewer --parallel slots, or close programs using the GPU.",
+        hint="Try a smaller quant, cache type q4_0, fewer slots, or close programs using the GPU.",
     )
 
 
@@ -247,17 +276,11 @@ def _partial_offload(
             geometry, layers=tuple(layer for layer in geometry.layers if layer.index >= first)
         )
         on_device = weights.on_device(gpu_blocks)
-        fitter = Fitter(
-            sub,
-            budget.usable - on_device,
-            base,
-            on_gpu=True,
-            measured_compute=request.measured_compute,
-        )
+        fitter = _fitter(sub, budget.usable - on_device, base, request, True, gpu_blocks + 1)
         if fitter.fits(want, 1):
             return gpu_blocks + 1, fitter, on_device
     raise DoesNotFitError(
         f"not even the output layer of this model fits on {budget.name} "
         f"({budget.usable:,} bytes usable, output layer {weights.output:,} bytes)",
-        hint="Run it on the CPU (--vram 0 is not a plan: free GPU memory or pick a smaller model).",
+        hint="Free GPU memory or pick a smaller model.",
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from homelab.plan.planner import Plan
+from homelab.plan.working import render_steps
 
 
 def plan_to_dict(plan: Plan, argv: list[str]) -> dict[str, Any]:
@@ -69,6 +70,6 @@ def plan_to_dict(plan: Plan, argv: list[str]) -> dict[str, Any]:
             "compute_measured": engine.measured_compute is not None,
         },
         "warnings": list(plan.warnings),
-        "steps": list(plan.steps),
+        "steps": render_steps(plan.steps),
         "argv": argv,
     }

@@ -17,6 +17,7 @@ import pytest
 from homelab.cli import build_parser, main
 from homelab.cli.plan_cmd import plan_from_args
 from homelab.engine.llamacpp.actuals import compare, row
+from homelab.engine.llamacpp.calibrate import record
 from homelab.engine.llamacpp.locate import engine_version
 from homelab.engine.llamacpp.log import parse_load_log
 from homelab.gguf.model_file import read_model
@@ -24,15 +25,16 @@ from homelab.gpu.probe import probe, synthetic_report
 from homelab.plan.calibration import (
     Calibration,
     CalibrationError,
-    apply_calibration,
     lookup,
-    record,
     records,
     save,
     store_path,
 )
 from homelab.plan.calibration_key import key_for, model_identity
+from homelab.plan.options import PlanOptions
+from homelab.plan.pipeline import plan_model
 from homelab.plan.planner import PlanRequest, make_plan
+from homelab.plan.working import render_steps
 from homelab.units import MiB
 from tests.engine.planned_runs import cpu_plan, engine_args, run_plan
 from tests.factory import write_gguf
@@ -51,7 +53,9 @@ def _args(model: Path, *options: str):
 
 
 def _compute_step(plan) -> str:
-    return next(step for step in plan.steps if step.startswith("Engine: compute buffer"))
+    return next(
+        step for step in render_steps(plan.steps) if step.startswith("Engine: compute buffer")
+    )
 
 
 def test_real_run_calibrates_the_next_plan(
@@ -59,7 +63,7 @@ def test_real_run_calibrates_the_next_plan(
 ) -> None:
     args = _args(smollm2_gguf, "--ctx", "4096", "--parallel", "2")
     first, argv = plan_from_args(args)
-    assert "estimated" in _compute_step(first) and first.request.measured_compute is None
+    assert "estimated" in _compute_step(first) and first.candidate.engine.measured_compute is None
 
     log = parse_load_log(capture_load_log(llama_server_bin, smollm2_gguf, engine_args(argv)))
     assert log.ready, log.failures
@@ -75,7 +79,8 @@ def test_real_run_calibrates_the_next_plan(
 
     second, second_argv = plan_from_args(args)
     assert "measured" in _compute_step(second)
-    assert second.request.measured_compute == calibration.measured_compute
+    assert second.candidate.engine.measured_compute == calibration.measured_compute
+    assert second.candidate.measured_here  # its own flags' measurement, not a neighbour's
     assert second.candidate.engine.compute_buffer == logged_compute
     assert second_argv == argv  # same flags: the measurement is of exactly this command line
     assert lookup(key_for(second, read_model(smollm2_gguf), version)) == calibration
@@ -109,8 +114,12 @@ def test_real_run_calibrates_the_next_plan(
     assert "estimated" in _compute_step(other)
     # the same flags under another engine build: not this build's measurement
     model = read_model(smollm2_gguf)
-    again = apply_calibration(first, model, probe(snapshot=NO_GPU), engine_version="b1-0000000")
-    assert again is first
+    options = PlanOptions(ctx=4096, slots=2)
+    again = plan_model(
+        model, str(smollm2_gguf), probe(snapshot=NO_GPU), options, engine_version="b1-0000000"
+    )
+    assert again.candidate.engine == first.candidate.engine  # the estimate, as before recording
+    assert again.settings == first.settings and again.candidate.engine.measured_compute is None
 
 
 def test_record_replaces_the_same_key_atomically(
@@ -203,9 +212,18 @@ def test_a_measurement_that_moves_the_plan_says_so(smollm2_gguf: Path) -> None:
     estimate = plan.candidate.engine.compute_buffer
     big = estimate + 400 * MiB
     save(Calibration(key, big, big, estimate, None, None, None, None, "2026-01-01T00:00:00+0000"))
-    moved = apply_calibration(plan, model, report, engine_version="b11312-0c1e57098")
+    moved = plan_model(
+        model, str(smollm2_gguf), report, PlanOptions(), engine_version="b11312-0c1e57098"
+    )
     assert moved.settings.n_seq < plan.settings.n_seq
-    assert moved.request.measured_compute == big
+    # the neighbouring measurement's error (logged − predicted) corrects the moved flags' estimate
+    s = moved.settings
+    at_moved = make_plan(
+        model, str(smollm2_gguf), report, PlanRequest(ctx=s.n_ctx, parallel=s.n_seq)
+    ).candidate.engine
+    corrected = at_moved.compute_buffer - at_moved.fa_scratch + (big - estimate)
+    assert moved.candidate.engine.measured_compute == corrected
+    assert not moved.candidate.measured_here
     assert any("which no run has measured yet" in w for w in moved.warnings)
     assert "measured" in _compute_step(moved)
 
@@ -230,7 +248,13 @@ def test_cuda_measurement_counts_the_flash_attention_copy_once(smollm2_gguf: Pat
     assert calibration.compute == round(logged_mib * MiB)
     assert calibration.measured_compute == calibration.compute - scratch
     assert calibration.key.device == "gpu" and calibration.kv is None  # no KV line: unknown
-    again = apply_calibration(plan, model, report, engine_version="b11312-0c1e57098")
+    again = plan_model(
+        model,
+        str(smollm2_gguf),
+        report,
+        PlanOptions(ctx=4096, slots=2),
+        engine_version="b11312-0c1e57098",
+    )
     assert again.candidate.engine.compute_buffer == calibration.compute
     assert again.candidate.engine.fa_scratch == scratch
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 from metadata_headers import llama31_8b, seed_qwen35
@@ -14,6 +15,7 @@ from homelab.gpu.probe import synthetic_report
 from homelab.gpu.report import CpuMemory, GpuReport
 from homelab.plan.planner import PlanRequest, make_plan
 from homelab.plan.serialize import plan_to_dict
+from homelab.plan.working import render_steps
 from homelab.plan.workload import CHAT, parse_workload
 from homelab.units import GiB, MiB
 
@@ -63,7 +65,7 @@ def test_seed_model_on_16_gib_card_plans_agents() -> None:
         make_plan(seed_model(), "seed.gguf", synthetic_report(16 * GiB), bigger)
     # the CUDA flash-attention copy of the widest layer is priced per token: 2 B × (1024 + 1024)
     assert plan.candidate.engine.fa_scratch == 4096 * alloc.ctx_per_seq * alloc.n_stream
-    text = "\n".join(plan.steps)
+    text = "\n".join(render_steps(plan.steps))
     assert "2 × 8 layers × 4 kv heads × 256 × 34/32 B = 17,408 B" in text
     assert "= 17,408 B per token of context" in text
 
@@ -141,7 +143,13 @@ def test_weights_too_big_offers_partial_offload() -> None:
 def test_ctx_that_does_not_fit_says_what_does() -> None:
     with pytest.raises(DoesNotFitError) as caught:
         make_plan(seed_model(), "seed.gguf", synthetic_report(16 * GiB), PlanRequest(ctx=4_000_000))
-    assert "--ctx" in (caught.value.hint or "")
+    hint = caught.value.hint or ""
+    assert "a context of" in hint and "--" not in hint  # names the setting, not a flag
+    offered = int(re.search(r"a context of (\d+) tokens", hint).group(1))
+    plan = make_plan(
+        seed_model(), "seed.gguf", synthetic_report(16 * GiB), PlanRequest(ctx=offered)
+    )
+    assert plan.candidate.allocation.n_ctx == offered  # what the hint offers does fit
 
 
 def test_model_trained_shorter_than_workload_is_capped() -> None:

@@ -16,10 +16,12 @@ from pathlib import Path
 from homelab.errors import DoesNotFitError, UsageError
 from homelab.gpu.report import GpuReport
 from homelab.plan.budget import device_budget, pick_device
+from homelab.plan.options import PlanOptions
 from homelab.plan.vllm.config import ModelConfig, load_model_config
 from homelab.plan.vllm.kv import KvLayout, cdiv, kv_layout
 from homelab.plan.vllm.pricing import MemoryPrice, Utilization, price_memory, utilization_for
 from homelab.plan.vllm.steps import describe
+from homelab.plan.working import Step
 from homelab.plan.workload import AGENT, Workload
 from homelab.units import format_bytes
 
@@ -53,7 +55,7 @@ class VllmPlan:
     vllm_longest: int
     """The largest --max-model-len the estimated pool holds in full (what vLLM would estimate)."""
     warnings: tuple[str, ...] = ()
-    steps: tuple[str, ...] = ()
+    steps: tuple[Step, ...] = ()
 
     @property
     def gpu_memory_utilization(self) -> float:
@@ -80,6 +82,39 @@ class VllmPlan:
     @property
     def enable_prefix_caching(self) -> bool:
         return True
+
+
+def plan_vllm(
+    model_ref: str | Path,
+    report: GpuReport,
+    options: PlanOptions,
+    *,
+    hf_cache_dir: Path | None = None,
+) -> VllmPlan:
+    """The vLLM plan the options describe: context -> ``--max-model-len``, slots ->
+    ``--max-num-seqs``, the cache type -> ``--kv-cache-dtype`` (see :func:`vllm_plan`).
+
+    Raises:
+        UsageError: K and V cache types differ (vLLM has one KV cache type), or see
+            :func:`vllm_plan`.
+    """
+    if options.engine != "vllm":
+        options = replace(options, engine="vllm")
+    if options.type_k != options.type_v:
+        raise UsageError(
+            f"vLLM has one KV cache type, not K {options.type_k} and V {options.type_v}",
+            hint="Use one cache type for both K and V.",
+        )
+    return vllm_plan(
+        model_ref,
+        report,
+        max_model_len=options.ctx,
+        max_num_seqs=options.slots,
+        kv_cache_dtype=options.type_k,
+        workload=options.workload or AGENT,
+        device_index=options.gpu,
+        hf_cache_dir=hf_cache_dir,
+    )
 
 
 def vllm_plan(

@@ -1,7 +1,8 @@
-"""The working of a vLLM plan, as lines a person can check on paper.
+"""The working of a vLLM plan, as rows a person can check on paper.
 
-Same style as the llama.cpp plan's working (:mod:`homelab.plan.steps`): each line
-names the quantity, the arithmetic and the result.
+Same rows as the llama.cpp plan's working (:mod:`homelab.plan.steps`,
+:class:`~homelab.plan.working.Step`): each names the quantity, the arithmetic and the
+result (in bytes, tokens or a count); ``render_step`` makes it a line.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from homelab.plan.vllm.pricing import ESTIMATE_MARGIN_BYTES
+from homelab.plan.working import Step
 from homelab.units import format_bytes
 
 if TYPE_CHECKING:
@@ -22,7 +24,7 @@ def _b(n: int) -> str:
     return f"{n:,} B" if abs(n) < 1024 else f"{n:,} B ({format_bytes(n)})"
 
 
-def describe(plan: VllmPlan) -> list[str]:
+def describe(plan: VllmPlan) -> list[Step]:
     """Every step of the plan, in order."""
     m, u, mem, kv = plan.model, plan.utilization, plan.memory, plan.layout
     kinds = Counter(m.layer_kinds)
@@ -32,27 +34,48 @@ def describe(plan: VllmPlan) -> list[str]:
         f"config allows {m.max_model_len:,} tokens" if m.max_model_len else "config names no length"
     )
     steps = [
-        f"Model: {m.name} ({arch}), {m.n_layers} layers: {layout}; {m.dtype or 'no dtype'}; {limit}"
+        Step(
+            "Model",
+            f"{m.name} ({arch}), {m.n_layers} layers: {layout}; {m.dtype or 'no dtype'}; {limit}",
+            m.n_layers,
+            "count",
+        )
     ]
     if m.mla is not None:
         steps.append(
-            f"  attention is MLA: kv_lora_rank {m.mla.kv_lora_rank} + rope dims {m.mla.qk_rope_head_dim} per token"
+            Step(
+                "attention is MLA",
+                f"kv_lora_rank {m.mla.kv_lora_rank} + rope dims {m.mla.qk_rope_head_dim} per token",
+                level=1,
+            )
         )
+    total = m.weights.total
     if m.weights.source == "index":
-        steps.append(
-            f"Weights (index total_size, shards not downloaded yet): {_b(m.weights.total)}"
-        )
+        what, formula = "Weights (index total_size, shards not downloaded yet)", _b(total)
     else:
-        files = f"{len(m.weights.files)} {m.weights.source} file(s)"
-        steps.append(f"Weights: {files}, {_b(m.weights.total)}")
+        what = "Weights"
+        formula = f"{len(m.weights.files)} {m.weights.source} file(s), {_b(total)}"
+    steps.append(Step(what, formula, total, "B"))
 
-    steps.append(f"Card: {u.device}")
+    steps.append(Step("Card", u.device))
     steps.append(
-        f"  CUDA-visible total (NVML total − reserved {_b(u.reserved)}): {_b(u.visible_total)}"
+        Step(
+            f"CUDA-visible total (NVML total − reserved {_b(u.reserved)})",
+            _b(u.visible_total),
+            u.visible_total,
+            "B",
+            level=1,
+        )
     )
     desktop = "unknown" if u.desktop_peak is None else _b(u.desktop_peak)
     steps.append(
-        f"  free at its lowest while sampled: {_b(u.free_min)} (desktop at its peak: {desktop})"
+        Step(
+            "free at its lowest while sampled",
+            f"{_b(u.free_min)} (desktop at its peak: {desktop})",
+            u.free_min,
+            "B",
+            level=1,
+        )
     )
     for label, value in (
         ("vLLM's CUDA context (est.)", u.cuda_context),
@@ -62,68 +85,150 @@ def describe(plan: VllmPlan) -> list[str]:
             u.headroom,
         ),
     ):
-        steps.append(f"  − {label}: {_b(value)}")
-    steps.append(f"  = vLLM may ask for: {_b(u.free_at_check)}")
+        steps.append(Step(label, _b(value), value, "B", level=1, sign="−"))
     steps.append(
-        f"--gpu-memory-utilization {u.fraction:.3f} = {_b(u.free_at_check)} / {_b(u.visible_total)}, floored; "
-        f"vLLM asks ceil({u.fraction:.3f} × total) = {_b(u.requested)} ≤ free at its check: it starts"
+        Step("vLLM may ask for", _b(u.free_at_check), u.free_at_check, "B", level=1, sign="=")
+    )
+    steps.append(
+        Step(
+            f"--gpu-memory-utilization {u.fraction:.3f}",
+            f"= {_b(u.free_at_check)} / {_b(u.visible_total)}, floored; "
+            f"vLLM asks ceil({u.fraction:.3f} × total) = {_b(u.requested)} ≤ free at its check: it starts",
+            u.requested,
+            "B",
+            sep=" ",
+        )
     )
 
     act = mem.activation
-    steps.append(f"Budget {_b(mem.requested)}, spent in vLLM's order:")
-    steps.append(f"  − weights (file sizes): {_b(mem.weights)}")
+    steps.append(Step(f"Budget {_b(mem.requested)}, spent in vLLM's order", value=mem.requested))
+    steps.append(Step("weights (file sizes)", _b(mem.weights), mem.weights, "B", level=1, sign="−"))
     steps.append(
-        f"  − activation peak (est.): {act.tokens:,} batched tokens × {act.bytes_per_token:,} B "
-        f"+ logits {act.rows} row(s) × {act.vocab:,} vocab × 6 B = {_b(act.total)}"
+        Step(
+            "activation peak (est.)",
+            f"{act.tokens:,} batched tokens × {act.bytes_per_token:,} B "
+            f"+ logits {act.rows} row(s) × {act.vocab:,} vocab × 6 B = {_b(act.total)}",
+            act.total,
+            "B",
+            level=1,
+            sign="−",
+        )
     )
-    steps.append(f"  − memory outside torch (est.): {_b(mem.non_torch)}")
-    steps.append(f"  − CUDA graphs (est., {mem.graph_sizes} capture sizes): {_b(mem.cuda_graphs)}")
-    steps.append(f"  = KV pool (vLLM logs it as 'Available KV cache memory'): {_b(mem.kv_pool)}")
+    steps.append(Step("memory outside torch (est.)", _b(mem.non_torch), mem.non_torch, "B", 1, "−"))
+    steps.append(
+        Step(
+            f"CUDA graphs (est., {mem.graph_sizes} capture sizes)",
+            _b(mem.cuda_graphs),
+            mem.cuda_graphs,
+            "B",
+            level=1,
+            sign="−",
+        )
+    )
+    steps.append(
+        Step(
+            "KV pool (vLLM logs it as 'Available KV cache memory')",
+            _b(mem.kv_pool),
+            mem.kv_pool,
+            "B",
+            level=1,
+            sign="=",
+        )
+    )
 
     dtype = f"{plan.kv_cache_dtype} ({kv.element_bytes} B per element)"
     if m.mla is not None:
         per_layer = f"{m.mla.width} latent × {kv.element_bytes} B"
     else:
         per_layer = f"2 × {m.num_kv_heads} kv heads × {m.head_dim} × {kv.element_bytes} B"
-    steps.append(f"KV per token per layer at {dtype}: {per_layer} = {kv.token_layer_bytes:,} B")
     steps.append(
-        f"  × {kv.full_layers} full-attention layers = {kv.kv_bytes_per_token:,} B per token of context"
+        Step(
+            f"KV per token per layer at {dtype}",
+            f"{per_layer} = {kv.token_layer_bytes:,} B",
+            kv.token_layer_bytes,
+            "B",
+        )
+    )
+    steps.append(
+        Step(
+            "",
+            f"{kv.full_layers} full-attention layers = {kv.kv_bytes_per_token:,} B per token of context",
+            kv.kv_bytes_per_token,
+            "B",
+            level=1,
+            sign="×",
+        )
     )
     if kinds.get("sliding"):
         window = kv.sliding_window or 0
         steps.append(
-            f"  {kinds['sliding']} sliding-window layers (window {window:,}) keep at most "
-            f"min({window - 1:,} + {kv.max_num_batched_tokens:,}, max-model-len) tokens each, whatever the context"
+            Step(
+                "",
+                f"{kinds['sliding']} sliding-window layers (window {window:,}) keep at most "
+                f"min({window - 1:,} + {kv.max_num_batched_tokens:,}, max-model-len) tokens each, "
+                "whatever the context",
+                level=1,
+            )
         )
     if kinds.get("linear") and kv.linear_state_bytes is not None and m.linear is not None:
         lin = m.linear
         steps.append(
-            f"  {kinds['linear']} linear-attention layers keep a state per request: conv {lin.conv_elements:,} × "
-            f"{lin.conv_dtype_bytes} B + recurrent {lin.temporal_elements:,} × {lin.ssm_dtype_bytes} B = "
-            f"{kv.linear_state_bytes:,} B, padded to one {kv.block_size}-token attention page; 2 per request"
+            Step(
+                f"{kinds['linear']} linear-attention layers keep a state per request",
+                f"conv {lin.conv_elements:,} × {lin.conv_dtype_bytes} B + recurrent "
+                f"{lin.temporal_elements:,} × {lin.ssm_dtype_bytes} B = {kv.linear_state_bytes:,} B, "
+                f"padded to one {kv.block_size}-token attention page; 2 per request",
+                kv.linear_state_bytes,
+                "B",
+                level=1,
+            )
         )
     groups = Counter(g.kind for g in kv.groups)
+    blocks = kv.num_blocks(mem.kv_pool)
     steps.append(
-        f"Blocks of {kv.block_size} tokens; {len(kv.groups)} group(s) of {kv.group_size} layers "
-        f"({', '.join(f'{n} {_KIND_WORDS[k]}' for k, n in groups.items())}); one block of the pool = "
-        f"{kv.group_size} × {kv.page_bytes:,} B page = {kv.bytes_per_block:,} B; "
-        f"{kv.num_blocks(mem.kv_pool):,} blocks, one kept back"
+        Step(
+            "",
+            f"Blocks of {kv.block_size} tokens; {len(kv.groups)} group(s) of {kv.group_size} layers "
+            f"({', '.join(f'{n} {_KIND_WORDS[k]}' for k, n in groups.items())}); one block of the pool = "
+            f"{kv.group_size} × {kv.page_bytes:,} B page = {kv.bytes_per_block:,} B; "
+            f"{blocks:,} blocks, one kept back",
+            blocks,
+            "count",
+        )
     )
     steps.append(
-        f"--max-model-len {plan.max_model_len:,}: {kv.blocks_per_request(plan.max_model_len):,} blocks = "
-        f"{_b(plan.request_bytes)} per request; fits (longest planned, {format_bytes(ESTIMATE_MARGIN_BYTES)} "
-        f"of the pool kept for estimate error: {plan.longest_fitting:,}; vLLM's own limit ≈ {plan.vllm_longest:,})"
+        Step(
+            f"--max-model-len {plan.max_model_len:,}",
+            f"{kv.blocks_per_request(plan.max_model_len):,} blocks = "
+            f"{_b(plan.request_bytes)} per request; fits (longest planned, {format_bytes(ESTIMATE_MARGIN_BYTES)} "
+            f"of the pool kept for estimate error: {plan.longest_fitting:,}; vLLM's own limit ≈ {plan.vllm_longest:,})",
+            plan.request_bytes,
+            "B",
+        )
     )
     steps.append(
-        f"Expect at start-up: GPU KV cache size ≈ {plan.predicted_kv_tokens:,} tokens, maximum concurrency "
-        f"≈ {plan.predicted_concurrency:.2f}x for {plan.max_model_len:,} tokens per request"
+        Step(
+            "Expect at start-up",
+            f"GPU KV cache size ≈ {plan.predicted_kv_tokens:,} tokens, maximum concurrency "
+            f"≈ {plan.predicted_concurrency:.2f}x for {plan.max_model_len:,} tokens per request",
+            plan.predicted_kv_tokens,
+            "tokens",
+        )
     )
     steps.append(
-        f"--max-num-seqs {plan.max_num_seqs} (full-length requests that fit at once, at most 16); "
-        f"--max-num-batched-tokens {plan.max_num_batched_tokens:,} for {plan.workload.describe()}"
+        Step(
+            "",
+            f"--max-num-seqs {plan.max_num_seqs} (full-length requests that fit at once, at most 16); "
+            f"--max-num-batched-tokens {plan.max_num_batched_tokens:,} for {plan.workload.describe()}",
+            plan.max_num_seqs,
+            "count",
+        )
     )
     steps.append(
-        "--enable-prefix-caching: always passed, so reuse does not depend on the vLLM release's default "
-        "(off for hybrid models before 0.28)"
+        Step(
+            "--enable-prefix-caching",
+            "always passed, so reuse does not depend on the vLLM release's default "
+            "(off for hybrid models before 0.28)",
+        )
     )
     return steps

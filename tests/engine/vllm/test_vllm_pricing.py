@@ -18,6 +18,7 @@ from homelab.plan.vllm.pricing import (
     RUNTIME_SLACK_BYTES,
     capture_sizes,
 )
+from homelab.plan.working import render_steps
 from homelab.plan.workload import AGENT, CHAT
 from homelab.units import GiB
 
@@ -196,9 +197,31 @@ def test_fewer_batched_tokens_than_sequences_is_refused_like_vllm_does(
 
 def test_steps_show_the_working(model_dir, wayland_3090) -> None:
     plan = vllm_plan(model_dir("Qwen__Qwen3.5-0.8B"), wayland_3090)
-    text = "\n".join(plan.steps)
+    text = "\n".join(render_steps(plan.steps))
     assert f"--gpu-memory-utilization {plan.gpu_memory_utilization:.3f}" in text
     assert f"{plan.layout.kv_bytes_per_token:,} B per token" in text
     assert "linear-attention layers keep a state per request" in text
     assert f"{plan.predicted_kv_tokens:,} tokens" in text
     assert "--enable-prefix-caching" in text
+
+
+def _step(steps, what: str):
+    (row,) = [s for s in steps if s.what.startswith(what)]
+    return row
+
+
+def test_steps_are_rows_with_the_plans_bytes(model_dir, wayland_3090) -> None:
+    plan = vllm_plan(model_dir("Qwen__Qwen3-8B"), wayland_3090)
+    steps, mem = plan.steps, plan.memory
+    spent = [s for s in steps if s.sign == "−" and s.level == 1][3:]  # after the card's terms
+    assert [s.value for s in spent] == [
+        mem.weights,
+        mem.activation.total,
+        mem.non_torch,
+        mem.cuda_graphs,
+    ]
+    pool = _step(steps, "KV pool")
+    assert pool.value == plan.kv_pool == mem.requested - sum(s.value for s in spent)
+    assert _step(steps, "Budget").value == mem.requested
+    assert _step(steps, f"--max-model-len {plan.max_model_len:,}").value == plan.request_bytes
+    assert _step(steps, "Expect at start-up").value == plan.predicted_kv_tokens

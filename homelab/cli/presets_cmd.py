@@ -143,18 +143,18 @@ def print_table(fits: list[PresetFit], budget: DeviceBudget, user_dir: Path) -> 
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         )
     offline = [
-        row.preset.key
-        for row in fits
-        if row.fit.verdict == "unknown" and row.fit.problem == "Offline"
+        entry.preset.key
+        for entry in fits
+        if entry.fit.verdict == "unknown" and entry.fit.problem == "Offline"
     ]
     if len(offline) > 1:
         print(
             f"! Offline, and these headers were never read: {', '.join(offline)}. Run "
             "`homelab presets` once online: it reads only the headers and keeps them for next time."
         )
-    for row in fits:
-        if row.fit.reason and not (len(offline) > 1 and row.preset.key in offline):
-            print(f"! {row.preset.key}: {row.fit.explanation}")
+    for entry in fits:
+        if entry.fit.reason and not (len(offline) > 1 and entry.preset.key in offline):
+            print(f"! {entry.preset.key}: {entry.fit.explanation}")
     print(f"Your own presets: {user_dir}/NAME.toml (same name overrides a shipped preset).")
 
 

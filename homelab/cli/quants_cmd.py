@@ -87,14 +87,14 @@ def _print_table(
     if listing.offline_reason:
         print(f"! {listing.offline_reason}: only what is cached on this machine is listed")
     rows = [("", "QUANT", "SIZE", "FIT", "FULL SLOTS", "TOKENS/SLOT", "TOKENS FIT")]
-    for row in fits:
-        fit, plan = row.fit, row.fit.plan
+    for quant in fits:
+        fit, plan = quant.fit, quant.fit.plan
         rows.append(
             (
-                "*" if row is best else "",
-                row.label
-                + (f" ({len(row.choice.files)} parts)" if len(row.choice.files) > 1 else ""),
-                format_bytes(row.size),
+                "*" if quant is best else "",
+                quant.label
+                + (f" ({len(quant.choice.files)} parts)" if len(quant.choice.files) > 1 else ""),
+                format_bytes(quant.size),
                 _VERDICT_WORDS[fit.verdict],
                 str(fit.full_slots) if plan else "-",
                 f"{plan.candidate.allocation.ctx_per_slot:,}" if plan else "-",
@@ -109,9 +109,9 @@ def _print_table(
                 for i, (cell, width) in enumerate(zip(row, widths, strict=True))
             ).rstrip()
         )
-    for row in fits:
-        if row.fit.reason and row.fit.verdict in ("unknown", "does_not_fit"):
-            print(f"  {row.label}: {row.fit.reason}")
+    for quant in fits:
+        if quant.fit.reason and quant.fit.verdict in ("unknown", "does_not_fit"):
+            print(f"  {quant.label}: {quant.fit.reason}")
     print(("Best: " if best else "") + why)
     fetched = [f for f in fits if "remote" in (f.header_origin or "")]
     if fetched:

@@ -115,8 +115,7 @@ def judge(
     """
     workload = options.workload or default_workload or AGENT
     if isinstance(model, HomelabError):
-        return Fit(label, workload, "unknown", **_why(model))
-    sizes = {"file_bytes": _file_bytes(model), "weights_bytes": model.weights_bytes}
+        return _failed(label, workload, "unknown", model, None)
     try:
         plan = plan_model(
             model,
@@ -127,16 +126,36 @@ def judge(
             engine_version=engine_version,
         )
     except DoesNotFitError as error:
-        return Fit(label, workload, "does_not_fit", **_why(error), **sizes)
+        return _failed(label, workload, "does_not_fit", error, model)
     except HomelabError as error:
-        return Fit(label, workload, "unknown", **_why(error), **sizes)
-    return Fit(label, plan.request.workload, plan.verdict, plan, **sizes)
+        return _failed(label, workload, "unknown", error, model)
+    return Fit(
+        label,
+        plan.request.workload,
+        plan.verdict,
+        plan,
+        file_bytes=_file_bytes(model),
+        weights_bytes=model.weights_bytes,
+    )
 
 
-def _why(error: HomelabError) -> dict[str, str | HomelabError | None]:
-    return {"reason": error.message, "problem": error.title, "hint": error.hint, "error": error}
+def _failed(
+    label: str, workload: Workload, verdict: Verdict, error: HomelabError, model: GgufModel | None
+) -> Fit:
+    return Fit(
+        label,
+        workload,
+        verdict,
+        reason=error.message,
+        problem=error.title,
+        hint=error.hint,
+        file_bytes=_file_bytes(model) if model is not None else None,
+        weights_bytes=model.weights_bytes if model is not None else None,
+        error=error,
+    )
 
 
 def _file_bytes(model: GgufModel) -> int | None:
     sizes = [part.file_size for part in model.parts]
-    return sum(sizes) if all(isinstance(s, int) for s in sizes) else None  # type: ignore[misc]
+    known = [size for size in sizes if isinstance(size, int)]
+    return sum(known) if len(known) == len(sizes) else None

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from homelab.errors import UsageError
 from homelab.plan.planner import PlanRequest
-from homelab.plan.workload import Workload
+from homelab.plan.workload import AGENT, Workload
 
 ENGINES = ("llama.cpp", "vllm")
 """Engine names, the same everywhere (presets, records, options)."""
@@ -91,10 +91,8 @@ class PlanOptions:
 
     def request(self, default_workload: Workload | None = None) -> PlanRequest:
         """The planner's request; ``default_workload`` (a preset's hint) when none was set."""
-        workload = self.workload or default_workload
-        fields = {"workload": workload} if workload is not None else {}
         return PlanRequest(
-            **fields,
+            workload=self.workload or default_workload or AGENT,
             ctx=self.ctx,
             parallel=self.slots,
             type_k=self.type_k,

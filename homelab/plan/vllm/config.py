@@ -320,7 +320,8 @@ def _layer_kinds(
                 what = "a recurrent state" if str(name) in _RECURRENT_NAMES else "a memory layout"
                 raise UnknownArchitectureError(
                     f"{source} has {name!r} layers: {what} homelab cannot price for vLLM yet",
-                    hint="Run it with llama.cpp, or give vLLM's own --max-model-len auto a try by hand.",
+                    hint="Run it with llama.cpp, or give vLLM's own automatic context length "
+                    "(max-model-len auto) a try by hand.",
                 )
             kinds.append(kind)
         return tuple(kinds)

@@ -50,7 +50,7 @@ def cache_dtype_bytes(model: ModelConfig, kv_cache_dtype: str) -> int:
     if kv_cache_dtype in KV_CACHE_DTYPES:
         return 1
     raise UsageError(
-        f"--kv-cache-dtype {kv_cache_dtype} is not one homelab can price",
+        f"cache type {kv_cache_dtype} (vLLM's --kv-cache-dtype) is not one homelab can price",
         hint=f"Use one of: {', '.join(KV_CACHE_DTYPES)}.",
     )
 

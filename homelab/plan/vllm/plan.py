@@ -150,7 +150,7 @@ def vllm_plan(
     if max_num_seqs is not None and max_num_batched_tokens < max_num_seqs:
         raise UsageError(
             f"--max-num-batched-tokens {max_num_batched_tokens} is below --max-num-seqs {max_num_seqs}; vLLM refuses that",
-            hint=f"Use --max-num-batched-tokens {max(max_num_seqs, 2048)} or fewer sequences.",
+            hint=f"Use a batch of at least {max(max_num_seqs, 2048)} tokens, or fewer slots.",
         )
     model = load_model_config(str(model_dir_or_repo), cache_dir=hf_cache_dir)
     device = pick_device(report, device_index)
@@ -292,7 +292,7 @@ def _choose_len(
             raise UsageError(
                 f"--max-model-len {asked:,} is beyond the {model_max:,} tokens {model.name}'s config allows; "
                 "vLLM refuses it",
-                hint=f"Use --max-model-len {model_max} or less.",
+                hint=f"Use a context of at most {model_max} tokens.",
             )
         if not layout.fits(asked, memory.kv_pool):
             raise _too_long(asked, layout, memory.kv_pool, longest, util, workload_note="")
@@ -300,7 +300,7 @@ def _choose_len(
             warnings.append(
                 f"--max-model-len {asked:,} fits only within homelab's {format_bytes(memory.kv_pool - pool)} "
                 "estimate margin: vLLM's own measurement may still refuse it "
-                f"(--max-model-len {_round_to_block(longest, layout)} keeps the margin)."
+                f"(a context of {_round_to_block(longest, layout)} tokens keeps the margin)."
             )
         return asked
     if layout.fits(wanted, pool):
@@ -325,10 +325,10 @@ def _too_long(
     usable = max(pool - layout.bytes_per_block, 0)
     fits = _round_to_block(longest, layout)
     hint = (
-        f"What fits: --max-model-len {fits}"
-        + (" (or --kv-cache-dtype fp8 for about twice that)" if layout.element_bytes > 1 else "")
+        f"What fits: a context of {fits} tokens"
+        + (" (or cache type fp8 for about twice that)" if layout.element_bytes > 1 else "")
         if fits > 0
-        else "Nothing fits: use a smaller or quantized model, or --kv-cache-dtype fp8."
+        else "Nothing fits: use a smaller or quantized model, or cache type fp8."
     )
     return DoesNotFitError(
         f"--max-model-len {length:,}{workload_note} needs {format_bytes(need)} of KV cache for one request "

@@ -94,7 +94,7 @@ def test_a_max_model_len_too_big_is_refused_with_the_one_that_fits(model_dir, wa
         and "GiB" in error.message
         and "--gpu-memory-utilization" in error.message
     )
-    fits = int(re.search(r"--max-model-len (\d+)", error.hint or "").group(1))
+    fits = int(re.search(r"a context of (\d+) tokens", error.hint or "").group(1))
     plan = vllm_plan(folder, wayland_3090, max_model_len=fits)
     assert plan.max_model_len == fits
     assert not any("estimate margin" in w for w in plan.warnings)

@@ -10,7 +10,8 @@ unknown pid's name raises ``NotFound``.
 Time: each ``memory_v2``/``memory_v1`` call on a device takes that device's next
 recorded sample (holding the last); process lists answer for the sample the memory
 calls last reached. :attr:`ReplayNvml.sample_count` tells the probe how many samples
-the recording holds, so a replay never sleeps.
+the recording holds, so a replay never sleeps; :attr:`ReplayNvml.sample_times` tells the
+telemetry poller when each was taken, so it plays them in time.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ class ReplayNvml:
         self._v2_calls = [0] * len(self._devices)
         self._v1_calls = [0] * len(self._devices)
         self._initialized = 0
+        self.init_calls = 0
+        """``init`` calls that succeeded (a long-lived poller makes exactly one)."""
+        self.shutdown_calls = 0
 
     # -- what a recording knows beyond NVML ---------------------------------------------
 
@@ -76,6 +80,24 @@ class ReplayNvml:
                         latest = max(latest, float(t))
         return latest
 
+    @property
+    def sample_times(self) -> tuple[float | None, ...]:
+        """When each sample was taken (its memory entries' latest ``t``; None if unrecorded)."""
+        times: list[float | None] = []
+        for k in range(self.sample_count):
+            found = [
+                float(t)
+                for device in self._devices
+                for key in ("memory_v2", "memory_v1")
+                if isinstance(series := device.get(key), list)
+                and series
+                and isinstance(entry := series[min(k, len(series) - 1)], dict)
+                and isinstance(t := entry.get("t"), (int, float))
+                and not isinstance(t, bool)
+            ]
+            times.append(max(found) if found else None)
+        return tuple(times)
+
     def os_process_name(self, pid: int) -> str | None:
         """What the recording machine's OS called ``pid`` (``None`` if it could not tell)."""
         for proc in self._all_procs():
@@ -90,10 +112,12 @@ class ReplayNvml:
         if error is not None:
             raise make_error(error)
         self._initialized += 1
+        self.init_calls += 1
 
     def shutdown(self) -> None:
         self._check_init()
         self._initialized -= 1
+        self.shutdown_calls += 1
 
     def driver_version(self) -> str:
         return str(self._answer(self.data["system"]["driver"]))

@@ -23,8 +23,8 @@ from homelab.gpu.nvml import RealNvml
 from homelab.gpu.probe import probe
 from homelab.gpu.record import record_snapshot, write_snapshot
 from homelab.gpu.replay import ReplayNvml
-from homelab.gpu.telemetry import TelemetryPoller
 from homelab.gpu.report import GpuDevice, GpuReport
+from homelab.gpu.telemetry import TelemetryPoller
 from homelab.units import format_bytes
 
 INTERVAL_S = 0.25

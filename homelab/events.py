@@ -122,6 +122,8 @@ class EventHub(Generic[E]):
         self.queue_size = queue_size
         self._lock = threading.Lock()
         self._subscriptions: list[Subscription[E]] = []
+        self._published = threading.Condition(self._lock)
+        self._last: E | None = None
 
     def subscribe(
         self, callback: Callable[[E], None], *, queue_size: int | None = None
@@ -139,6 +141,8 @@ class EventHub(Generic[E]):
     def publish(self, event: E) -> None:
         """Hand ``event`` to every subscription's queue; returns at once."""
         with self._lock:
+            self._last = event
+            self._published.notify_all()
             subscriptions = list(self._subscriptions)
         for subscription in subscriptions:
             subscription.offer(event)
@@ -148,6 +152,20 @@ class EventHub(Generic[E]):
         with self._lock:
             if subscription in self._subscriptions:
                 self._subscriptions.remove(subscription)
+
+    @property
+    def last(self) -> E | None:
+        """The latest event published (None before the first): what a late viewer shows first."""
+        with self._lock:
+            return self._last
+
+    def wait_for(self, until: Callable[[E], bool], timeout_s: float | None = None) -> E | None:
+        """Block until the latest event satisfies ``until``; it, or None if ``timeout_s`` passed."""
+        with self._published:
+            found = self._published.wait_for(
+                lambda: self._last is not None and until(self._last), timeout_s
+            )
+            return self._last if found else None
 
     @property
     def subscriptions(self) -> tuple[Subscription[E], ...]:

@@ -107,16 +107,18 @@ class PollThread:
     """Calls ``tick(k)`` (k = 1, 2, ...) when ``schedule(k)`` is due, on its own thread.
 
     Tick 0 is the caller's (a poller takes its first sample on the thread that starts it,
-    so start-up errors reach the caller). A tick that falls behind the schedule is not
-    repeated: the next one is taken at once, then the schedule resumes (unless
-    ``skip_missed`` is False: a replay plays every recorded sample). A tick that raises
-    is logged and ends the thread; ``tick`` returning False ends it too.
+    so start-up errors reach the caller). Ticks missed while a tick ran late (or while a
+    manual clock jumped) are skipped: the latest one due is taken at once, then the
+    schedule resumes; with ``skip_missed=False`` every tick is taken (a replay plays every
+    recorded sample). A tick that raises is logged and ends the thread; ``tick``
+    returning False ends it too.
 
     Args:
         name: the thread's name.
         tick: one round of work.
         schedule: when each tick is due (see :data:`Schedule`).
         clock: what to wait on (default: real time).
+        skip_missed: skip ticks that are overdue (see above).
     """
 
     def __init__(
@@ -167,13 +169,13 @@ class PollThread:
             while (due := self._schedule(k)) is not None:
                 if not self.clock.wait_until(self.started_at + due, self._stop):
                     return
-                if not self._tick(k):
-                    return
-                k += 1
                 if self._skip_missed:
                     now = self.elapsed()
                     while (following := self._schedule(k + 1)) is not None and following <= now:
                         k += 1  # more than one interval behind: skip the missed ticks
+                if not self._tick(k):
+                    return
+                k += 1
         except Exception:
             logger.exception("%s failed", self._name)
         finally:

@@ -19,7 +19,6 @@ are system-RAM reports, like the probe's.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,8 +94,6 @@ class TelemetryPoller:
         self._session: CardSession | None = None
         self._cpu_note: str | None = None
         self._thread: PollThread | None = None
-        self._latest: GpuSample | None = None
-        self._sampled = threading.Condition()
         replay = backend if isinstance(backend, ReplayNvml) else None
         self._times = None if replay is None else replay.sample_times
         self._due = self._schedule()
@@ -112,19 +109,13 @@ class TelemetryPoller:
     @property
     def latest(self) -> GpuSample | None:
         """The newest sample (None before :meth:`start`)."""
-        with self._sampled:
-            return self._latest
+        return self._hub.last
 
     def wait(
         self, until: Callable[[GpuSample], bool], timeout_s: float | None = None
     ) -> GpuSample | None:
         """Block until the newest sample satisfies ``until`` (or is final); None on timeout."""
-        with self._sampled:
-            done = self._sampled.wait_for(
-                lambda: self._latest is not None and (until(self._latest) or self._latest.final),
-                timeout_s,
-            )
-            return self._latest if done else None
+        return self._hub.wait_for(lambda sample: sample.final or until(sample), timeout_s)
 
     @property
     def ended(self) -> bool:
@@ -210,7 +201,7 @@ class TelemetryPoller:
         last = self._times is not None and k >= len(self._times) - 1
         session = self._session
         if session is None:  # no card: system RAM
-            self._publish(GpuSample(k, at, cpu_report(self._cpu_note or ""), (), final=last))
+            self._hub.publish(GpuSample(k, at, cpu_report(self._cpu_note or ""), (), final=last))
             return not last
         try:
             session.sample(at)
@@ -218,17 +209,11 @@ class TelemetryPoller:
             self.failure = error
             source = "replay" if session.replay else "nvml"
             empty = GpuReport(source, (), warnings=tuple(session.warnings))
-            self._publish(GpuSample(k, at, empty, (), final=True))
+            self._hub.publish(GpuSample(k, at, empty, (), final=True))
             return False
         session.trim(at - self.window_s)
         kept = session.samplers[0].samples
         report = session.report(kept[-1].at - kept[0].at)
         lowest = tuple(s.lowest_free for s in session.samplers)
-        self._publish(GpuSample(k, at, report, lowest, final=last))
+        self._hub.publish(GpuSample(k, at, report, lowest, final=last))
         return not last
-
-    def _publish(self, sample: GpuSample) -> None:
-        with self._sampled:
-            self._latest = sample
-            self._sampled.notify_all()
-        self._hub.publish(sample)

@@ -29,9 +29,7 @@ from homelab.polling import ManualClock
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
 WAIT_S = 30.0  # a bound for a loaded machine, never an expectation
 RECORDED = sorted(
-    p.name
-    for p in FIXTURES.glob("*.json")
-    if json.loads(p.read_text())["init"]["error"] is None
+    p.name for p in FIXTURES.glob("*.json") if json.loads(p.read_text())["init"]["error"] is None
 )
 
 

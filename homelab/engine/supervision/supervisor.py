@@ -41,6 +41,9 @@ from homelab.paths import state_dir
 
 __all__ = ["EngineSpec", "RestartPolicy", "State", "Supervisor", "Transition"]
 
+LIVE_QUEUE = 4096
+"""Events a live subscriber may fall behind (an engine at -lv 4 logs bursts of lines)."""
+
 
 class Supervisor:
     """Supervises one engine (see module docstring). Thread-safe; one start per instance.
@@ -69,7 +72,7 @@ class Supervisor:
         self._loop = RunLoop(spec, profile, self.policy, EngineRecords(state_file))
         self._lock = self._loop.lock
         self._thread: threading.Thread | None = None
-        self._live: EventHub[Transition | LogLine] = EventHub("supervisor")
+        self._live: EventHub[Transition | LogLine] = EventHub("supervisor", queue_size=LIVE_QUEUE)
         self._loop.machine.subscribe(self._live.publish)
 
     # -- reading ---------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from homelab.gpu.nvml import make_error
+from homelab.gpu.nvml import ProcessInfo, make_error
 from homelab.gpu.snapshot import is_fault, is_series, load_snapshot
 
 _NO_MIG = 0xFFFFFFFF
@@ -32,6 +32,16 @@ class ReplayHandle:
     """Opaque device handle of a replayed card."""
 
     index: int
+
+
+@dataclass(slots=True)
+class ReplayProcess:
+    """One entry of a replayed process list, with pynvml's attribute names."""
+
+    pid: int
+    usedGpuMemory: int | None
+    gpuInstanceId: int = _NO_MIG
+    computeInstanceId: int = _NO_MIG
 
 
 class ReplayNvml:
@@ -168,10 +178,10 @@ class ReplayNvml:
         used = None if entry["used"] is None else entry["reserved"] + entry["used"]
         return SimpleNamespace(total=entry["total"], used=used, free=entry["free"])
 
-    def compute_processes(self, handle: ReplayHandle) -> list[SimpleNamespace]:
+    def compute_processes(self, handle: ReplayHandle) -> list[ProcessInfo]:
         return self._procs(handle, "compute_procs")
 
-    def graphics_processes(self, handle: ReplayHandle) -> list[SimpleNamespace]:
+    def graphics_processes(self, handle: ReplayHandle) -> list[ProcessInfo]:
         return self._procs(handle, "graphics_procs")
 
     def process_name(self, pid: int) -> str:
@@ -210,17 +220,12 @@ class ReplayNvml:
     def _sample_index(self, handle: ReplayHandle) -> int:
         return max(self._v2_calls[handle.index], self._v1_calls[handle.index], 1) - 1
 
-    def _procs(self, handle: ReplayHandle, key: str) -> list[SimpleNamespace]:
+    def _procs(self, handle: ReplayHandle, key: str) -> list[ProcessInfo]:
         value = self._answer(self._device(handle)[key])
         if is_series(value):
             value = self._answer(value[min(self._sample_index(handle), len(value) - 1)])
         return [
-            SimpleNamespace(
-                pid=p["pid"],
-                usedGpuMemory=p["used"],
-                gpuInstanceId=p.get("gi", _NO_MIG),
-                computeInstanceId=p.get("ci", _NO_MIG),
-            )
+            ReplayProcess(p["pid"], p["used"], p.get("gi", _NO_MIG), p.get("ci", _NO_MIG))
             for p in value
         ]
 

@@ -29,7 +29,7 @@ from homelab.events import EventHub, Subscription
 from homelab.gpu.cpu import cpu_report
 from homelab.gpu.nvml import NvmlBackend, RealNvml
 from homelab.gpu.replay import ReplayNvml
-from homelab.gpu.report import GpuReport
+from homelab.gpu.report import GpuReport, ReportSource
 from homelab.gpu.session import CardSession, open_session
 from homelab.polling import Clock, PollThread, Schedule, every
 
@@ -207,7 +207,7 @@ class TelemetryPoller:
             session.sample(at)
         except GpuProbeError as error:
             self.failure = error
-            source = "replay" if session.replay else "nvml"
+            source: ReportSource = "replay" if session.replay else "nvml"
             empty = GpuReport(source, (), warnings=tuple(session.warnings))
             self._hub.publish(GpuSample(k, at, empty, (), final=True))
             return False

@@ -108,6 +108,11 @@ class CardSession:
         for pid in [pid for pid in self._names if pid not in on_cards]:
             del self._names[pid]  # a later process may get the same pid
 
+    def set_own_pids(self, pids: frozenset[int]) -> None:
+        """Class ``pids`` as homelab's own engines from the next sample on."""
+        for sampler in self.samplers:
+            sampler.own_pids = pids
+
     def trim(self, oldest: float) -> None:
         """Forget samples taken before ``oldest`` (each card keeps its latest)."""
         for sampler in self.samplers:

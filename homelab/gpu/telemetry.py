@@ -92,7 +92,7 @@ class TelemetryPoller:
         self._clock = clock
         self._hub: EventHub[GpuSample] = EventHub("gpu-telemetry")
         self._session: CardSession | None = None
-        self._cpu_note: str | None = None
+        self._cpu: GpuReport | None = None
         self._thread: PollThread | None = None
         replay = backend if isinstance(backend, ReplayNvml) else None
         self._times = None if replay is None else replay.sample_times
@@ -117,6 +117,13 @@ class TelemetryPoller:
         """Block until the newest sample satisfies ``until`` (or is final); None on timeout."""
         return self._hub.wait_for(lambda sample: sample.final or until(sample), timeout_s)
 
+    def set_own_pids(self, pids: frozenset[int]) -> None:
+        """From the next sample on, class these pids as homelab's own (an engine just started)."""
+        self.own_pids = pids
+        session = self._session
+        if session is not None:
+            session.set_own_pids(pids)
+
     @property
     def ended(self) -> bool:
         """True once no more samples will come (stopped, recording over, cards lost)."""
@@ -137,7 +144,7 @@ class TelemetryPoller:
             raise RuntimeError("this telemetry poller was already started")
         opened = open_session(self.backend, self.own_pids)
         if isinstance(opened, GpuReport):
-            self._cpu_note = opened.note
+            self._cpu = opened
         else:
             self._session = opened
         thread = PollThread(
@@ -200,8 +207,10 @@ class TelemetryPoller:
         at = thread.elapsed() if self._times is None else (self._due(k) or 0.0)
         last = self._times is not None and k >= len(self._times) - 1
         session = self._session
-        if session is None:  # no card: system RAM
-            self._hub.publish(GpuSample(k, at, cpu_report(self._cpu_note or ""), (), final=last))
+        if session is None:  # no card: system RAM, said as the probe said it
+            assert self._cpu is not None
+            ram = cpu_report(self._cpu.note or "", self._cpu.warnings)
+            self._hub.publish(GpuSample(k, at, ram, (), final=last))
             return not last
         try:
             session.sample(at)

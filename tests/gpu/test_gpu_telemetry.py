@@ -219,3 +219,18 @@ def test_a_blocked_subscriber_does_not_slow_the_sampling() -> None:
     assert blocked.flush(WAIT_S)
     assert blocked.delivered == 3 and blocked.dropped == 5  # held one, then the newest two
     played.poller.stop()
+
+
+def test_pids_named_later_are_classed_as_homelab_from_the_next_sample() -> None:
+    data = raw("rtx3090_wayland.json")
+    played = Played(data)
+    first = played.poller.start()
+    assert played.next() is first
+    job = next(p for p in first.report.devices[0].processes or () if p.klass == "compute")
+    assert first.report.devices[0].homelab_bytes == 0
+    played.poller.set_own_pids(frozenset({job.pid}))
+    played.clock.advance(0.25)
+    second = played.next()
+    ours = [p for p in second.report.devices[0].processes or () if p.pid == job.pid]
+    assert [p.klass for p in ours] == ["homelab"]
+    assert second.report.devices[0].homelab_bytes == ours[0].used_bytes > 0

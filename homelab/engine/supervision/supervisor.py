@@ -134,7 +134,10 @@ class Supervisor:
 
         With ``log_lines``: ``callback`` gets the transitions *and* every engine log line
         (:class:`~homelab.engine.supervision.attempt_log.LogLine`), in order, on a thread
-        of its own (:mod:`homelab.events`), so it never holds the engine up.
+        of its own (:mod:`homelab.events`), so it never holds the engine up; it may fall
+        ``LIVE_QUEUE`` events behind before its oldest are dropped. For an adopted engine
+        the recent lines already in its log come first. :meth:`stop` and :meth:`release`
+        end these subscriptions once everything queued was delivered.
 
         Returns:
             A function that unsubscribes.

@@ -1,7 +1,7 @@
 """``homelab gpu``: what the card(s) hold now and at the worst moment of a short window.
 
 Human output by default, one JSON object with ``--json`` (sizes in bytes), a refresh
-every second with ``--watch``, and ``--record FILE`` to save what NVML says as a
+every second with ``--watch`` (the telemetry poller's sliding window), and ``--record FILE`` to save what NVML says as a
 replayable snapshot. Exit 0 when a report was made (the CPU fallback included), 5 when
 the probe failed (see ``homelab.errors``).
 """
@@ -24,6 +24,7 @@ from homelab.gpu.probe import probe
 from homelab.gpu.record import record_snapshot, write_snapshot
 from homelab.gpu.replay import ReplayNvml
 from homelab.gpu.report import GpuDevice, GpuReport
+from homelab.gpu.telemetry import TelemetryPoller
 from homelab.units import format_bytes
 
 INTERVAL_S = 0.25
@@ -156,22 +157,35 @@ def _show(report: GpuReport, *, as_json: bool, compact: bool = False) -> None:
 
 
 def _watch(args: argparse.Namespace) -> int:
-    """Probe and show, starting a round every second (or as soon as the window allows),
-    until Ctrl-C or ``--iterations`` rounds. With ``--json``: one line per round."""
+    """Show the telemetry poller's window every second (NVML stays open all along), until
+    Ctrl-C or ``--iterations`` rounds. The first round waits for a full window (a replay:
+    for its recording). With ``--json``: one line per round."""
     clear = sys.stdout.isatty() and not args.json
+    poller = TelemetryPoller(
+        snapshot=args.gpu_snapshot,
+        interval_s=INTERVAL_S,
+        window_s=max(args.sample_seconds, 0.0),
+    )
     done = 0
     try:
+        poller.start()
+        poller.wait(lambda sample: sample.at >= poller.window_s)
         while args.iterations is None or done < args.iterations:
             started = time.monotonic()
-            report = _probe(args)
+            sample = poller.latest
+            if poller.failure is not None:
+                raise poller.failure
+            assert sample is not None
             if clear:
                 sys.stdout.write("\x1b[2J\x1b[H")
-            _show(report, as_json=args.json, compact=True)
+            _show(sample.report, as_json=args.json, compact=True)
             done += 1
             if args.iterations is None or done < args.iterations:
                 time.sleep(max(0.0, WATCH_PERIOD_S - (time.monotonic() - started)))
     except KeyboardInterrupt:
         pass
+    finally:
+        poller.stop()
     return int(ExitCode.OK)
 
 

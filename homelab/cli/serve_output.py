@@ -15,27 +15,34 @@ STATUS_EVERY_NOT_TTY_S = 60.0
 
 
 def watch_status(supervisor, *, kv_unified: bool) -> None:
-    """The live status line until the supervisor ends (Ctrl-C raises out of here)."""
-    from homelab.engine.llamacpp.client import LlamaServerClient, status_line
+    """The live status line until the supervisor ends (Ctrl-C raises out of here).
+
+    Renders the engine status poller's events: it polls while the engine is ready, at
+    the line's pace (every ``STATUS_EVERY_S`` on a terminal, ``STATUS_EVERY_NOT_TTY_S``
+    otherwise), and each status it publishes becomes the line.
+    """
+    from homelab.engine.llamacpp.client import status_line
+    from homelab.engine.llamacpp.status_poller import StatusPoller
     from homelab.engine.supervision.states import State
 
     line = StatusLine.shared()
     every = STATUS_EVERY_S if line.tty else STATUS_EVERY_NOT_TTY_S
-    client, url, pause = None, None, 0.0
+
+    def url() -> str | None:
+        return supervisor.url if supervisor.state is State.READY else None
+
+    def show(status) -> None:
+        if supervisor.state is State.READY:
+            line.show(status_line(status))
+
+    poller = StatusPoller(url, kv_unified=kv_unified, interval_s=every, timeout_s=min(every, 5.0))
+    poller.subscribe(show)
     try:
-        while not supervisor.wait_stopped(pause):
-            pause = every
-            if supervisor.state is not State.READY:
-                continue
-            if supervisor.url != url:
-                if client is not None:
-                    client.close()
-                url = supervisor.url
-                client = LlamaServerClient(url, timeout_s=min(every, 5.0))
-            line.show(status_line(client.snapshot(kv_unified=kv_unified)))
+        poller.start()
+        while not supervisor.wait_stopped(1.0):
+            pass
     finally:
-        if client is not None:
-            client.close()
+        poller.stop()
 
 
 class Narrator:

@@ -10,7 +10,8 @@ unknown pid's name raises ``NotFound``.
 Time: each ``memory_v2``/``memory_v1`` call on a device takes that device's next
 recorded sample (holding the last); process lists answer for the sample the memory
 calls last reached. :attr:`ReplayNvml.sample_count` tells the probe how many samples
-the recording holds, so a replay never sleeps.
+the recording holds, so a replay never sleeps; :attr:`ReplayNvml.sample_times` tells the
+telemetry poller when each was taken, so it plays them in time.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from homelab.gpu.nvml import make_error
+from homelab.gpu.nvml import ProcessInfo, make_error
 from homelab.gpu.snapshot import is_fault, is_series, load_snapshot
 
 _NO_MIG = 0xFFFFFFFF
@@ -31,6 +32,16 @@ class ReplayHandle:
     """Opaque device handle of a replayed card."""
 
     index: int
+
+
+@dataclass(slots=True)
+class ReplayProcess:
+    """One entry of a replayed process list, with pynvml's attribute names."""
+
+    pid: int
+    usedGpuMemory: int | None
+    gpuInstanceId: int = _NO_MIG
+    computeInstanceId: int = _NO_MIG
 
 
 class ReplayNvml:
@@ -49,6 +60,9 @@ class ReplayNvml:
         self._v2_calls = [0] * len(self._devices)
         self._v1_calls = [0] * len(self._devices)
         self._initialized = 0
+        self.init_calls = 0
+        """``init`` calls that succeeded (a long-lived poller makes exactly one)."""
+        self.shutdown_calls = 0
 
     # -- what a recording knows beyond NVML ---------------------------------------------
 
@@ -76,6 +90,24 @@ class ReplayNvml:
                         latest = max(latest, float(t))
         return latest
 
+    @property
+    def sample_times(self) -> tuple[float | None, ...]:
+        """When each sample was taken (its memory entries' latest ``t``; None if unrecorded)."""
+        times: list[float | None] = []
+        for k in range(self.sample_count):
+            found = [
+                float(t)
+                for device in self._devices
+                for key in ("memory_v2", "memory_v1")
+                if isinstance(series := device.get(key), list)
+                and series
+                and isinstance(entry := series[min(k, len(series) - 1)], dict)
+                and isinstance(t := entry.get("t"), (int, float))
+                and not isinstance(t, bool)
+            ]
+            times.append(max(found) if found else None)
+        return tuple(times)
+
     def os_process_name(self, pid: int) -> str | None:
         """What the recording machine's OS called ``pid`` (``None`` if it could not tell)."""
         for proc in self._all_procs():
@@ -90,10 +122,12 @@ class ReplayNvml:
         if error is not None:
             raise make_error(error)
         self._initialized += 1
+        self.init_calls += 1
 
     def shutdown(self) -> None:
         self._check_init()
         self._initialized -= 1
+        self.shutdown_calls += 1
 
     def driver_version(self) -> str:
         return str(self._answer(self.data["system"]["driver"]))
@@ -144,10 +178,10 @@ class ReplayNvml:
         used = None if entry["used"] is None else entry["reserved"] + entry["used"]
         return SimpleNamespace(total=entry["total"], used=used, free=entry["free"])
 
-    def compute_processes(self, handle: ReplayHandle) -> list[SimpleNamespace]:
+    def compute_processes(self, handle: ReplayHandle) -> list[ProcessInfo]:
         return self._procs(handle, "compute_procs")
 
-    def graphics_processes(self, handle: ReplayHandle) -> list[SimpleNamespace]:
+    def graphics_processes(self, handle: ReplayHandle) -> list[ProcessInfo]:
         return self._procs(handle, "graphics_procs")
 
     def process_name(self, pid: int) -> str:
@@ -186,17 +220,12 @@ class ReplayNvml:
     def _sample_index(self, handle: ReplayHandle) -> int:
         return max(self._v2_calls[handle.index], self._v1_calls[handle.index], 1) - 1
 
-    def _procs(self, handle: ReplayHandle, key: str) -> list[SimpleNamespace]:
+    def _procs(self, handle: ReplayHandle, key: str) -> list[ProcessInfo]:
         value = self._answer(self._device(handle)[key])
         if is_series(value):
             value = self._answer(value[min(self._sample_index(handle), len(value) - 1)])
         return [
-            SimpleNamespace(
-                pid=p["pid"],
-                usedGpuMemory=p["used"],
-                gpuInstanceId=p.get("gi", _NO_MIG),
-                computeInstanceId=p.get("ci", _NO_MIG),
-            )
+            ReplayProcess(p["pid"], p["used"], p.get("gi", _NO_MIG), p.get("ci", _NO_MIG))
             for p in value
         ]
 

@@ -1,5 +1,8 @@
 """Sample one card over a window and keep the worst moment.
 
+The window is every sample taken (the one-shot probe), or only the last seconds of them
+(the telemetry poller drops older ones with :meth:`DeviceSampler.trim`).
+
 Free memory and the desktop share move while a desktop is in use (window resizes,
 browser tabs, video: research nvml.md §3.1), so one reading is not enough: the
 sampler keeps the lowest free (``free_min``) and the highest desktop share
@@ -29,6 +32,7 @@ class DeviceLost(Exception):
 
 @dataclass(slots=True)
 class _Sample:
+    at: float
     total: int
     reserved: int | None
     used: int | None
@@ -52,6 +56,8 @@ class DeviceSampler:
     warnings: list[str] = field(default_factory=list)
     samples: list[_Sample] = field(default_factory=list)
     use_v1: bool = False
+    lowest_free: int | None = None
+    """Lowest free memory of every sample taken, trimmed ones included."""
 
     @classmethod
     def open(
@@ -80,8 +86,8 @@ class DeviceSampler:
         sampler.display_active = None if active is None else bool(active)
         return sampler
 
-    def sample(self) -> None:
-        """Read memory and both process lists once.
+    def sample(self, at: float = 0.0) -> None:
+        """Read memory and both process lists once (``at``: when, in the caller's seconds).
 
         Raises:
             DeviceLost: memory cannot be read (lost card, UMA part, ...).
@@ -91,7 +97,15 @@ class DeviceSampler:
         graphics = self._procs("graphics", self.backend.graphics_processes)
         processes = merge_processes(compute, graphics, self.name_of, self.own_pids)
         desktop = desktop_bytes(processes, graphics_known=graphics is not None)
-        self.samples.append(_Sample(total, reserved, used, free, processes, desktop))
+        self.samples.append(_Sample(at, total, reserved, used, free, processes, desktop))
+        self.lowest_free = free if self.lowest_free is None else min(self.lowest_free, free)
+
+    def trim(self, oldest: float) -> None:
+        """Drop samples taken before ``oldest``; the latest one is always kept."""
+        keep = next((i for i, s in enumerate(self.samples) if s.at >= oldest), None)
+        if keep is None:
+            keep = len(self.samples) - 1
+        del self.samples[:keep]
 
     def report(self) -> GpuDevice:
         """The card as seen over the window (at least one :meth:`sample` first)."""

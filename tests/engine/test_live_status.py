@@ -13,7 +13,6 @@ from __future__ import annotations
 import http.server
 import os
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -33,93 +32,26 @@ from homelab.engine.llamacpp.locate import LLAMA_CPP_COMMIT
 from homelab.engine.llamacpp.metrics import (
     window,
 )
+from tests.engine.live_server import (
+    REQUEST_TIMEOUT_S,
+    SERVER_ARGS,
+    START_TIMEOUT_S,
+    chat,
+    serve,
+    start_server,
+)
 from tests.factory.server_log import free_port
 
 pytestmark = pytest.mark.engine
-
-START_TIMEOUT_S = 120.0
-REQUEST_TIMEOUT_S = 180.0  # an upper bound for a loaded 2-core machine, not an expectation
-SYSTEM = (
-    "You are a helpful assistant that answers briefly and kindly about cooking, gardening, "
-    "bicycles and the weather in northern Europe. Keep every answer to one sentence."
-)
-
-
-# -- server processes -----------------------------------------------------------------
-
-
-def _start(
-    binary: Path, model: Path, port: int, extra: list[str], log: Path
-) -> subprocess.Popen[bytes]:
-    argv = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), *extra]
-    with open(log, "wb") as out:
-        return subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
-        )
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    """Poll /health (a plain httpx loop, independent of the code under test) until 200."""
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(
-                f"llama-server exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}"
-            )
-        try:
-            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.25)
-    pytest.fail(
-        f"llama-server not ready in {START_TIMEOUT_S} s:\n{log.read_text(errors='replace')[-3000:]}"
-    )
-
-
-def _serve(binary: Path, model: Path, folder: Path, extra: list[str]) -> Iterator[str]:
-    port = free_port()
-    log = folder / "llama-server.log"
-    proc = _start(binary, model, port, extra, log)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        _wait_ready(url, proc, log)
-        yield url
-    finally:
-        _stop(proc)
-
-
-SERVER_ARGS = ["-c", "4096", "-np", "2", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on", "-ngl", "0"]
 
 
 @pytest.fixture(scope="module")
 def server(
     llama_server_bin: Path, smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    yield from _serve(
+    yield from serve(
         llama_server_bin, smollm2_gguf, tmp_path_factory.mktemp("live"), [*SERVER_ARGS, "--metrics"]
     )
-
-
-def _chat(url: str, question: str, max_tokens: int = 4) -> dict:
-    body = {
-        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-    }
-    response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=REQUEST_TIMEOUT_S)
-    response.raise_for_status()
-    return response.json()
 
 
 # -- against the running server ---------------------------------------------------------
@@ -144,7 +76,7 @@ def test_requests_show_in_metrics_slots_and_status(server: str) -> None:
         before = client.metrics()
         client.snapshot()
         answers = [
-            _chat(server, q)
+            chat(server, q)
             for q in ("Name a winter soup.", "When to plant tulips?", "Oil a chain how?")
         ]
         after = client.metrics()
@@ -184,9 +116,9 @@ def test_requests_show_in_metrics_slots_and_status(server: str) -> None:
 
 def test_shared_prefix_shows_cache_reuse(server: str) -> None:
     with LlamaServerClient(server) as client:
-        _chat(server, "What should I cook on a cold evening?")
+        chat(server, "What should I cook on a cold evening?")
         client.snapshot()
-        second = _chat(server, "What should I cook on a hot evening?")
+        second = chat(server, "What should I cook on a hot evening?")
         status = client.snapshot()
     reuse = cache_reuse(second)
     assert reuse is not None
@@ -256,7 +188,7 @@ def test_health_while_the_model_loads(tmp_path: Path, llama_server_bin: Path) ->
     fifo = tmp_path / "model.gguf"
     os.mkfifo(fifo)
     port = free_port()
-    proc = _start(llama_server_bin, fifo, port, [], tmp_path / "server.log")
+    proc = start_server(llama_server_bin, fifo, port, [], tmp_path / "server.log")
     try:
         with LlamaServerClient(f"http://127.0.0.1:{port}") as client:
             deadline = time.monotonic() + START_TIMEOUT_S
@@ -348,7 +280,7 @@ def test_another_web_server_is_an_error_not_a_crash() -> None:
 
 
 def test_metrics_switched_off(llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path) -> None:
-    for url in _serve(llama_server_bin, smollm2_gguf, tmp_path, SERVER_ARGS):
+    for url in serve(llama_server_bin, smollm2_gguf, tmp_path, SERVER_ARGS):
         with LlamaServerClient(url) as client:
             with pytest.raises(EngineUnavailableError, match="HTTP 501") as raised:
                 client.metrics()

@@ -34,6 +34,7 @@ from homelab.engine.llamacpp.answers import (
     parse_slot,
 )
 from homelab.engine.llamacpp.metrics import LlamaMetrics, MetricsFormatError, MetricsWindow, window
+from homelab.engine.loopback import loopback_client
 from homelab.errors import EngineError
 
 __all__ = [
@@ -98,6 +99,15 @@ class LiveStatus:
     kv_tokens: int | None = None
     kv_capacity: int | None = None
     notes: tuple[str, ...] = ()
+    window: MetricsWindow | None = None
+    """The counters' differences since the client's previous scrape (None on the first)."""
+    window_s: float | None = None
+    """Wall-clock seconds since that scrape."""
+
+    @property
+    def kv_per_slot(self) -> tuple[tuple[int, int, int], ...] | None:
+        """``(slot id, KV cells held, slot context)`` of each slot (None without /slots)."""
+        return None if self.slots is None else tuple((s.id, s.tokens, s.n_ctx) for s in self.slots)
 
     @property
     def processing(self) -> int | None:
@@ -132,8 +142,10 @@ class LlamaServerClient:
     """A small HTTP client of one llama-server (``base_url`` like ``http://127.0.0.1:8080``).
 
     ``timeout_s`` bounds every request: ``/slots`` and ``/metrics`` wait for the server's
-    main loop, so a server busy with a long prompt answers them late. Use as a context
-    manager or call :meth:`close`.
+    main loop, so a server busy with a long prompt answers them late. Requests go through
+    the loopback client (:mod:`homelab.engine.loopback`): no proxies from the environment,
+    and ``base_url`` must be on 127.0.0.1, ::1 or localhost (else ``NotLoopbackError``).
+    Use as a context manager or call :meth:`close`.
     """
 
     def __init__(
@@ -141,8 +153,9 @@ class LlamaServerClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=headers)
+        self._http = loopback_client(self.base_url, timeout_s=timeout_s, headers=headers)
         self._previous: LlamaMetrics | None = None
+        self._previous_at: float | None = None
         self._last_reuse: tuple[int, int] | None = None
 
     def __enter__(self) -> Self:
@@ -269,16 +282,17 @@ class LlamaServerClient:
             metrics = self.metrics()
         except EngineUnavailableError as error:
             notes.append(error.message)
-        prompt_tps = gen_tps = None
+        prompt_tps = gen_tps = window_s = None
+        delta: MetricsWindow | None = None
         if metrics is not None:
-            delta: MetricsWindow | None = (
-                window(self._previous, metrics) if self._previous else None
-            )
+            if self._previous is not None and self._previous_at is not None:
+                delta = window(self._previous, metrics)
+                window_s = now - self._previous_at
             if delta is not None and delta.cache_reuse is not None:
                 self._last_reuse = delta.cache_reuse
             prompt_tps = (delta.prompt_tps if delta else None) or metrics.prompt_tps_overall
             gen_tps = (delta.gen_tps if delta else None) or metrics.gen_tps_overall
-            self._previous = metrics
+            self._previous, self._previous_at = metrics, now
         kv_tokens = kv_capacity = None
         if slots:
             kv_tokens = sum(s.tokens for s in slots)
@@ -295,6 +309,8 @@ class LlamaServerClient:
             kv_tokens=kv_tokens,
             kv_capacity=kv_capacity,
             notes=tuple(notes),
+            window=delta,
+            window_s=window_s,
         )
 
 

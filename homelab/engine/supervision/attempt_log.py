@@ -16,8 +16,10 @@ from __future__ import annotations
 import re
 import shlex
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -29,6 +31,18 @@ LOGS_KEPT = 20
 """Older session logs in the logs folder are removed."""
 STARTING_POLL_S = 0.02
 SERVING_POLL_S = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One line of the engine's log, as live subscribers get it (markers are not sent)."""
+
+    text: str
+    """The line, without its newline (cut at ``log_tail.MAX_LINE_CHARS``)."""
+    attempt: int
+    """The attempt that wrote it (the marker before it; 0 before any marker)."""
+    at: float
+    """Wall-clock time homelab read it (seconds since the epoch)."""
 
 
 def marker_line(attempt: int, argv: Sequence[str]) -> str:
@@ -54,6 +68,8 @@ class AttemptLog:
         is_serving: recognises the engine's "I am serving" line.
         on_serving: called (on the follower's thread) when the current attempt logs it.
         adopt: start near the end of an existing log (an engine another homelab started).
+        on_line: called with each engine line as a :class:`LogLine` (on the follower's
+            thread; it must not block: hand it to an ``EventHub``).
     """
 
     def __init__(
@@ -63,8 +79,10 @@ class AttemptLog:
         on_serving: Callable[[], None],
         *,
         adopt: bool = False,
+        on_line: Callable[[LogLine], None] | None = None,
     ) -> None:
         self.path = path
+        self._publish = on_line
         self._is_serving = is_serving
         self._on_serving = on_serving
         self._lock = threading.Lock()
@@ -136,6 +154,7 @@ class AttemptLog:
                 self._lines.clear()
                 return
             self._lines.append(line)
+            attempt = self._line_attempt
             if (
                 self._line_attempt == self._current
                 and self._serving_attempt != self._current
@@ -143,5 +162,7 @@ class AttemptLog:
             ):
                 self._serving_attempt = self._current
                 fire = True
+        if self._publish is not None:
+            self._publish(LogLine(line, attempt, time.time()))
         if fire:
             self._on_serving()

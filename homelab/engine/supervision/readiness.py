@@ -62,15 +62,23 @@ class HealthAnswer:
 
 
 def health_client() -> httpx.Client:
-    """An HTTP client for loopback health checks: short timeouts, no proxies from the env."""
-    import httpx
+    """The loopback client (:mod:`homelab.engine.loopback`) with the health checks' timeout."""
+    from homelab.engine.loopback import loopback_client
 
-    return httpx.Client(timeout=httpx.Timeout(HEALTH_TIMEOUT_S), trust_env=False)
+    return loopback_client(timeout_s=HEALTH_TIMEOUT_S)
 
 
 def check_health(client: httpx.Client, base_url: str, path: str = "/health") -> HealthAnswer:
-    """Ask ``base_url + path`` once; OK means HTTP 200."""
+    """Ask ``base_url + path`` once; OK means HTTP 200.
+
+    Raises:
+        NotLoopbackError: ``base_url`` is not on this machine's loopback.
+    """
     import httpx
+
+    from homelab.engine.loopback import require_loopback
+
+    require_loopback(base_url)
 
     try:
         response = client.get(base_url.rstrip("/") + path)

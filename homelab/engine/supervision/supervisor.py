@@ -25,8 +25,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
-from homelab.engine.supervision.attempt_log import AttemptLog, new_log_path
+from homelab.engine.supervision.attempt_log import AttemptLog, LogLine, new_log_path
 from homelab.engine.supervision.failure import EngineFailure
 from homelab.engine.supervision.ports import PortChoice, choose_port
 from homelab.engine.supervision.process import EngineProcess
@@ -35,9 +36,13 @@ from homelab.engine.supervision.run_loop import RunLoop
 from homelab.engine.supervision.state_file import EngineRecord, EngineRecords, StateFile
 from homelab.engine.supervision.states import EngineSpec, RestartPolicy, State, Transition
 from homelab.errors import EngineError
+from homelab.events import EventHub, Subscription
 from homelab.paths import state_dir
 
 __all__ = ["EngineSpec", "RestartPolicy", "State", "Supervisor", "Transition"]
+
+LIVE_QUEUE = 4096
+"""Events a live subscriber may fall behind (an engine at -lv 4 logs bursts of lines)."""
 
 
 class Supervisor:
@@ -67,6 +72,8 @@ class Supervisor:
         self._loop = RunLoop(spec, profile, self.policy, EngineRecords(state_file))
         self._lock = self._loop.lock
         self._thread: threading.Thread | None = None
+        self._live: EventHub[Transition | LogLine] = EventHub("supervisor", queue_size=LIVE_QUEUE)
+        self._loop.machine.subscribe(self._live.publish)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -120,12 +127,25 @@ class Supervisor:
         log = self._loop.log
         return [] if log is None else log.lines()
 
-    def subscribe(self, callback: Callable[[Transition], None]) -> Callable[[], None]:
+    def subscribe(
+        self, callback: Callable[[Transition], None], *, log_lines: bool = False
+    ) -> Callable[[], None]:
         """Call ``callback(transition)`` on every change, on the thread that made it; keep it quick.
+
+        With ``log_lines``: ``callback`` gets the transitions *and* every engine log line
+        (:class:`~homelab.engine.supervision.attempt_log.LogLine`), in order, on a thread
+        of its own (:mod:`homelab.events`), so it never holds the engine up; it may fall
+        ``LIVE_QUEUE`` events behind before its oldest are dropped. For an adopted engine
+        the recent lines already in its log come first. :meth:`stop` and :meth:`release`
+        end these subscriptions once everything queued was delivered.
 
         Returns:
             A function that unsubscribes.
         """
+        if log_lines:
+            live = cast("Callable[[Transition | LogLine], None]", callback)
+            subscription: Subscription[Transition | LogLine] = self._live.subscribe(live)
+            return subscription
         return self._loop.machine.subscribe(callback)
 
     # -- control ---------------------------------------------------------------------------
@@ -143,7 +163,9 @@ class Supervisor:
                 raise EngineError("this supervisor was already started")
             port = choose_port(self.spec.host, self.spec.port, pinned=self.spec.port_pinned)
             path = new_log_path(self._log_dir or state_dir() / "logs", self.profile.name)
-            log = AttemptLog(path, self.profile.is_serving, loop.inbox.wake.set)
+            log = AttemptLog(
+                path, self.profile.is_serving, loop.inbox.wake.set, on_line=self._live.publish
+            )
             loop.prepare(port, log.start())
             self._thread = threading.Thread(
                 target=loop.run, args=(None,), name="homelab-supervisor"
@@ -163,7 +185,11 @@ class Supervisor:
         loop = self._loop
         proc = EngineProcess.adopt(record.pid, pgid=record.pgid, create_time=record.create_time)
         log = AttemptLog(
-            Path(record.log_path), self.profile.is_serving, loop.inbox.wake.set, adopt=True
+            Path(record.log_path),
+            self.profile.is_serving,
+            loop.inbox.wake.set,
+            adopt=True,
+            on_line=self._live.publish,
         )
         if record.ready_at is not None:
             log.mark_serving()
@@ -222,6 +248,7 @@ class Supervisor:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+            self._live.close()  # live subscribers get what is queued, then their threads end
 
     def __enter__(self) -> Supervisor:
         return self

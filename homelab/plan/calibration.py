@@ -27,10 +27,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from homelab.engine.llamacpp.actuals import compare, row
-from homelab.engine.llamacpp.log import LoadLog
 from homelab.errors import HomelabError
 from homelab.gguf.header import GgufModel
 from homelab.gpu.report import GpuReport
@@ -42,6 +40,9 @@ from homelab.plan.calibration_key import (
     model_identity,
 )
 from homelab.plan.planner import Plan, make_plan
+
+if TYPE_CHECKING:  # the load-log parser is needed to record, not to plan (start-up time)
+    from homelab.engine.llamacpp.log import LoadLog
 
 try:  # POSIX: serialise read-modify-write between homelab processes
     import fcntl
@@ -191,6 +192,8 @@ def lookup(key: CalibrationKey, path: Path | None = None) -> Calibration | None:
 
 
 def _logged(rows: tuple, name: str) -> int | None:
+    from homelab.engine.llamacpp.actuals import row
+
     r = row(rows, name)
     return None if r is None else r.actual
 
@@ -217,6 +220,8 @@ def measure(plan: Plan, load_log: LoadLog, key: CalibrationKey) -> Calibration:
             f"the plan has n_ctx {planned[0]}, {planned[1]} slot(s), ubatch {planned[2]}",
             hint="The figures belong to other flags than the plan's; run the plan's argv unchanged.",
         )
+    from homelab.engine.llamacpp.actuals import compare
+
     rows = compare(plan, load_log)
     compute = _logged(rows, "compute")
     if compute is None:

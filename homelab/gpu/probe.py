@@ -21,15 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from homelab.errors import UsageError
 from homelab.gpu import faults
 from homelab.gpu.cpu import cpu_report
 from homelab.gpu.names import os_name_lookup, resolve_name
 from homelab.gpu.nvml import NvmlBackend, NVMLError, RealNvml
 from homelab.gpu.replay import ReplayNvml
-from homelab.gpu.report import GpuDevice, GpuReport
+from homelab.gpu.report import GpuReport
 from homelab.gpu.sampler import DeviceLost, DeviceSampler
-from homelab.units import format_bytes
 
 
 def sample_count(window_s: float, interval_s: float) -> int:
@@ -131,36 +129,6 @@ def _probe_started(
         note=f"Replayed from {replay.label}." if replay else None,
         window_s=replay.window_s if replay else (samples - 1) * max(interval_s, 0.0),
         warnings=tuple(warnings),
-    )
-
-
-def synthetic_report(total_bytes: int) -> GpuReport:
-    """A card of ``total_bytes`` with nothing else on it (``--vram 16GiB``).
-
-    Raises:
-        UsageError: the size is not positive.
-    """
-    if total_bytes <= 0:
-        raise UsageError(f"A synthetic card needs a positive size, not {total_bytes} bytes.")
-    device = GpuDevice(
-        index=0,
-        name=f"synthetic {format_bytes(total_bytes)} card",
-        uuid=None,
-        total=total_bytes,
-        reserved=0,
-        used=0,
-        free=total_bytes,
-        free_min=total_bytes,
-        desktop_now=0,
-        desktop_peak=0,
-        display_active=False,
-        processes=(),
-        samples=0,
-    )
-    return GpuReport(
-        source="synthetic",
-        devices=(device,),
-        note=f"Planning for a synthetic {format_bytes(total_bytes)} card, nothing else on it.",
     )
 
 

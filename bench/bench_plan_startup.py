@@ -2,7 +2,7 @@
 
 Run on demand (not a test)::
 
-    PYTHONPATH=$PWD python bench/bench_plan_startup.py [--repeat N] [--mdl PATH]
+    PYTHONPATH=$PWD python bench/bench_plan_startup.py [--repeat N] [--mdl PATH] [--python PATH]
 
 It writes, in a temporary folder, the header of a Qwen3.5-9B Q4_K_M GGUF with the
 test factory's ``qwen35`` writer (``tests.factory.gdn``) at the real model's widths
@@ -14,16 +14,25 @@ the data section is a sparse file, so neither tool touches weights.
 
 Then it runs, interleaved, ``--repeat`` times each (default 5):
 
-- ``python -m homelab plan FILE --vram 16GiB --json`` (engine-free: a synthetic 16 GiB
-  card, no NVML probe);
+- ``python -m homelab plan FILE --json`` with ``--vram 16GiB`` (a synthetic card) and
+  with ``--gpu-snapshot`` (a recorded RTX 4060 Ti replayed): engine-free, no NVML probe;
 - ``mdl fit FILE --no-oracle --json`` of llama-mdl 0.14 (the closest Python peer; its
   analytic fit, without ``llama-fit-params``);
-- two floors: ``python -c pass`` (interpreter start-up) and a ``python -c`` that reads
-  the header's bytes (start-up plus reading the header from page cache).
+- the floors: ``python -c pass`` (interpreter start-up) and a ``python -c`` that reads
+  the header's bytes (start-up plus reading the header from page cache), and mdl's own
+  interpreter's ``-c pass``;
 
-and prints the median wall time of each and the ratio mdl / homelab (goal >= 2x).
-llama-mdl lives in its own virtual environment outside the repository; without it the
-bench says how to install it and still prints homelab's times.
+and prints the median wall time and CPU time (user+sys, steadier on a busy machine) of
+each, and the ratio mdl / homelab (goal: homelab >= 2x faster). Byte-code is cached for
+both, as an installed package has it.
+
+llama-mdl lives in its own virtual environment outside the repository (``mdl`` there
+runs on that venv's interpreter); without it the bench says how to install it and
+still prints homelab's times. ``--python`` runs homelab on another interpreter, e.g. a
+venv with its runtime dependencies (``psutil platformdirs nvidia-ml-py``), so both
+tools start from a comparable ``site``: an interpreter whose site-packages carry
+``.pth`` start-up hooks pays for them before homelab's first line (compare the two
+``-c pass`` floors).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from bench_header_parse import write_model
 
 from homelab.gguf.model_file import read_model
-from homelab.gpu.probe import synthetic_report
+from homelab.gpu.report import synthetic_report
 from homelab.plan.planner import PlanRequest, make_plan
 from homelab.units import GiB, format_bytes
 from tests.hubstub import HubStub

@@ -27,10 +27,24 @@ COMMAND_MODULES = (
 )
 """Subcommand modules in help order; each has ``register(subparsers)``."""
 
+COMMAND_OWNERS = {
+    "gpu": "gpu_cmd",
+    "plan": "plan_cmd",
+    "quants": "quants_cmd",
+    "pull": "pull_cmd",
+    "presets": "presets_cmd",
+    "serve": "serve_cmd",
+    "stop": "serve_cmd",
+    "status": "serve_cmd",
+    "engine": "engine_cmd",
+}
+"""The module that registers each command: ``homelab plan ...`` imports and registers only
+``plan_cmd``, not every subcommand's imports (start-up time); anything else builds the tree."""
 
-def _command_modules() -> list[object]:
+
+def _command_modules(names: Sequence[str] = COMMAND_MODULES) -> list[object]:
     modules = []
-    for name in COMMAND_MODULES:
+    for name in names:
         qualified = f"homelab.cli.{name}"
         try:
             modules.append(importlib.import_module(qualified))
@@ -40,15 +54,16 @@ def _command_modules() -> list[object]:
     return modules
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command tree."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command tree, or only ``command``'s branch when one is named."""
     parser = argparse.ArgumentParser(
         prog="homelab",
         description="Run a local LLM well on one home NVIDIA card.",
     )
     parser.add_argument("--version", action="version", version=f"homelab {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in _command_modules():
+    owner = COMMAND_OWNERS.get(command or "")
+    for module in _command_modules((owner,) if owner else COMMAND_MODULES):
         module.register(subparsers)  # type: ignore[attr-defined]
     return parser
 
@@ -62,8 +77,9 @@ def report_error(error: HomelabError) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``homelab`` console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(words[0] if words else None)
+    args = parser.parse_args(words)
     if not getattr(args, "func", None):
         parser.print_help()
         return int(ExitCode.USAGE)

@@ -7,7 +7,6 @@ HF cache; the plan is priced before booting (vLLM's own check comes four minutes
 from __future__ import annotations
 
 import argparse
-import shutil
 from typing import Any
 
 from homelab.errors import EngineError
@@ -76,6 +75,8 @@ def vllm_plan_dict(plan, argv: list[str]) -> dict[str, Any]:
 
 def vllm_executable() -> str:
     """The ``vllm`` command, or a clear error: it is not a homelab dependency."""
+    import shutil  # not at import: ``homelab plan`` reaches this module (start-up time)
+
     found = shutil.which("vllm")
     if found is None:
         raise EngineError(

@@ -1,7 +1,9 @@
 """ggml tensor types: id, name, block size and bytes per block.
 
-The table is built from the ``gguf`` package (``gguf.GGMLQuantizationType`` and
-``gguf.GGML_QUANT_SIZES``) so it follows llama.cpp as the package is upgraded. A
+The table is generated from the ``gguf`` package (``gguf.GGMLQuantizationType`` and
+``gguf.GGML_QUANT_SIZES``) into :mod:`homelab.gguf.ggml_table` by
+``tools/gen_ggml_table.py``, so it follows llama.cpp as the package is upgraded while
+homelab never imports ``gguf`` (and numpy with it) at run time. A
 quantized type stores ``block_size`` values in ``type_size`` bytes (``Q8_0``: 32 values
 in 34 bytes), so a row of ``n`` values takes ``n // block_size * type_size`` bytes and
 ``n`` must be a multiple of the block size.
@@ -16,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from homelab.gguf.ggml_table import GGML_TYPE_ROWS
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,19 +40,8 @@ class GgmlType:
         return self.type_size / self.block_size
 
 
-def _build_table() -> dict[int, GgmlType]:
-    table: dict[int, GgmlType] = {}
-    for member in GGMLQuantizationType:
-        sizes = GGML_QUANT_SIZES.get(member)
-        if sizes is None:
-            continue
-        block_size, type_size = sizes
-        table[int(member.value)] = GgmlType(int(member.value), member.name, block_size, type_size)
-    return table
-
-
-GGML_TYPES: dict[int, GgmlType] = _build_table()
-"""Every ggml type the installed ``gguf`` package knows, by id."""
+GGML_TYPES: dict[int, GgmlType] = {row[0]: GgmlType(*row) for row in GGML_TYPE_ROWS}
+"""Every ggml type the ``gguf`` package the table was generated from knows, by id."""
 
 _BY_NAME: dict[str, GgmlType] = {t.name.lower(): t for t in GGML_TYPES.values()}
 
@@ -69,7 +60,7 @@ KV_CACHE_TYPES: tuple[str, ...] = (
 
 
 def type_name(type_id: int) -> str:
-    """The type's name, or ``"type_<n>"`` for an id this ``gguf`` package does not know."""
+    """The type's name, or ``"type_<n>"`` for an id the table does not know."""
     known = GGML_TYPES.get(type_id)
     return known.name if known is not None else f"type_{type_id}"
 
@@ -124,7 +115,7 @@ def row_bytes(name_or_id: str | int, n: int) -> int:
 def tensor_bytes(ggml_type_id: int, shape: tuple[int, ...] | list[int]) -> int | None:
     """Exact data bytes of a tensor of ``shape`` (``ne0`` first) and ggml type ``ggml_type_id``.
 
-    Returns ``None`` for a type id this ``gguf`` package does not know (a newer file):
+    Returns ``None`` for a type id the table does not know (a newer file):
     the size is then unknown, never guessed.
 
     Raises:

@@ -7,13 +7,13 @@ which leaves out reclaimable page cache.
 
 from __future__ import annotations
 
-import psutil
-
 from homelab.gpu.report import CpuMemory, GpuReport
 
 
 def cpu_memory() -> CpuMemory:
     """Total and available system RAM in bytes."""
+    import psutil  # not at import: only a plan without a card asks (start-up time)
+
     memory = psutil.virtual_memory()
     return CpuMemory(total=int(memory.total), available=int(memory.available))
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import psutil
-
 from homelab.gpu.nvml import NVMLError
 from homelab.gpu.replay import ReplayNvml
 
@@ -25,6 +23,8 @@ NameLookup = Callable[[int], "str | None"]
 
 def psutil_name(pid: int) -> str | None:
     """The OS's name for ``pid``, or ``None`` if it is gone or not ours to see."""
+    import psutil  # not at import: a replayed or synthetic card never asks (start-up time)
+
     try:
         return psutil.Process(pid).name() or None
     except (psutil.Error, OSError):

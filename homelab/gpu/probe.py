@@ -14,12 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from homelab.errors import UsageError
 from homelab.gpu.nvml import NvmlBackend, RealNvml
 from homelab.gpu.replay import ReplayNvml
-from homelab.gpu.report import GpuDevice, GpuReport
+from homelab.gpu.report import GpuReport
 from homelab.gpu.session import open_session
-from homelab.units import format_bytes
 
 
 def sample_count(window_s: float, interval_s: float) -> int:
@@ -66,33 +64,3 @@ def probe(
         return session.report(replay.window_s if replay else (samples - 1) * max(interval_s, 0.0))
     finally:
         session.close()
-
-
-def synthetic_report(total_bytes: int) -> GpuReport:
-    """A card of ``total_bytes`` with nothing else on it (``--vram 16GiB``).
-
-    Raises:
-        UsageError: the size is not positive.
-    """
-    if total_bytes <= 0:
-        raise UsageError(f"A synthetic card needs a positive size, not {total_bytes} bytes.")
-    device = GpuDevice(
-        index=0,
-        name=f"synthetic {format_bytes(total_bytes)} card",
-        uuid=None,
-        total=total_bytes,
-        reserved=0,
-        used=0,
-        free=total_bytes,
-        free_min=total_bytes,
-        desktop_now=0,
-        desktop_peak=0,
-        display_active=False,
-        processes=(),
-        samples=0,
-    )
-    return GpuReport(
-        source="synthetic",
-        devices=(device,),
-        note=f"Planning for a synthetic {format_bytes(total_bytes)} card, nothing else on it.",
-    )

@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from homelab.errors import UsageError
+from homelab.units import format_bytes
+
 ProcessClass = Literal["desktop", "compute", "homelab", "other"]
 """desktop: compositors, X servers, browsers; compute: other CUDA programs;
 homelab: engines homelab started; other: anything we cannot name."""
@@ -89,3 +92,33 @@ class GpuReport:
     warnings: tuple[str, ...] = ()
     """Sentences about the machine as a whole: a card that was skipped, a version NVML
     would not give. Per-card sentences are on :attr:`GpuDevice.warnings`."""
+
+
+def synthetic_report(total_bytes: int) -> GpuReport:
+    """A card of ``total_bytes`` with nothing else on it (``--vram 16GiB``).
+
+    Raises:
+        UsageError: the size is not positive.
+    """
+    if total_bytes <= 0:
+        raise UsageError(f"A synthetic card needs a positive size, not {total_bytes} bytes.")
+    device = GpuDevice(
+        index=0,
+        name=f"synthetic {format_bytes(total_bytes)} card",
+        uuid=None,
+        total=total_bytes,
+        reserved=0,
+        used=0,
+        free=total_bytes,
+        free_min=total_bytes,
+        desktop_now=0,
+        desktop_peak=0,
+        display_active=False,
+        processes=(),
+        samples=0,
+    )
+    return GpuReport(
+        source="synthetic",
+        devices=(device,),
+        note=f"Planning for a synthetic {format_bytes(total_bytes)} card, nothing else on it.",
+    )

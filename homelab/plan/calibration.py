@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from homelab.errors import HomelabError
 from homelab.gguf.header import GgufModel
@@ -46,12 +44,13 @@ from homelab.plan.calibration_key import (
 from homelab.plan.fit import Measurement, MeasurementFor
 from homelab.plan.kv import KvSettings
 
+if TYPE_CHECKING:  # the load-log parser is needed to record, not to plan (start-up time)
+    pass
+
 try:  # POSIX: serialise read-modify-write between homelab processes
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
-
-log = logging.getLogger(__name__)
 
 FILE_NAME = "calibration.json"
 SCHEMA = 1
@@ -117,6 +116,9 @@ def _calibration_from_dict(data: dict[str, Any]) -> Calibration:
 
 
 def _move_aside(path: Path, reason: str) -> None:
+    import logging  # only for a broken store (start-up time)
+
+    log = logging.getLogger(__name__)
     aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
     try:
         os.replace(path, aside)
@@ -155,6 +157,8 @@ def _read(path: Path) -> list[Calibration]:
 def _write(path: Path, records: list[Calibration]) -> None:
     """Replace the store atomically (temporary file in the same folder, fsync, rename)."""
     data = {"schema": SCHEMA, "records": [asdict(r) for r in records[-MAX_RECORDS:]]}
+    import tempfile  # only to write: a plan that finds no record never needs it (start-up)
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -14,7 +14,6 @@ the flags that shape llama-server's worst-case graph. The key is
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -71,6 +70,8 @@ def _canonical(value: Any) -> Any:
 def header_digest(model: GgufModel) -> str:
     """SHA-256 over every part's parsed header: metadata and tensor infos (names, shapes,
     types, offsets). Reads nothing: a remote header and the downloaded file agree."""
+    import hashlib  # only when a record exists: OpenSSL's loading is start-up time
+
     digest = hashlib.sha256()
     for part in model.parts:
         header = {

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-import gguf
-
+from homelab.gguf.ggml_types import ggml_type
 from homelab.plan.working import Step
 from homelab.units import format_bytes
 
@@ -21,7 +20,8 @@ if TYPE_CHECKING:
 
 def type_fraction(cache_type: str) -> str:
     """Bytes per element of a cache type as a person writes it: ``34/32`` for q8_0, ``2`` for f16."""
-    block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[cache_type.upper()]]
+    kind = ggml_type(cache_type)
+    block, size = kind.block_size, kind.type_size
     return str(size) if block == 1 else f"{size}/{block}"
 
 

@@ -24,7 +24,8 @@ from homelab.engine.llamacpp.actuals import (
 )
 from homelab.engine.llamacpp.log import MIB, mib_matches, parse_load_log
 from homelab.gguf.model_file import read_model
-from homelab.gpu.probe import probe, synthetic_report
+from homelab.gpu.probe import probe
+from homelab.gpu.report import synthetic_report
 from homelab.plan.planner import PlanRequest, make_plan
 from homelab.units import MiB
 from tests.engine.planned_runs import cpu_plan, run_plan

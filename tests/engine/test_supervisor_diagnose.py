@@ -95,7 +95,7 @@ def test_each_captured_failure(
 
 def test_kv_did_not_fit_hint_comes_from_the_plan(tmp_path: Path) -> None:
     from homelab.gguf.model_file import read_model
-    from homelab.gpu.probe import synthetic_report
+    from homelab.gpu.report import synthetic_report
     from homelab.plan.planner import PlanRequest, make_plan
     from tests.factory import write_gguf
 

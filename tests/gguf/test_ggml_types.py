@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
+from pathlib import Path
 
 import gguf
 import pytest
 from gguf_bytes import QT, RICH_TENSORS
 
+from homelab.gguf import ggml_table
 from homelab.gguf.ggml_types import (
     GGML_TYPES,
     KV_CACHE_TYPES,
@@ -24,6 +27,22 @@ def test_ggml_table_follows_the_gguf_package() -> None:
         kind = GGML_TYPES[int(member)]
         assert (kind.name, kind.block_size, kind.type_size) == (member.name, block, size)
     assert ggml_type("q8_0").bytes_per_value == pytest.approx(34 / 32)
+    known = {int(member) for member in gguf.GGML_QUANT_SIZES}
+    assert set(GGML_TYPES) == known, "the table holds a type the gguf package does not size"
+
+
+def test_committed_table_is_what_the_generator_writes() -> None:
+    """``homelab/gguf/ggml_table.py`` is generated; after a ``gguf`` upgrade this fails
+    until ``python tools/gen_ggml_table.py`` is run (and catches hand edits)."""
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location(
+        "gen_ggml_table", root / "tools/gen_ggml_table.py"
+    )
+    assert spec is not None and spec.loader is not None
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    assert Path(ggml_table.__file__).read_text() == generator.render()
+    assert len(ggml_table.GGML_TYPE_ROWS) == len(gguf.GGML_QUANT_SIZES) > 30
 
 
 @pytest.mark.parametrize(

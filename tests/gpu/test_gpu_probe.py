@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from homelab.errors import UsageError
-from homelab.gpu.probe import probe, sample_count, synthetic_report
+from homelab.gpu.probe import probe, sample_count
 from homelab.gpu.replay import ReplayNvml
+from homelab.gpu.report import synthetic_report
 from homelab.units import GiB, MiB
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"

@@ -12,7 +12,7 @@ from remote_fixtures import point_hf_at, settled, write_split_gguf
 from homelab.cli import main
 from homelab.errors import DoesNotFitError
 from homelab.gguf.model_file import read_model
-from homelab.gpu.probe import synthetic_report
+from homelab.gpu.report import synthetic_report
 from homelab.plan.planner import PlanRequest, make_plan
 from homelab.plan.workload import parse_workload
 from tests.factory import write_gguf

@@ -21,7 +21,8 @@ from homelab.engine.llamacpp.calibrate import record
 from homelab.engine.llamacpp.locate import engine_version
 from homelab.engine.llamacpp.log import parse_load_log
 from homelab.gguf.model_file import read_model
-from homelab.gpu.probe import probe, synthetic_report
+from homelab.gpu.probe import probe
+from homelab.gpu.report import synthetic_report
 from homelab.plan.calibration import (
     Calibration,
     CalibrationError,

@@ -14,7 +14,7 @@ import pytest
 
 import homelab.plan.pipeline as pipeline
 from homelab.gguf.model_file import read_model
-from homelab.gpu.probe import synthetic_report
+from homelab.gpu.report import synthetic_report
 from homelab.plan.calibration import Calibration, save
 from homelab.plan.calibration_key import key_for
 from homelab.plan.options import PlanOptions

@@ -13,7 +13,8 @@ import pytest
 
 from homelab.errors import ModelFileError
 from homelab.gguf.model_file import read_model
-from homelab.gpu.probe import probe, synthetic_report
+from homelab.gpu.probe import probe
+from homelab.gpu.report import synthetic_report
 from homelab.plan.budget import HEADROOM_HEADLESS
 from homelab.plan.judge import Fit, judge
 from homelab.plan.options import PlanOptions

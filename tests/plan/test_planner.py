@@ -11,8 +11,7 @@ from metadata_headers import llama31_8b, seed_qwen35
 from homelab.engine.llamacpp.argv import llama_server_argv
 from homelab.errors import DoesNotFitError
 from homelab.gguf.header import GgufModel, TensorInfo
-from homelab.gpu.probe import synthetic_report
-from homelab.gpu.report import CpuMemory, GpuReport
+from homelab.gpu.report import CpuMemory, GpuReport, synthetic_report
 from homelab.plan.planner import PlanRequest, make_plan
 from homelab.plan.serialize import plan_to_dict
 from homelab.plan.working import render_steps

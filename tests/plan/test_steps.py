@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from homelab.gguf.model_file import read_model
-from homelab.gpu.probe import probe, synthetic_report
+from homelab.gpu.probe import probe
+from homelab.gpu.report import synthetic_report
 from homelab.plan.planner import PlanRequest, make_plan
 from homelab.plan.serialize import plan_to_dict
 from homelab.plan.working import Step, render_step, render_steps

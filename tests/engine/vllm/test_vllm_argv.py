@@ -7,7 +7,7 @@ from vllm_fixture_data import fake_hf_cache
 
 from homelab.engine.vllm.argv import vllm_argv
 from homelab.errors import UsageError
-from homelab.gpu.probe import synthetic_report
+from homelab.gpu.report import synthetic_report
 from homelab.plan.vllm.plan import vllm_plan
 from homelab.units import GiB
 

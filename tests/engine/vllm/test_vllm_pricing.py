@@ -9,7 +9,8 @@ import pytest
 from vllm_fixture_data import GPU, weights_total
 
 from homelab.errors import DoesNotFitError, UsageError
-from homelab.gpu.probe import probe, synthetic_report
+from homelab.gpu.probe import probe
+from homelab.gpu.report import synthetic_report
 from homelab.plan.budget import HEADROOM_DISPLAY
 from homelab.plan.vllm.plan import vllm_plan
 from homelab.plan.vllm.pricing import (

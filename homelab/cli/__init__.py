@@ -43,7 +43,7 @@ COMMAND_OWNERS = {
 
 
 def _command_modules(names: Sequence[str] = COMMAND_MODULES) -> list[object]:
-    modules = []
+    modules: list[object] = []
     for name in names:
         qualified = f"homelab.cli.{name}"
         try:

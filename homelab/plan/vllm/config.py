@@ -28,6 +28,8 @@ from homelab.errors import ModelFileError, UnknownArchitectureError
 from homelab.plan.vllm.files import WeightFiles, read_json, resolve_model_dir, weight_files
 
 LayerKind = Literal["full", "sliding", "linear"]
+_FULL: LayerKind = "full"
+_SLIDING: LayerKind = "sliding"
 
 _LAYER_TYPE_NAMES: dict[str, LayerKind] = {
     "full_attention": "full",
@@ -202,7 +204,8 @@ def parse_config(
     raw: dict[str, Any], *, source: str, directory: Path, repo_id: str | None, weights: WeightFiles
 ) -> ModelConfig:
     """Turn a config.json mapping into a :class:`ModelConfig` (see the module docstring)."""
-    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    nested = raw.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else raw
     text_type = str(text.get("model_type") or raw.get("model_type") or "unknown")
     field = _Fields(text, raw, _TEXT_DEFAULTS.get(text_type, {}), source)
     notes: list[str] = []
@@ -335,8 +338,8 @@ def _layer_kinds(
     if window and text_type == "gemma2":
         return tuple("sliding" if i % 2 == 0 else "full" for i in range(n_layers))
     if window and field.opt("use_sliding_window") is not False:
-        return ("sliding",) * n_layers
-    return ("full",) * n_layers
+        return (_SLIDING,) * n_layers
+    return (_FULL,) * n_layers
 
 
 def _derived_max_len(field: _Fields, model_types: str) -> int | None:

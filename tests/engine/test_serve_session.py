@@ -87,6 +87,31 @@ def test_events_of_a_real_start_and_stop(smollm2_gguf: Path, engines) -> None:
     assert StateFile().read() is None
 
 
+def test_run_on_a_worker_thread_until_stopped(smollm2_gguf: Path, engines) -> None:
+    """How the TUI drives it: run() on a worker, stop() from the UI thread."""
+    session = ServeSession(ServeRequest(str(smollm2_gguf), OPTIONS))
+    ready = threading.Event()
+    session.subscribe(lambda e: ready.set() if isinstance(e, ev.Ready) else None)
+    errors: list = []
+
+    def work() -> None:
+        try:
+            session.run()
+        except Exception as error:  # a failure would be asserted on below
+            errors.append(error)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    assert ready.wait(120), _names(session.events)
+    engines.track(session.supervisor.pid)
+    session.stop()
+    worker.join(60)
+    session.close()
+    assert not worker.is_alive() and errors == []
+    assert _names(session.events)[-1] == "Stopped" and session.events[-1].how == "stopped"
+    assert not alive(session.supervisor.pid)
+
+
 def test_a_failed_start_is_a_failed_event_and_the_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 64)

@@ -122,7 +122,7 @@ def test_a_record_that_is_not_one_is_set_aside_not_deleted(case: str) -> None:
     stop = run_homelab("stop", timeout_s=60)
     assert stop.returncode == 0 and "Traceback" not in stop.stderr, stop.stderr
     assert "no homelab engine is running" in stop.stdout
-    assert len(_aside(store)) == 2
+    assert len(_aside(store)) == 3  # one per look: each kept, none deleted
 
 
 def test_a_directory_in_its_place_is_set_aside() -> None:

@@ -32,6 +32,7 @@ from homelab.engine.supervision.states import EngineSpec, RestartPolicy, State
 from homelab.engine.supervision.supervisor import Supervisor
 from homelab.errors import HomelabError, UsageError
 from homelab.plan.options import PlanOptions
+from homelab.plan.workload import Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +86,8 @@ class ServeSession:
         self.adopted: EngineRecord | None = None
         self._policy = policy
         self._log_dir = log_dir
-        self._default_workload = None
+        self._default_workload: Workload | None = None
+        self._asked_stop = False
 
     # -- subscribing -------------------------------------------------------------------------
 
@@ -282,17 +284,22 @@ class ServeSession:
 
     def run(self) -> None:
         """All of it: start, ready, watch until it ends (or is stopped / let go), finish."""
-        self.start()
-        self.wait_ready()
+        try:
+            self.start()
+            if self._asked_stop:  # stopped while it started: no engine left behind
+                self._need().stop()
+                return
+            self.wait_ready()
+        except HomelabError:
+            if self._asked_stop:
+                return
+            raise
         if self.request.detach:
             return
         supervisor = self._need()
         supervisor.wait_stopped()
-        if not supervisor.released and supervisor.state is State.STOPPED and self._asked_stop:
-            return
-        self.finish()
-
-    _asked_stop = False
+        if not self._asked_stop:  # it ended on its own: say why
+            self.finish()
 
     def stop(self) -> None:
         """Stop the engine (or, for an adopted detached one that is ready, leave it running)."""

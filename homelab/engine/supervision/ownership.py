@@ -83,7 +83,7 @@ def describe_differences(found: list[tuple[str, object, object]]) -> tuple[str, 
     """("runs with context 8192 × 2 slots", "you asked 4096 × 1") style halves."""
     running_words, asked_words = [], []
     names = [name for name, _, _ in found]
-    values = {name: (run, ask) for name, run, ask in found}
+    values = {name: ("unknown" if run is None else run, ask) for name, run, ask in found}
     if "ctx" in values and "slots" in values:
         (ctx_run, ctx_ask), (slots_run, slots_ask) = values.pop("ctx"), values.pop("slots")
         running_words.append(f"context {ctx_run} × {slots_run} slots")

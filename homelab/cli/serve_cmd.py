@@ -18,8 +18,7 @@ start exits with the failure's code (3 does not fit, 4 bad model file, 6 engine)
 from __future__ import annotations
 
 import argparse
-import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from homelab.cli.plan_cmd import add_plan_arguments
 from homelab.cli.serve_output import (
@@ -30,9 +29,12 @@ from homelab.cli.serve_output import (
     signals_interrupt,
     watch_status,
 )
-from homelab.cli.stop_status import register_stop_status
+from homelab.cli.stop_status import register_stop_status, worded, worded_transition
 from homelab.cli.vllm_cmd import add_engine_option
-from homelab.errors import ExitCode, UsageError
+from homelab.errors import ExitCode, HomelabError, UsageError
+
+if TYPE_CHECKING:
+    from homelab.cli.pull_cmd import ProgressBar
 
 DEFAULT_PORT = 8080
 """llama-server's default, as ``homelab.engine.llamacpp.argv`` has it (not imported: it loads the planner)."""
@@ -86,270 +88,169 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """``homelab serve``."""
-    from homelab.engine.supervision.ownership import decide, stop_engine
-    from homelab.engine.supervision.state_file import StateFile
+    """``homelab serve``: a serve session, its events rendered as text."""
+    from homelab.cli.plan_cmd import options_from_args
+    from homelab.engine.session.serve import ServeRequest, ServeSession
 
-    if args.start_timeout <= 0:
-        raise UsageError("--start-timeout must be positive")
-    if args.engine == "vllm":
-        model_path = Path(args.model)
-    else:
-        model_path = local_model(args)
-    store = StateFile()
-    supervisor = plan = model = None
+    try:
+        if args.start_timeout <= 0:
+            raise UsageError("--start-timeout must be positive")
+        request = ServeRequest(
+            model=args.model,
+            options=options_from_args(args),
+            detach=args.detach,
+            replace=args.replace,
+            start_timeout_s=args.start_timeout,
+        )
+        session = ServeSession(request)
+    except HomelabError as error:
+        raise worded(error) from None
+    text = ServeText()
+    session.subscribe(text)
     with signals_interrupt():
         try:
-            with store.claim():
-                existing = store.live()
-                if (
-                    existing is not None
-                    and decide(existing, str(model_path), replace=args.replace) == "adopt"
-                ):
-                    supervisor = _adopter(existing, args, store)
-                    supervisor.adopt(existing)
-                else:
-                    if existing is not None:
-                        print(
-                            f"replacing {existing.engine} pid {existing.pid} "
-                            f"({existing.model}) at {existing.url}"
-                        )
-                        stop_engine(store, existing)
-                    if args.engine == "vllm":
-                        supervisor = _planned_vllm(args, store)
-                    else:
-                        supervisor, plan, model = _planned(args, model_path.absolute(), store)
-                    supervisor.start()
-                    _say_started(supervisor)
-            return _serve(supervisor, args, plan, model)
+            session.start()
+            session.wait_ready()
+            if args.detach:
+                return int(ExitCode.OK)
+            session.bus.flush()
+            supervisor = session.supervisor
+            if supervisor is None:  # wait_ready returned: a supervisor exists
+                raise RuntimeError("serve session ready without a supervisor")
+            facts = supervisor.spec.facts
+            watch_status(supervisor, kv_unified=facts is not None and facts.unified)
+            StatusLine.shared().close()
+            session.finish()
+            return int(ExitCode.OK)
         except KeyboardInterrupt:
-            return _interrupted(supervisor)
+            return _interrupted(session)
+        except HomelabError as error:
+            raise worded(error) from None
         finally:
-            if (
-                supervisor is not None
-                and not supervisor.released
-                and not supervisor.wait_stopped(0)
-            ):
+            if session.live and session.supervisor is not None:
                 with ignore_interrupts():
-                    supervisor.stop()
+                    session.supervisor.stop()
+            session.close()
+            text.finish()
 
 
-def _planned(args: argparse.Namespace, model_path: Path, store):
-    """Plan and print the plan; a supervisor ready to start it; (supervisor, plan, model)."""
-    from homelab.cli.plan_cmd import plan_from_args, print_plan
-    from homelab.engine.llamacpp.diagnose import llama_server_profile
-    from homelab.engine.llamacpp.locate import find_llama_server
-    from homelab.engine.supervision.ports import LOOPBACK, choose_port
-    from homelab.engine.supervision.supervisor import EngineSpec, Supervisor
-    from homelab.gguf.model_file import read_model
-
-    binary = find_llama_server()
-    pinned = args.port is not None
-    choice = choose_port(LOOPBACK, args.port if pinned else DEFAULT_PORT, pinned=pinned)
-    args.port = choice.port
-    model = read_model(model_path)
-    plan, argv = plan_from_args(args, model=model, model_path=str(model_path))
-    argv = [str(binary), *argv[1:]]
-    print_plan(plan, argv)
-    if choice.note():
-        print(choice.note())
-    spec = EngineSpec(
-        argv=tuple(argv),
-        model=str(model_path),
-        host=LOOPBACK,
-        port=choice.port,
-        port_pinned=pinned,
-        detached=args.detach,
-        start_timeout_s=args.start_timeout,
-    )
-    supervisor = Supervisor(spec, llama_server_profile(plan, model_path.name), state_file=store)
-    supervisor.subscribe(Narrator())
-    print(f"starting {binary.name}...", flush=True)
-    return supervisor, plan, model
-
-
-def local_model(args: argparse.Namespace) -> Path:
-    """The .gguf to serve: a file as given, else a preset or a Hub reference, pulled if needed.
-
-    A preset also brings its workload hint unless ``--workload`` was given.
-    """
-    path = Path(args.model)
-    if path.is_file():
-        return path
-    if path.suffix == ".gguf" and "/" in args.model and path.parent.exists():
-        raise UsageError(f"{args.model} does not exist")
-    ref = args.model
-    if "/" not in ref:
-        from homelab.hub.presets import find_preset
-
-        preset = find_preset(ref)
-        if preset.engine != "llama.cpp":
-            raise UsageError(
-                f"preset {preset.key} runs on {preset.engine}",
-                hint=f"homelab serve --engine {preset.engine} {preset.repo}",
-            )
-        if args.workload is None:
-            workload = preset.workload
-            args.workload = (
-                workload.name
-                if workload.name in ("agent", "chat")
-                else str(workload.tokens_per_slot)
-            )
-        print(f"preset {preset.key}: {preset.name} ({preset.ref})", flush=True)
-        ref = preset.ref
-    import sys
-
-    from homelab.cli.pull_cmd import ProgressBar
-    from homelab.hub.download import pull
-
-    bar = ProgressBar(sys.stderr)
-    try:
-        pulled = pull(ref, progress=bar)
-    finally:
-        bar.finish()
-    if pulled.note:
-        print(pulled.note)
-    return pulled.paths[0]
-
-
-def _planned_vllm(args: argparse.Namespace, store):
-    """Price vLLM, print the plan, and a supervisor ready to start ``vllm serve``."""
-    from homelab.cli.vllm_cmd import (
-        DEFAULT_VLLM_PORT,
-        print_vllm_plan,
-        vllm_argv_for,
-        vllm_executable,
-        vllm_plan_from_args,
-    )
-    from homelab.engine.supervision.ports import LOOPBACK, choose_port
-    from homelab.engine.supervision.supervisor import EngineSpec, Supervisor
-    from homelab.engine.vllm.profile import vllm_profile
-
-    plan = vllm_plan_from_args(args)
-    executable = vllm_executable()
-    pinned = args.port is not None
-    choice = choose_port(LOOPBACK, args.port if pinned else DEFAULT_VLLM_PORT, pinned=pinned)
-    argv = vllm_argv_for(plan, choice.port, executable)
-    print_vllm_plan(plan, argv)
-    if choice.note():
-        print(choice.note())
-    spec = EngineSpec(
-        argv=tuple(argv),
-        model=str(args.model),
-        host=LOOPBACK,
-        port=choice.port,
-        port_pinned=pinned,
-        detached=args.detach,
-        start_timeout_s=args.start_timeout,
-    )
-    profile = vllm_profile()
-    if args.gpu is not None:
-        # vLLM uses the first visible device: show it only the planned one, numbered as NVML
-        # numbers cards (PCI bus order), not CUDA's fastest-first order.
-        from dataclasses import replace
-
-        env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(args.gpu)}
-        profile = replace(profile, env=env)
-    supervisor = Supervisor(spec, profile, state_file=store)
-    supervisor.subscribe(Narrator())
-    print(
-        "starting vllm (a first start takes minutes: weights, compile, CUDA graphs)...", flush=True
-    )
-    return supervisor
-
-
-def _say_started(supervisor) -> None:
-    moved = supervisor.port_choice
-    if moved is not None and moved.port != supervisor.spec.port:
-        print(f"port {supervisor.spec.port} was taken meanwhile; using port {moved.port} instead")
-    print(f"pid {supervisor.pid}, log {supervisor.log_path}", flush=True)
-
-
-def _adopter(record, args: argparse.Namespace, store):
-    """A supervisor for the recorded engine (not yet adopting)."""
-    from homelab.engine.llamacpp.diagnose import llama_server_profile
-    from homelab.engine.supervision.supervisor import EngineSpec, Supervisor
-
-    spec = EngineSpec(
-        argv=record.argv,
-        model=record.model,
-        host=record.host,
-        port=record.port,
-        port_pinned=True,
-        detached=record.detached,
-        start_timeout_s=args.start_timeout,
-    )
-    supervisor = Supervisor(
-        spec, llama_server_profile(None, Path(record.model).name), state_file=store
-    )
-    supervisor.subscribe(Narrator())
-    age = duration(time.time() - record.started_at)
-    kind = "detached " if record.detached else ""
-    print(
-        f"adopting the running {kind}{record.engine} (pid {record.pid}, up {age}) "
-        f"serving {record.model}"
-    )
-    return supervisor
-
-
-def _serve(supervisor, args: argparse.Namespace, plan, model) -> int:
-    """Wait for ready, report, then watch until Ctrl-C, `homelab stop`, or giving up."""
-    ready = supervisor.wait_ready()
-    print(
-        f"ready: {ready.url} ({supervisor.profile.name} pid {ready.pid}; {ready.reason})",
-        flush=True,
-    )
-    if plan is not None:
-        _report_actuals(supervisor, plan, model)
-    if args.detach:
-        supervisor.release()
-        print(f"left running (detached); `homelab stop` stops it; log: {supervisor.log_path}")
-        return int(ExitCode.OK)
-    watch_status(supervisor, kv_unified="-kvu" in supervisor.spec.argv)
-    StatusLine.shared().close()
-    failure = supervisor.failure
-    if failure is not None:
-        raise failure.to_error()
-    print("the engine was stopped from outside (`homelab stop` or `--replace`)")
-    return int(ExitCode.OK)
-
-
-def _interrupted(supervisor) -> int:
+def _interrupted(session) -> int:
     """Ctrl-C (or SIGTERM/SIGHUP): stop the engine, or leave an adopted detached one running."""
+    session.bus.flush()
     StatusLine.shared().close()
-    if supervisor is None:
+    if session.supervisor is None:
         return 130
-    if supervisor.spec.detached and supervisor.state.value == "ready":
-        supervisor.release()
-        print("\nleft the detached engine running; `homelab stop` stops it")
-        return int(ExitCode.OK)
-    print("\nstopping...", flush=True)
     with ignore_interrupts():
-        supervisor.stop()
-    print("stopped")
+        if not session.let_go():
+            print("\nstopping...", flush=True)
+            session.stop()
     return int(ExitCode.OK)
 
 
-def _report_actuals(supervisor, plan, model) -> None:
-    """Predicted vs actual memory from the load log; record the measured compute buffer."""
-    from homelab.engine.llamacpp.actuals import compare, format_actuals
-    from homelab.engine.llamacpp.calibrate import record
-    from homelab.engine.llamacpp.locate import engine_version
-    from homelab.engine.llamacpp.log import parse_load_log
-    from homelab.plan.calibration import CalibrationError
+class ServeText:
+    """The serve session's events as the lines ``homelab serve`` prints."""
+
+    def __init__(self) -> None:
+        self._narrator = Narrator()
+        self._bar: ProgressBar | None = None
+
+    def finish(self) -> None:
+        if self._bar is not None:
+            self._bar.finish()
+            self._bar = None
+
+    def __call__(self, event) -> None:
+        from homelab.engine.session import events as ev
+
+        if isinstance(event, ev.PresetChosen):
+            print(f"preset {event.key}: {event.name} ({event.ref})", flush=True)
+        elif isinstance(event, ev.PullProgress):
+            if self._bar is None:
+                import sys
+
+                from homelab.cli.pull_cmd import ProgressBar
+
+                self._bar = ProgressBar(sys.stderr)
+            self._bar(event.progress)
+        elif isinstance(event, ev.Pulled):
+            self.finish()
+            if event.note:
+                print(event.note)
+        elif isinstance(event, ev.SetAsideNotice):
+            print(f"homelab: {event.set_aside.describe()}", flush=True)
+        elif isinstance(event, ev.Planned):
+            PLAN_PRINTERS[event.plan.kind](event.plan.plan, list(event.argv))
+            if event.port_note:
+                print(event.port_note)
+        elif isinstance(event, ev.Starting):
+            print(STARTING.get(event.kind, f"starting {event.program}..."), flush=True)
+        elif isinstance(event, ev.Started):
+            if event.port != event.wanted_port:
+                print(
+                    f"port {event.wanted_port} was taken meanwhile; using port {event.port} instead"
+                )
+            print(f"pid {event.pid}, log {event.log_path}", flush=True)
+        elif isinstance(event, ev.Adopting):
+            record = event.record
+            kind = "detached " if record.detached else ""
+            print(
+                f"adopting the running {kind}{event.program} (pid {record.pid}, "
+                f"up {duration(event.age_s)}) serving {record.model}"
+            )
+        elif isinstance(event, ev.Replacing):
+            what = f" ({event.model})" if event.model else " (no record)"
+            where = f" at {event.url}" if event.url else ""
+            print(f"replacing {event.program} pid {event.pid}{what}{where}")
+        elif isinstance(event, ev.EngineChanged):
+            self._narrator(worded_transition(event.transition))
+        elif isinstance(event, ev.Ready):
+            print(
+                f"ready: {event.url} ({event.program} pid {event.pid}; {event.reason})", flush=True
+            )
+        elif isinstance(event, ev.Actuals):
+            _print_actuals(event.measured)
+        elif isinstance(event, ev.LeftRunning):
+            if event.adopted:
+                print("\nleft the detached engine running; `homelab stop` stops it")
+            else:
+                print(f"left running (detached); `homelab stop` stops it; log: {event.log_path}")
+        elif isinstance(event, ev.Stopped):
+            if event.how == "outside":
+                print("the engine was stopped from outside (`homelab stop` or `--replace`)")
+            elif event.how == "stopped":
+                print("stopped")
+
+
+def _print_actuals(measured) -> None:
+    from homelab.engine.llamacpp.actuals import format_actuals
     from homelab.units import format_bytes
 
-    load_log = parse_load_log("\n".join(supervisor.attempt_lines()))
     print("predicted vs actual (from the engine's load log):")
-    print(format_actuals(compare(plan, load_log)))
-    try:
-        calibration = record(
-            plan, load_log, engine_version(Path(supervisor.spec.argv[0])), model=model
-        )
-    except CalibrationError as error:
-        print(f"calibration not recorded: {error.message}")
+    print(format_actuals(measured.rows))
+    if measured.recorded_compute is None:
+        print(f"calibration not recorded: {measured.not_recorded}")
     else:
         print(
-            f"recorded the measured compute buffer ({format_bytes(calibration.compute)}) "
+            f"recorded the measured compute buffer ({format_bytes(measured.recorded_compute)}) "
             "for the next plan of these flags"
         )
+
+
+def _print_llama_plan(plan, argv) -> None:
+    from homelab.cli.plan_cmd import print_plan
+
+    print_plan(plan, argv)
+
+
+def _print_vllm_plan(plan, argv) -> None:
+    from homelab.cli.vllm_cmd import print_vllm_plan
+
+    print_vllm_plan(plan, argv)
+
+
+PLAN_PRINTERS = {"llama.cpp": _print_llama_plan, "vllm": _print_vllm_plan}
+"""How each engine kind's plan is printed (by the kind's name)."""
+STARTING = {
+    "llama.cpp": "starting llama-server...",
+    "vllm": "starting vllm (a first start takes minutes: weights, compile, CUDA graphs)...",
+}

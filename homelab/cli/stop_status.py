@@ -4,11 +4,13 @@ from any shell. Registered by ``serve_cmd`` (the CLI lists command modules by na
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from dataclasses import replace
 
 from homelab.cli.common import print_json
 from homelab.cli.serve_output import duration
-from homelab.errors import ExitCode
+from homelab.errors import ExitCode, HomelabError
 
 
 def register_stop_status(subparsers: argparse._SubParsersAction) -> None:
@@ -36,46 +38,138 @@ def register_stop_status(subparsers: argparse._SubParsersAction) -> None:
     status.set_defaults(func=run_status)
 
 
+WORDS = {
+    "`replace`": "--replace",
+    "`detach`": "--detach",
+    "`port`": "--port",
+    "`ctx`": "--ctx",
+    "`slots`": "--parallel",
+    "`cache_type`": "--cache-type",
+    "`cache_type_k`": "--cache-type-k",
+    "`cache_type_v`": "--cache-type-v",
+    "`ubatch`": "--ubatch",
+    "`unified`": "--kv-unified",
+    "`start_timeout`": "--start-timeout",
+    "`engine`": "--engine",
+    "`stop`": "`homelab stop`",
+    "`status`": "`homelab status`",
+}
+"""How the CLI words the settings and actions the domain's hints name in backquotes."""
+
+
+def word(text: str | None) -> str | None:
+    """A domain hint in this CLI's words (settings as flags, actions as commands)."""
+    if text is None:
+        return None
+    for setting, flag in WORDS.items():
+        text = text.replace(setting, flag)
+    return text
+
+
+def worded(error: HomelabError) -> HomelabError:
+    """``error`` with its hint worded for the CLI (the same object)."""
+    error.hint = word(error.hint)
+    return error
+
+
+def worded_transition(transition):
+    """A supervisor transition whose failure hint is worded for the CLI."""
+    failure = transition.failure
+    if failure is None or failure.hint is None:
+        return transition
+    return replace(transition, failure=replace(failure, hint=word(failure.hint)))
+
+
+def _program(engine: str) -> str:
+    from homelab.engine.kinds import KINDS
+
+    kind = KINDS.get(engine)
+    return engine if kind is None else kind.program
+
+
+def _say_set_aside(now) -> None:
+    for aside in now.set_aside:
+        print(f"homelab: {aside.describe()}", file=sys.stderr)
+
+
 def run_stop(args: argparse.Namespace) -> int:
-    """``homelab stop``: stop the recorded engine; 0 also when none runs."""
-    from homelab.engine.supervision.ownership import stop_engine
+    """``homelab stop``: stop the recorded engine, and any of homelab's engines that lost
+    their record; 0 also when none runs."""
+    from homelab.engine.supervision.ownership import running, stop_engine, stop_found
     from homelab.engine.supervision.state_file import StateFile
 
     store = StateFile()
-    record = store.live()
-    if record is None:
-        print("no homelab engine is running")
-        return int(ExitCode.OK)
-    stopped = stop_engine(store, record, grace_s=args.timeout)
-    what = "stopped" if stopped else "cleared (its engine had already exited)"
-    print(f"{what}: {record.engine} pid {record.pid} serving {record.model} at {record.url}")
+    try:
+        now = running(store)
+        _say_set_aside(now)
+        if now.nothing:
+            print("no homelab engine is running")
+            return int(ExitCode.OK)
+        record = now.record
+        if record is not None:
+            stopped = stop_engine(store, record, grace_s=args.timeout)
+            what = "stopped" if stopped else "cleared (its engine had already exited)"
+            print(
+                f"{what}: {_program(record.engine)} pid {record.pid} "
+                f"serving {record.model} at {record.url}"
+            )
+        for found in now.unrecorded:
+            if stop_found(found, grace_s=args.timeout):
+                print(f"stopped: {found.cmdline[0]} pid {found.pid} (it had no readable record)")
+    except HomelabError as error:
+        raise worded(error) from None
     return int(ExitCode.OK)
 
 
 def run_status(args: argparse.Namespace) -> int:
     """``homelab status [--json]``: 0 whether or not an engine runs (``running`` says which)."""
-    from homelab.engine.llamacpp.client import LlamaServerClient, status_line
+    from homelab.engine.kinds import KINDS
+    from homelab.engine.llamacpp.client import status_line
+    from homelab.engine.supervision.ownership import running
     from homelab.engine.supervision.state_file import StateFile
 
-    record = StateFile().live()
+    try:
+        now = running(StateFile())
+    except HomelabError as error:
+        raise worded(error) from None
+    _say_set_aside(now)
+    record = now.record
+    unrecorded = [
+        {"pid": e.pid, "pgid": e.pgid, "argv": list(e.cmdline), "engine_id": e.engine_id}
+        for e in now.unrecorded
+    ]
     if record is None:
         if args.json:
-            print_json({"running": False})
+            print_json(
+                {"running": True, "unrecorded": unrecorded} if unrecorded else {"running": False}
+            )
+        elif unrecorded:
+            for e in now.unrecorded:
+                print(f"an engine homelab started runs without a readable record: pid {e.pid}")
+                print(f"  {' '.join(e.cmdline)}")
+            print("  `homelab stop` stops it")
         else:
             print("no homelab engine is running")
         return int(ExitCode.OK)
-    running = record.engine_alive()
+    running_now = record.engine_alive()
     health = line = None
-    if running:
-        with LlamaServerClient(record.url, timeout_s=3.0) as client:
-            snapshot = client.snapshot(kv_unified="-kvu" in record.argv)
-        health, line = snapshot.health, status_line(snapshot)
+    kind = KINDS.get(record.engine)
+    if running_now and kind is not None:
+        client = kind.status_client(record.url, 3.0)  # record.url is always loopback
+        if client is not None:
+            with client:
+                snapshot = client.snapshot(
+                    kv_unified=None if record.facts is None else record.facts.unified
+                )
+            health, line = snapshot.health, status_line(snapshot)
     supervisor = record.supervisor_pid if record.supervisor_alive() else None
+    program = _program(record.engine)
     if args.json:
         print_json(
             {
-                "running": running,
+                "running": running_now,
                 "engine": record.engine,
+                "program": program,
                 "pid": record.pid,
                 "pgid": record.pgid,
                 "url": record.url,
@@ -87,6 +181,8 @@ def run_status(args: argparse.Namespace) -> int:
                 "ready_at": record.ready_at,
                 "detached": record.detached,
                 "supervisor_pid": supervisor,
+                "port_pinned": record.port_pinned,
+                "plan": None if record.facts is None else record.facts.to_json(),
                 "health": None
                 if health is None
                 else {
@@ -95,15 +191,17 @@ def run_status(args: argparse.Namespace) -> int:
                     "detail": health.detail,
                 },
                 "status_line": line,
+                "unrecorded": unrecorded,
             }
         )
         return int(ExitCode.OK)
-    kind = "detached" if record.detached else f"supervised by homelab pid {supervisor}"
-    if not running:
-        print(f"{record.engine} is between restarts ({kind}); last pid {record.pid}, {record.url}")
+    how = "detached" if record.detached else f"supervised by homelab pid {supervisor}"
+    if not running_now:
+        print(f"{program} is between restarts ({how}); last pid {record.pid}, {record.url}")
     else:
-        print(f"{record.engine} pid {record.pid} serving {record.model}")
-        print(f"  {record.url} · up {duration(time.time() - record.started_at)} · {kind}")
-        print(f"  {line}")
+        print(f"{program} pid {record.pid} serving {record.model}")
+        print(f"  {record.url} · up {duration(time.time() - record.started_at)} · {how}")
+        if line is not None:
+            print(f"  {line}")
     print(f"  log: {record.log_path}")
     return int(ExitCode.OK)

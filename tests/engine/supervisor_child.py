@@ -47,6 +47,25 @@ def run_homelab(*args: str, timeout_s: float = 180) -> subprocess.CompletedProce
     )
 
 
+def serve_on_a_free_port(
+    *args: str, tries: int = 3
+) -> tuple[subprocess.CompletedProcess[str], int]:
+    """``homelab serve ARGS --port P`` on a port that was free; when another program took it
+    between the look and the engine's bind ("Port in use"), again on another port.
+
+    Returns:
+        What the last run printed, and its port.
+    """
+    from tests.factory.server_log import free_port
+
+    for _ in range(tries):
+        port = free_port()
+        result = run_homelab("serve", *args, "--port", str(port))
+        if not (result.returncode == 6 and "Port in use" in result.stderr):
+            break
+    return result, port
+
+
 def main() -> int:
     model, port = sys.argv[1], int(sys.argv[2])
     detach = "--detach" in sys.argv[3:]

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from homelab.engine.supervision.ownership import decide, stop_engine
+from homelab.engine.supervision.ownership import Running, decide, stop_engine
 from homelab.engine.supervision.process import alive, create_time_of
-from homelab.engine.supervision.state_file import EngineRecord, StateFile
+from homelab.engine.supervision.record import EngineRecord
+from homelab.engine.supervision.state_file import StateFile
 from homelab.engine.supervision.supervisor import State
 from homelab.errors import EngineError
 
@@ -35,7 +36,7 @@ def _detached_and_released(supervise) -> EngineRecord:
 
 def test_next_start_adopts_the_detached_engine(supervise, engines) -> None:
     record = _detached_and_released(supervise)
-    assert decide(record, record.model, replace=False) == "adopt"
+    assert decide(Running(record), record.model, replace=False) == "adopt"
 
     second = supervise(detached=True)
     second.adopt(record)
@@ -65,7 +66,7 @@ def test_next_start_adopts_the_detached_engine(supervise, engines) -> None:
 
 def test_replace_stops_the_running_engine(supervise) -> None:
     record = _detached_and_released(supervise)
-    assert decide(record, "/some/other/model.gguf", replace=True) == "replace"
+    assert decide(Running(record), "/some/other/model.gguf", replace=True) == "replace"
     assert stop_engine(StateFile(), record) is True
     assert not alive(record.pid, record.create_time) and StateFile().read() is None
     fresh = supervise()
@@ -76,12 +77,13 @@ def test_replace_stops_the_running_engine(supervise) -> None:
 def test_refuses_another_model_or_another_supervisor(supervise, tmp_path: Path) -> None:
     record = _detached_and_released(supervise)
     with pytest.raises(EngineError, match="already serves another model") as caught:
-        decide(record, str(tmp_path / "other.gguf"), replace=False)
-    assert "--replace" in caught.value.hint and record.url in caught.value.message
+        decide(Running(record), str(tmp_path / "other.gguf"), replace=False)
+    assert "`replace`" in caught.value.hint and record.url in caught.value.message
+    assert "--" not in caught.value.hint  # the setting, not a flag
     # the same model through another path spelling is the same model
     link = tmp_path / "same.gguf"
     link.symlink_to(record.model)
-    assert decide(record, str(link), replace=False) == "adopt"
+    assert decide(Running(record), str(link), replace=False) == "adopt"
 
     other = subprocess.Popen(["sleep", "60"])
     try:
@@ -89,19 +91,19 @@ def test_refuses_another_model_or_another_supervisor(supervise, tmp_path: Path) 
             record, supervisor_pid=other.pid, supervisor_create_time=create_time_of(other.pid)
         )
         with pytest.raises(EngineError, match=f"supervised by homelab pid {other.pid}"):
-            decide(watched, record.model, replace=False)
+            decide(Running(watched), record.model, replace=False)
     finally:
         other.kill()
         other.wait()
     stop_engine(StateFile(), record)
 
 
-def test_stale_and_unreadable_records_are_removed() -> None:
+def test_stale_records_are_removed_unreadable_ones_set_aside() -> None:
     store = StateFile()
     dead = subprocess.Popen(["true"])
     dead.wait()
     record = EngineRecord(
-        engine="llama-server",
+        engine="llama.cpp",
         pid=dead.pid,
         pgid=dead.pid,
         create_time=time.time() - 5,
@@ -119,7 +121,12 @@ def test_stale_and_unreadable_records_are_removed() -> None:
     assert store.read() == record  # written and read back whole
     assert store.live() is None and not store.path.exists()
     store.path.write_text("{ not json")
-    assert store.read() is None and store.live() is None and not store.path.exists()
+    assert store.read() is None and store.path.exists()  # reading alone touches nothing
+    notes = []
+    assert store.live(notes) is None and not store.path.exists()
+    (aside,) = notes
+    assert aside.moved_to.read_text() == "{ not json"  # set aside whole, never deleted
+    assert aside.moved_to.name.startswith("engine.json.unreadable-")
 
 
 def test_homelab_stop_from_outside_is_a_stop_not_a_crash(supervise) -> None:
@@ -130,5 +137,5 @@ def test_homelab_stop_from_outside_is_a_stop_not_a_crash(supervise) -> None:
     assert supervisor.wait_stopped(30)
     states = [t.state for t in supervisor.events]
     assert State.CRASHED not in states and states[-1] is State.STOPPED
-    assert supervisor.events[-1].reason == "stopped from outside (homelab stop or --replace)"
+    assert supervisor.events[-1].reason == "stopped from outside (a stop or a replace)"
     assert supervisor.failure is None and not alive(pid)

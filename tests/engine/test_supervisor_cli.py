@@ -21,7 +21,7 @@ import pytest
 
 from homelab.engine.supervision.process import alive
 from homelab.engine.supervision.state_file import StateFile
-from tests.engine.supervisor_child import REPO, run_homelab, script_env
+from tests.engine.supervisor_child import REPO, run_homelab, script_env, serve_on_a_free_port
 from tests.factory.server_log import free_port
 
 pytestmark = pytest.mark.engine
@@ -99,8 +99,8 @@ def test_serve_reports_ready_then_stops_cleanly_on_a_signal(
 
 
 def test_detach_adopt_status_replace_stop(smollm2_gguf: Path, engines) -> None:
-    port = str(free_port())
-    first = run_homelab("serve", str(smollm2_gguf), *PLAN, "--port", port, "--detach")
+    first, chosen = serve_on_a_free_port(str(smollm2_gguf), *PLAN, "--detach")
+    port = str(chosen)
     assert first.returncode == 0, first.stderr
     assert (
         f"ready: http://127.0.0.1:{port}" in first.stdout
@@ -137,7 +137,7 @@ def test_detach_adopt_status_replace_stop(smollm2_gguf: Path, engines) -> None:
 
 
 def test_serve_refuses_a_second_model(smollm2_gguf: Path, engines, tmp_path: Path) -> None:
-    first = run_homelab("serve", str(smollm2_gguf), *PLAN, "--port", str(free_port()), "--detach")
+    first, _ = serve_on_a_free_port(str(smollm2_gguf), *PLAN, "--detach")
     assert first.returncode == 0, first.stderr
     engines.track(StateFile().read().pid)
     other = tmp_path / "other.gguf"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from homelab.cli.stop_status import word
 from homelab.engine.llamacpp.diagnose import diagnose_llama_server, strip_prefix
 from homelab.engine.supervision.failure import describe_exit
 from homelab.errors import (
@@ -113,7 +114,8 @@ def test_kv_did_not_fit_hint_comes_from_the_plan(tmp_path: Path) -> None:
         failure.error_type is DoesNotFitError
         and failure.to_error().exit_code == ExitCode.DOES_NOT_FIT
     )
-    assert "try --ctx 8192 --parallel 2" in failure.hint
+    assert "try `ctx` 8192 `slots` 2" in failure.hint  # settings, not flags
+    assert "try --ctx 8192 --parallel 2" in word(failure.hint)  # as the CLI words them
     assert "for 16,384 tokens" in failure.hint
 
 

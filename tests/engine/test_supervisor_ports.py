@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from homelab.cli.stop_status import word
 from homelab.engine.llamacpp.diagnose import diagnose_llama_server
 from homelab.engine.supervision.ports import PortChoice, choose_port, port_is_free, with_port
 from homelab.engine.supervision.process import alive
@@ -65,7 +66,8 @@ def test_pinned_taken_port_is_an_error(supervise, held_port: int) -> None:
         supervisor.start()
     assert caught.value.title == "Port in use"
     assert f"port {held_port} on 127.0.0.1 is in use" in caught.value.message
-    assert "--port" in caught.value.hint
+    assert "`port`" in caught.value.hint and "--port" not in caught.value.hint  # the setting
+    assert "another --port" in word(caught.value.hint)  # ...as the CLI words it
     assert supervisor.pid is None and supervisor.events == [] and StateFile().read() is None
 
 

@@ -15,6 +15,7 @@ from dataclasses import replace
 import httpx
 import pytest
 
+from homelab.cli.stop_status import word
 from homelab.engine.llamacpp.diagnose import llama_server_profile
 from homelab.engine.supervision.process import alive
 from homelab.engine.supervision.state_file import StateFile
@@ -129,8 +130,9 @@ def test_start_timeout_stops_the_engine_and_quotes_its_log(supervise) -> None:
     log_text = supervisor.log_path.read_text()
     assert quoted and all(line in log_text and line in caught.value.message for line in quoted)
     assert (
-        "--start-timeout 8" in caught.value.hint and str(supervisor.log_path) in caught.value.hint
+        "`start_timeout` 8" in caught.value.hint and str(supervisor.log_path) in caught.value.hint
     )
+    assert "--start-timeout 8" in word(caught.value.hint)
     assert not alive(pid)
     assert [t.state for t in supervisor.events][-2:] == [State.STOPPING, State.STOPPED]
     assert StateFile().read() is None

@@ -18,7 +18,7 @@ from homelab.engine.supervision.process import alive
 from homelab.engine.supervision.state_file import StateFile
 from homelab.engine.supervision.states import CrashHistory
 from homelab.engine.supervision.supervisor import RestartPolicy, State
-from homelab.errors import ExitCode, ModelFileError, UnknownArchitectureError
+from homelab.errors import EngineError, ExitCode, ModelFileError, UnknownArchitectureError
 from tests.factory.capture_fixtures import _unknown_arch_gguf
 
 pytestmark = pytest.mark.engine
@@ -108,7 +108,7 @@ def test_a_failure_that_repeats_is_not_restarted(
 def test_spawn_failure_is_an_error_not_a_state(supervise, tmp_path: Path) -> None:
     missing = tmp_path / "no-such-llama-server"
     supervisor = supervise(argv=(str(missing), "-m", "x.gguf"))
-    with pytest.raises(Exception, match="does not exist") as caught:
+    with pytest.raises(EngineError, match="does not exist") as caught:
         supervisor.start()
     assert caught.value.exit_code == ExitCode.ENGINE
     assert supervisor.state is State.STOPPED and supervisor.pid is None

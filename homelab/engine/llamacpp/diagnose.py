@@ -4,7 +4,8 @@ The log lines are recognised by ``homelab.engine.llamacpp.log`` (pinned build
 b11312). This module picks the line that says most (an unknown architecture
 before the "failed to load model" that follows it), quotes the engine's own
 error lines, and turns it into a message with a next step; with the plan at
-hand the step carries numbers ("KV did not fit: try --ctx 4096").
+hand the step carries numbers ("KV did not fit: try `ctx` 4096"). Settings are named in
+backquotes; each front-end words them (the CLI as flags).
 
 A failure that would repeat identically with the same file and flags (unknown
 architecture, damaged file, refused flag) is marked *permanent*, so the
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
     from homelab.plan.planner import Plan
 
 ENGINE = "llama-server"
+"""The program, as messages name it."""
+KIND = "llama.cpp"
+"""The engine kind's one name (records, presets, plan options)."""
 SERVING_LINE = re.compile(r"(?:server is )?listening on https?://\S+")
 """``llama_server: listening on http://127.0.0.1:8080`` (older: ``server is listening on``)."""
 _PREFIX = re.compile(r"^\s*\d+\.\d+\.\d+\.\d+ [IWEDT] (?:[a-z]{3}\s{2,})?")
@@ -99,7 +103,7 @@ def _what_ran_out(lines: Sequence[str]) -> str:
 
 def _smaller_ctx_hint(plan: Plan | None) -> str:
     if plan is None:
-        return "try a smaller --ctx, or close programs that use the GPU"
+        return "try a smaller `ctx`, or close programs that use the GPU"
     n_seq = plan.settings.n_seq
     n_ctx = plan.candidate.allocation.n_ctx
     step = 256 * n_seq
@@ -107,7 +111,7 @@ def _smaller_ctx_hint(plan: Plan | None) -> str:
     return (
         f"the plan expected {format_bytes(plan.candidate.allocation.total)} of KV "
         f"for {n_ctx:,} tokens to fit; "
-        f"something may have taken memory since: try --ctx {half} --parallel {n_seq}, "
+        f"something may have taken memory since: try `ctx` {half} `slots` {n_seq}, "
         "or close programs that use the GPU"
     )
 
@@ -135,7 +139,7 @@ def _explain(key: Failure, lines: Sequence[str], plan: Plan | None, model: str |
         return (
             "Port in use",
             f"llama-server could not listen on {port}: another program took it",
-            "pick another with --port, or leave --port out and homelab takes the next free one",
+            "pick another `port`, or leave `port` unset and homelab takes the next free one",
             EngineError,
         )
     if kind is FailureKind.INVALID_ARGUMENT:
@@ -149,14 +153,14 @@ def _explain(key: Failure, lines: Sequence[str], plan: Plan | None, model: str |
         return (
             "Quantized V cache needs flash attention",
             "llama-server refuses a quantized V cache without flash attention",
-            "use --cache-type-v f16, or keep flash attention on",
+            "use `cache_type_v` f16, or keep flash attention on",
             EngineError,
         )
     if kind is FailureKind.KV_TYPES_MUST_MATCH:
         return (
             "K and V cache types must match",
             f"this model refuses different K and V cache types ({key.detail})",
-            "use one type for both, e.g. --cache-type q8_0",
+            "use one type for both, e.g. `cache_type` q8_0",
             EngineError,
         )
     if kind is FailureKind.OUT_OF_MEMORY:
@@ -172,7 +176,7 @@ def _explain(key: Failure, lines: Sequence[str], plan: Plan | None, model: str |
             return (
                 "Compute buffer did not fit",
                 "llama-server could not allocate its compute buffer",
-                "try --ubatch 256 (the compute buffer grows with it), or a smaller --ctx",
+                "try `ubatch` 256 (the compute buffer grows with it), or a smaller `ctx`",
                 DoesNotFitError,
             )
         if ran_out == "weights":
@@ -192,7 +196,7 @@ def _explain(key: Failure, lines: Sequence[str], plan: Plan | None, model: str |
         return (
             "Engine aborted",
             f"llama-server aborted: {key.detail or 'GGML_ABORT'}",
-            "this is a llama.cpp assertion: try other cache types or a smaller --ubatch, "
+            "this is a llama.cpp assertion: try other cache types or a smaller `ubatch`, "
             "and report it upstream with the log",
             EngineError,
         )
@@ -244,4 +248,5 @@ def llama_server_profile(plan: Plan | None = None, model: str | None = None) -> 
         diagnose=diagnose,
         health_path="/health",
         env={"LLAMA_ARG_LOG_COLORS": "off"},
+        kind=KIND,
     )

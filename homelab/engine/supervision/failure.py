@@ -92,7 +92,7 @@ def start_timeout(
     return EngineFailure(
         title="Engine start timed out",
         message=f"{engine} did not become ready within {timeout_s:g} s (stopped it)",
-        hint=f"a big model on a slow disk can take longer: --start-timeout {int(timeout_s * 2)}; "
+        hint=f"a big model on a slow disk can take longer: `start_timeout` {int(timeout_s * 2)}; "
         f"the whole log is {log_path}",
         quoted=tuple(last_lines[-QUOTE_LINES * 2 :]),
         kind="start_timeout",

@@ -1,29 +1,66 @@
 """One engine at a time: adopt the one that runs, replace it, or refuse; and stop it from outside.
 
-``homelab serve`` (and the TUI) call :func:`decide` with the live record from
-the state file before starting anything:
+A front-end (``homelab serve``, the TUI) calls :func:`decide` with what runs (the live
+record, and homelab's engines found by their marker) before starting anything:
 
 - nothing runs: start;
-- the same model runs and nobody supervises it (a detached engine, or one whose
-  homelab died without taking it along): adopt it;
-- ``--replace``: stop it, then start;
-- otherwise refuse, saying what runs where: never a second engine on the card.
+- the same model runs, nobody else supervises it, and it runs with every setting the
+  person asked for (context, slots, cache types, a pinned port): adopt it;
+- ``replace`` was asked for: stop it, then start;
+- otherwise refuse, saying what runs where and which settings differ: never a second
+  engine on the card, never a setting silently dropped.
 
-:func:`stop_engine` is ``homelab stop``: it marks the record "stop requested"
-*before* signalling, so a supervisor watching the engine reads the exit as a
-stop, not a crash to restart from.
+An engine homelab started whose record is gone or unreadable is still found (its
+marker) and refused or replaced, never joined by a second one.
+
+Hints name settings and actions in backquotes (`replace`, `stop`); each front-end words them.
+
+:func:`stop_engine` marks the record "stop requested" *before* signalling, so a
+supervisor watching the engine reads the exit as a stop, not a crash to restart from,
+and it signals only after checking the recorded pid is still that engine.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
-from homelab.engine.supervision.process import EngineProcess, alive
-from homelab.engine.supervision.state_file import EngineRecord, StateFile
+from homelab.engine.supervision.facts import Asked, differences
+from homelab.engine.supervision.identity import FoundEngine, find_engines
+from homelab.engine.supervision.process import EngineProcess
+from homelab.engine.supervision.record import EngineRecord
+from homelab.engine.supervision.state_file import SetAside, StateFile
 from homelab.errors import EngineError
 
-Decision = Literal["adopt", "replace"]
+Decision = Literal["start", "adopt", "replace"]
+_TITLE = "Engine already running"
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """What homelab runs right now, as far as it can tell."""
+
+    record: EngineRecord | None
+    """The live record, when the state file has one."""
+    unrecorded: tuple[FoundEngine, ...] = ()
+    """homelab's engines (by their marker) that no readable record describes."""
+    set_aside: tuple[SetAside, ...] = ()
+    """Unreadable state files moved out of the way while looking."""
+
+    @property
+    def nothing(self) -> bool:
+        return self.record is None and not self.unrecorded
+
+
+def running(store: StateFile) -> Running:
+    """The live record and any marked engine it does not describe."""
+    notes: list[SetAside] = []
+    record = store.live(notes)
+    found = find_engines(store.path)
+    unrecorded = tuple(e for e in found if record is None or e.pid != record.pid)
+    return Running(record, unrecorded, tuple(notes))
 
 
 def same_model(a: str, b: str) -> bool:
@@ -31,29 +68,78 @@ def same_model(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def decide(record: EngineRecord, model: str, *, replace: bool) -> Decision:
-    """What to do about the engine ``record`` describes when asked to serve ``model``.
+_SETTING_WORDS = {
+    "engine": "engine",
+    "port": "port",
+    "ctx": "context",
+    "slots": "slots",
+    "cache_type_k": "K cache",
+    "cache_type_v": "V cache",
+    "unified": "unified KV",
+}
+
+
+def describe_differences(found: list[tuple[str, object, object]]) -> tuple[str, str]:
+    """("runs with context 8192 × 2 slots", "you asked 4096 × 1") style halves."""
+    running_words, asked_words = [], []
+    names = [name for name, _, _ in found]
+    values = {name: ("unknown" if run is None else run, ask) for name, run, ask in found}
+    if "ctx" in values and "slots" in values:
+        (ctx_run, ctx_ask), (slots_run, slots_ask) = values.pop("ctx"), values.pop("slots")
+        running_words.append(f"context {ctx_run} × {slots_run} slots")
+        asked_words.append(f"{ctx_ask} × {slots_ask}")
+    for name in names:
+        if name in values:
+            run, ask = values[name]
+            word = _SETTING_WORDS[name]
+            running_words.append(f"{word} {run}")
+            asked_words.append(f"{word} {ask}")
+    return ", ".join(running_words), ", ".join(asked_words)
+
+
+def decide(now: Running, model: str, *, asked: Asked | None = None, replace: bool) -> Decision:
+    """What to do about what runs when asked to serve ``model`` with ``asked`` settings.
 
     Raises:
-        EngineError: it serves another model, or another homelab supervises it, and
-            ``replace`` was not asked for.
+        EngineError: something runs that cannot be adopted as asked (another model,
+            other settings, another supervisor, no record) and ``replace`` was not set.
     """
+    if now.nothing:
+        return "start"
     if replace:
         return "replace"
+    record = now.record
+    if record is None:
+        engine = now.unrecorded[0]
+        raise EngineError(
+            f"an engine homelab started ({Path(engine.cmdline[0]).name if engine.cmdline else '?'}"
+            f" pid {engine.pid}) "
+            "runs without a readable record, so homelab cannot adopt it",
+            hint="`replace` stops it and starts the new one; `stop` stops it",
+            title=_TITLE,
+        )
     where = f"{record.engine} (pid {record.pid}) at {record.url}"
     if record.supervised_by_other():
         raise EngineError(
             f"{where} already serves {record.model}, "
             f"supervised by homelab pid {record.supervisor_pid}",
-            hint="use it as it is; `homelab serve MODEL --replace` restarts it with new settings, "
-            "`homelab stop` stops it",
-            title="Engine already running",
+            hint="use it as it is; `replace` restarts it with new settings, `stop` stops it",
+            title=_TITLE,
         )
     if not same_model(record.model, model):
         raise EngineError(
             f"{where} already serves another model: {record.model}",
-            hint="`homelab serve MODEL --replace` replaces it; `homelab stop` stops it",
-            title="Engine already running",
+            hint="`replace` replaces it; `stop` stops it",
+            title=_TITLE,
+        )
+    found = differences(record.facts, record.port, asked or Asked(), record.engine)
+    if found:
+        runs, wanted = describe_differences(found)
+        raise EngineError(
+            f"{where} already serves {Path(record.model).name}, but it runs with {runs}; "
+            f"you asked {wanted}",
+            hint="`replace` restarts it with the new settings; leave them out to use it as it is",
+            title="Engine runs with other settings",
         )
     return "adopt"
 
@@ -63,7 +149,8 @@ def stop_engine(store: StateFile, record: EngineRecord, grace_s: float = 20.0) -
 
     A supervising homelab sees "stop requested" and ends instead of restarting.
     If that supervisor restarted the engine just before the mark landed, the
-    new engine is stopped too (up to three rounds).
+    new engine is stopped too (up to three rounds). Nothing is signalled unless the
+    recorded pid is verifiably that engine (start time, process group, marker).
 
     Returns:
         True when an engine process was running and was stopped.
@@ -74,7 +161,7 @@ def stop_engine(store: StateFile, record: EngineRecord, grace_s: float = 20.0) -
     stopped = False
     for _ in range(3):
         store.update(record.pid, stop_requested=True)
-        if alive(record.pid, record.create_time):
+        if record.not_the_engine() is None:
             try:
                 proc = EngineProcess.adopt(
                     record.pid, pgid=record.pgid, create_time=record.create_time
@@ -91,3 +178,14 @@ def stop_engine(store: StateFile, record: EngineRecord, grace_s: float = 20.0) -
             return stopped
         record = following
     return stopped
+
+
+def stop_found(engine: FoundEngine, grace_s: float = 20.0) -> bool:
+    """Stop an engine found by its marker (no record); True when it was running."""
+    try:
+        proc = EngineProcess.adopt(engine.pid, pgid=engine.pgid, create_time=engine.create_time)
+    except EngineError:
+        return False
+    proc.stop(grace_s)
+    proc.close()
+    return True

@@ -107,7 +107,7 @@ def choose_port(host: str, wanted: int, *, pinned: bool, span: int = SEARCH_SPAN
     if pinned:
         raise EngineError(
             f"port {wanted} on {host} is in use{who}",
-            hint="pick another with --port, or leave --port out: homelab takes the next free one",
+            hint="pick another `port`, or leave `port` unset: homelab takes the next free one",
             title="Port in use",
         )
     for port in range(wanted + 1, min(wanted + span, 65535) + 1):
@@ -115,7 +115,7 @@ def choose_port(host: str, wanted: int, *, pinned: bool, span: int = SEARCH_SPAN
             return PortChoice(host, port, wanted, holder)
     raise EngineError(
         f"ports {wanted}-{min(wanted + span, 65535)} on {host} are all in use",
-        hint="free one, or pick a port elsewhere with --port",
+        hint="free one, or pick a `port` elsewhere",
         title="Port in use",
     )
 

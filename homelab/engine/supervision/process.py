@@ -174,7 +174,7 @@ class EngineProcess:
             raise EngineError(
                 "this system cannot tie the engine's life to homelab's "
                 "(no prctl(PR_SET_PDEATHSIG))",
-                hint="run it detached (--detach) and stop it with `homelab stop`",
+                hint="run it with `detach` set, and `stop` it when done",
             )
         with _open_log(log_path, header) as log:
             try:

@@ -37,7 +37,7 @@ class EngineProfile:
     """What the supervisor needs to know about one engine."""
 
     name: str
-    """Shown in messages ("llama-server")."""
+    """The program, as messages name it ("llama-server", "vllm")."""
     serving_line: re.Pattern[str]
     """A log line that says the engine is serving (llama-server: ``listening on http://…``)."""
     diagnose: Callable[[Sequence[str], int | None], EngineFailure]
@@ -45,6 +45,12 @@ class EngineProfile:
     health_path: str = "/health"
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """Extra environment variables for the engine process."""
+    kind: str = ""
+    """The engine kind's name, as records and options say it ("llama.cpp"); default: ``name``."""
+
+    def __post_init__(self) -> None:
+        if not self.kind:
+            object.__setattr__(self, "kind", self.name)
 
     def is_serving(self, line: str) -> bool:
         """True for the log line that says the engine serves."""

@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING
 
 from homelab.engine.supervision.attempt_log import AttemptLog, marker_line
 from homelab.engine.supervision.failure import EngineFailure, start_timeout
+from homelab.engine.supervision.identity import marker_env, new_engine_id
 from homelab.engine.supervision.ports import PortChoice, choose_port, with_port
 from homelab.engine.supervision.process import EngineProcess
 from homelab.engine.supervision.readiness import EngineProfile, await_ready, health_client
-from homelab.engine.supervision.state_file import EngineRecords, new_record
+from homelab.engine.supervision.record import new_record
+from homelab.engine.supervision.state_file import EngineRecords
 from homelab.engine.supervision.states import (
     CrashHistory,
     EngineSpec,
@@ -202,18 +204,21 @@ class RunLoop:
         assert port is not None and log is not None
         argv = with_port(list(self.spec.argv), port.host, port.port)
         log.begin(attempt)
+        engine_id = new_engine_id()
+        marker = {} if self.records.path is None else marker_env(engine_id, self.records.path)
         proc = EngineProcess.spawn(
             argv,
             log.path,
             die_with_parent=not self.spec.detached,
-            env=self.profile.env,
+            env={**self.profile.env, **marker},
             header=marker_line(attempt, argv),
         )
         with self.lock:
             self.proc = proc
             self.attempt_started = time.monotonic()
         self.inbox.forget(proc.pid)
-        self.records.spawned(new_record(self.profile.name, proc, argv, port, self.spec, log.path))
+        record = new_record(self.profile.kind, proc, argv, port, self.spec, log.path, engine_id)
+        self.records.spawned(record)
         proc.watch(lambda p: self.inbox.exited(p.pid), self.done)
         self.set(State.STARTING, f"attempt {attempt}")
         return proc
@@ -244,7 +249,7 @@ class RunLoop:
             if last is not None:
                 self.records.released(last.pid)
         elif outcome == "external":
-            self.set(State.STOPPED, "stopped from outside (homelab stop or --replace)")
+            self.set(State.STOPPED, "stopped from outside (a stop or a replace)")
         else:
             if outcome == "gave_up":
                 failure = self.machine.failure

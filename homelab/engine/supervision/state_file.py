@@ -7,7 +7,13 @@ when homelab lets go of a detached engine; removed when the engine stops.
 A record is *live* while its engine runs, or while the homelab supervising it
 runs (it may be between a crash and the restart). When both are gone the record
 is stale and reading it removes it. Pids are checked together with the process
-start time, so a recycled pid is not mistaken for the engine.
+start time, its group and its marker (:mod:`homelab.engine.supervision.identity`),
+so a recycled pid is not mistaken for the engine.
+
+A file that is not a record (not JSON, not an object, a field of the wrong type, a
+directory or a FIFO in its place) is never deleted: it is renamed aside with a
+timestamp and the caller is told, and the engine it may have described is still
+found by the marker in its environment.
 
 ``claim()`` is a file lock held while one homelab decides what to do (adopt,
 replace or start) and spawns, so two ``homelab serve`` typed at once cannot
@@ -21,118 +27,53 @@ import fcntl
 import json
 import logging
 import os
+import stat
+import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from homelab.engine.supervision.process import EngineProcess, alive, create_time_of
+from homelab.engine.supervision.record import EngineRecord, own_supervisor
 from homelab.errors import EngineError
 from homelab.paths import state_dir
-
-if TYPE_CHECKING:
-    from homelab.engine.supervision.ports import PortChoice
-    from homelab.engine.supervision.states import EngineSpec
 
 logger = logging.getLogger(__name__)
 
 RECORD_NAME = "engine.json"
 LOCK_NAME = "engine.lock"
-_VERSION = 1
+MAX_RECORD_BYTES = 1 << 20
+"""A record is a few hundred bytes; anything this big is not one."""
 
 
 @dataclass(frozen=True, slots=True)
-class EngineRecord:
-    """One running engine, as the state file keeps it."""
+class SetAside:
+    """An unreadable state file moved out of the way (never deleted: it may be all
+    that is left about an engine that still runs)."""
 
-    engine: str
-    """Which engine ("llama-server", "vllm")."""
-    pid: int
-    pgid: int
-    create_time: float | None
-    """The engine's start time per the kernel (guards against pid reuse)."""
-    argv: tuple[str, ...]
-    host: str
-    port: int
-    model: str
-    log_path: str
-    started_at: float
-    """Wall-clock time of the spawn (seconds since the epoch)."""
-    detached: bool
-    supervisor_pid: int | None = None
-    """The homelab process supervising it right now; None when nobody does (detached)."""
-    supervisor_create_time: float | None = None
-    ready_at: float | None = None
-    """When it was first seen ready; None while it starts."""
-    stop_requested: bool = False
-    """Set by `homelab stop` / `--replace` before signalling (a stop, not a crash)."""
+    original: Path
+    moved_to: Path
+    reason: str
 
-    @property
-    def url(self) -> str:
-        """The engine's base URL."""
-        return f"http://{self.host}:{self.port}"
-
-    def engine_alive(self) -> bool:
-        """True while the engine process runs."""
-        return alive(self.pid, self.create_time)
-
-    def supervisor_alive(self) -> bool:
-        """True while a homelab process supervises it (ours included)."""
-        return self.supervisor_pid is not None and alive(
-            self.supervisor_pid, self.supervisor_create_time
+    def describe(self) -> str:
+        return (
+            f"the engine state file {self.original} could not be read ({self.reason}); "
+            f"set aside as {self.moved_to.name}"
         )
 
-    def supervised_by_other(self) -> bool:
-        """True when another live homelab process supervises it."""
-        return self.supervisor_pid not in (None, os.getpid()) and self.supervisor_alive()
 
-    def to_json(self) -> dict[str, object]:
-        """The record as JSON-ready values."""
-        data = asdict(self)
-        data["argv"] = list(self.argv)
-        return {"version": _VERSION, **data}
-
-    @classmethod
-    def from_json(cls, data: dict[str, object]) -> EngineRecord:
-        """Parse a record; ValueError/TypeError/KeyError when it is not one."""
-        if data.get("version") != _VERSION:
-            raise ValueError(f"unknown state file version {data.get('version')!r}")
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        values["argv"] = tuple(str(a) for a in values["argv"])  # type: ignore[union-attr]
-        record = cls(**values)  # type: ignore[arg-type]
-        if not isinstance(record.pid, int) or not isinstance(record.port, int):
-            raise TypeError("pid and port must be integers")
-        return record
+class UnreadableRecord(Exception):
+    """The state file exists but holds no record homelab can use (the reason is the text)."""
 
 
-def own_supervisor() -> tuple[int, float | None]:
-    """This process as a record's supervisor: (pid, start time)."""
-    pid = os.getpid()
-    return pid, create_time_of(pid)
-
-
-def new_record(
-    engine: str, proc: EngineProcess, argv: list[str], port: PortChoice, spec: EngineSpec, log: Path
-) -> EngineRecord:
-    """The record of an engine just spawned (on ``port``, as ``spec`` says), supervised by us."""
-    supervisor_pid, supervisor_create_time = own_supervisor()
-    return EngineRecord(
-        engine=engine,
-        pid=proc.pid,
-        pgid=proc.pgid,
-        create_time=proc.create_time,
-        argv=tuple(argv),
-        host=port.host,
-        port=port.port,
-        model=spec.model,
-        log_path=str(log),
-        started_at=time.time(),
-        detached=spec.detached,
-        supervisor_pid=supervisor_pid,
-        supervisor_create_time=supervisor_create_time,
-    )
+def _kind_of(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
 
 
 class StateFile:
@@ -147,35 +88,111 @@ class StateFile:
         return self._path if self._path is not None else state_dir() / RECORD_NAME
 
     def read(self) -> EngineRecord | None:
-        """The record as written, live or not; None when there is none or it is unreadable."""
+        """The record as written, live or not; None when there is none or it is unreadable
+        (an unreadable one is left where it is: see :meth:`live`)."""
         try:
-            data = json.loads(self.path.read_text("utf-8"))
-            return EngineRecord.from_json(data)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, TypeError, KeyError) as error:
-            logger.warning("ignoring unreadable engine state file %s: %s", self.path, error)
+            return self._parse()
+        except UnreadableRecord as error:
+            logger.warning("unreadable engine state file %s: %s", self.path, error)
             return None
 
-    def live(self) -> EngineRecord | None:
-        """The record when its engine or its supervisor still runs; a stale one is removed."""
-        record = self.read()
+    def _parse(self) -> EngineRecord | None:
+        """The record; None when there is no file.
+
+        Raises:
+            UnreadableRecord: something else is there (not a regular file, not JSON, not a
+                record). Opened without blocking, so a FIFO in its place cannot hang us.
+        """
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            raise UnreadableRecord(error.strerror or str(error)) from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise UnreadableRecord(f"it is {_kind_of(info.st_mode)}, not a file")
+            if info.st_size > MAX_RECORD_BYTES:
+                raise UnreadableRecord(f"it holds {info.st_size} bytes, not a record")
+            raw = os.read(fd, MAX_RECORD_BYTES + 1)
+        except OSError as error:
+            raise UnreadableRecord(error.strerror or str(error)) from None
+        finally:
+            os.close(fd)
+        try:
+            return EngineRecord.from_json(json.loads(raw.decode("utf-8")))
+        except UnicodeDecodeError:
+            raise UnreadableRecord("it is not UTF-8 text") from None
+        except RecursionError:
+            raise UnreadableRecord("it nests too deeply") from None
+        except (ValueError, TypeError) as error:
+            raise UnreadableRecord(str(error)) from None
+
+    def live(self, notes: list[SetAside] | None = None) -> EngineRecord | None:
+        """The record when its engine or its supervisor still runs; a stale one is removed.
+
+        An unreadable one is never removed: it is renamed aside (``engine.json.unreadable-
+        <time>``), appended to ``notes`` and logged; the engine it described, if any, is still
+        found by its marker (:func:`homelab.engine.supervision.identity.find_engines`).
+
+        Raises:
+            EngineError: an unreadable state file could not be moved aside either.
+        """
+        try:
+            record = self._parse()
+        except UnreadableRecord as error:
+            aside = self._set_aside(str(error))
+            if aside is not None:
+                if notes is None:
+                    logger.warning("%s", aside.describe())
+                else:  # the caller says so
+                    notes.append(aside)
+            return None
         if record is None:
-            if self.path.exists():  # unreadable: nothing can use it
-                self._unlink()
             return None
         if record.engine_alive() or record.supervisor_alive():
             return record
         self.clear(record.pid)
         return None
 
+    def _set_aside(self, reason: str) -> SetAside | None:
+        path = self.path
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        target = path.with_name(f"{path.name}.unreadable-{stamp}")
+        suffix = 1
+        while os.path.lexists(target):
+            suffix += 1
+            target = path.with_name(f"{path.name}.unreadable-{stamp}-{suffix}")
+        try:
+            os.rename(path, target)
+        except FileNotFoundError:  # another homelab moved it a moment ago
+            return None
+        except OSError as error:
+            raise EngineError(
+                f"the engine state file {path} cannot be read ({reason}) "
+                f"and cannot be moved aside: {error.strerror}",
+                hint=f"look at it, then move it away yourself ({path})",
+                title="Unreadable state file",
+            ) from None
+        return SetAside(path, target, reason)
+
     def write(self, record: EngineRecord) -> None:
-        """Replace the record atomically."""
+        """Replace the record atomically (a reader sees the old record or the new one, whole)."""
         path = self.path
         path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temp.write_text(json.dumps(record.to_json(), indent=2) + "\n", "utf-8")
-        os.replace(temp, path)
+        temp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        data = (json.dumps(record.to_json(), indent=2) + "\n").encode("utf-8")
+        try:
+            with open(temp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                temp.unlink()
+            raise
 
     def update(self, pid: int, **changes: object) -> EngineRecord | None:
         """Change fields of the record if it still names engine ``pid``; the new record or None."""
@@ -186,17 +203,12 @@ class StateFile:
         self.write(record)
         return record
 
-    def clear(self, pid: int | None = None) -> None:
-        """Remove the record (only if it names engine ``pid``, when given)."""
-        if pid is not None:
-            record = self.read()
-            if record is not None and record.pid != pid:
-                return
-        self._unlink()
-
-    def _unlink(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+    def clear(self, pid: int) -> None:
+        """Remove the record if it names engine ``pid`` (never one that cannot be read)."""
+        record = self.read()
+        if record is not None and record.pid == pid:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
 
     @contextlib.contextmanager
     def claim(self, timeout_s: float = 30.0) -> Iterator[None]:
@@ -207,7 +219,14 @@ class StateFile:
         """
         lock_path = self.path.with_name(LOCK_NAME)
         lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock_path, "a+") as handle:
+        try:
+            handle = open(lock_path, "a+")  # read-write: a FIFO in its place does not block
+        except OSError as error:
+            raise EngineError(
+                f"cannot open the start lock {lock_path}: {error.strerror}",
+                hint=f"move {lock_path} away; homelab makes a new one",
+            ) from None
+        with handle:
             deadline = time.monotonic() + timeout_s
             while True:
                 try:
@@ -240,6 +259,11 @@ class EngineRecords:
     def __init__(self, store: StateFile | None) -> None:
         self.store = store
         self._recorded: int | None = None
+
+    @property
+    def path(self) -> Path | None:
+        """The record file (what the engines' marker names), None without a state file."""
+        return None if self.store is None else self.store.path
 
     def spawned(self, record: EngineRecord) -> None:
         """A new engine runs: record it."""

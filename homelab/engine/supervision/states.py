@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from homelab.engine.supervision.facts import PlanFacts
 from homelab.engine.supervision.failure import EngineFailure
 from homelab.engine.supervision.ports import LOOPBACK
 
@@ -68,6 +69,8 @@ class EngineSpec:
     start_timeout_s: float = 600.0
     """Generous: a 70B model read from a spinning disk takes minutes."""
     stop_grace_s: float = 20.0
+    facts: PlanFacts | None = None
+    """What the plan gave it (written into the state file's record)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,8 +32,9 @@ from homelab.engine.supervision.failure import EngineFailure
 from homelab.engine.supervision.ports import PortChoice, choose_port
 from homelab.engine.supervision.process import EngineProcess
 from homelab.engine.supervision.readiness import EngineProfile
+from homelab.engine.supervision.record import EngineRecord
 from homelab.engine.supervision.run_loop import RunLoop
-from homelab.engine.supervision.state_file import EngineRecord, EngineRecords, StateFile
+from homelab.engine.supervision.state_file import EngineRecords, StateFile
 from homelab.engine.supervision.states import EngineSpec, RestartPolicy, State, Transition
 from homelab.errors import EngineError
 from homelab.events import EventHub, Subscription
@@ -183,6 +184,9 @@ class Supervisor:
             EngineError: already started, or the recorded engine is gone.
         """
         loop = self._loop
+        why_not = record.not_the_engine()
+        if why_not is not None:
+            raise EngineError(f"the recorded engine cannot be adopted: {why_not}")
         proc = EngineProcess.adopt(record.pid, pgid=record.pgid, create_time=record.create_time)
         log = AttemptLog(
             Path(record.log_path),
@@ -240,7 +244,10 @@ class Supervisor:
         with self._lock:
             proc = self._loop.proc
             if proc is not None and proc.is_child and not self.spec.detached:
-                raise EngineError("only a detached engine can be left running (--detach)")
+                raise EngineError(
+                    "only a detached engine can be left running",
+                    hint="start it with `detach` set to leave it running",
+                )
         self._ask(release=True)
 
     def _ask(self, *, stop: bool = False, release: bool = False) -> None:

@@ -1,0 +1,266 @@
+"""The engines homelab runs, one shape each: a registry of engine kinds (llama.cpp, vLLM).
+
+Everything that differs between engines is asked of its :class:`EngineKind` (found by
+its one name with :func:`engine_kind`): how to plan a model on a card, the command line
+from that plan, the supervisor's readiness profile, how to read its log, the client for
+its live status. No front-end tells engines apart by comparing strings or sniffing flags
+back out of a command line; the plan's facts (:class:`~homelab.engine.supervision.facts.PlanFacts`)
+say what a running engine holds.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from homelab.engine.supervision.facts import PlanFacts
+from homelab.errors import EngineError, UsageError
+
+if TYPE_CHECKING:
+    from homelab.engine.supervision.readiness import EngineProfile
+    from homelab.gpu.report import GpuReport
+    from homelab.plan.options import PlanOptions
+    from homelab.plan.workload import Workload
+
+
+@dataclass(frozen=True, slots=True)
+class ServePlan:
+    """A plan ready to serve, whatever the engine: the engine's own plan and its facts."""
+
+    kind: str
+    """The engine kind's name."""
+    plan: Any
+    """The engine's plan (:class:`~homelab.plan.planner.Plan` or ``VllmPlan``)."""
+    model_path: str
+    """What the engine loads (a .gguf path, a model folder)."""
+    facts: PlanFacts
+    model: Any = None
+    """The parsed model, when the kind read one (llama.cpp: the GGUF header)."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra environment for the engine (vLLM: the one card it may see)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """Predicted vs actual memory from a start-up log, and what calibration made of it."""
+
+    rows: tuple[Any, ...]
+    """:class:`~homelab.engine.llamacpp.actuals.ActualRow` per buffer."""
+    recorded_compute: int | None
+    """The measured compute buffer stored for the next plan (bytes); None when not recorded."""
+    not_recorded: str | None = None
+    """Why it was not recorded."""
+
+
+class EngineKind(Protocol):
+    """One engine homelab can plan and run."""
+
+    name: str
+    """The one name ("llama.cpp", "vllm"): records, presets and plan options use it."""
+    program: str
+    """The program as messages name it ("llama-server", "vllm")."""
+    default_port: int
+    pulls: bool
+    """Models come from the Hub (presets, REPO:QUANT) and are pulled before planning."""
+
+    def plan(
+        self,
+        model: str,
+        report: GpuReport,
+        options: PlanOptions,
+        *,
+        default_workload: Workload | None = None,
+    ) -> ServePlan:
+        """Plan ``model`` on ``report``'s card as ``options`` say."""
+        ...
+
+    def executable(self) -> str:
+        """The engine program's path. Raises EngineError when it is not installed."""
+        ...
+
+    def argv(self, plan: ServePlan, port: int, executable: str) -> list[str]:
+        """The engine's command line for ``plan`` on loopback ``port``."""
+        ...
+
+    def profile(self, plan: ServePlan | None, model: str) -> EngineProfile:
+        """The supervisor's view of this engine (failure hints from ``plan`` when given)."""
+        ...
+
+    def read_log(self, lines: Sequence[str]) -> Any:
+        """The engine's start-up log, parsed."""
+        ...
+
+    def status_client(self, url: str, timeout_s: float) -> Any:
+        """A live-status client for the engine at ``url`` (a context manager), or None."""
+        ...
+
+    def measure(self, plan: ServePlan, lines: Sequence[str], executable: str) -> Measured | None:
+        """Predicted vs actual from the load log, calibration recorded; None when the kind
+        measures nothing."""
+        ...
+
+
+class LlamaCpp:
+    """llama.cpp's llama-server: GGUF models, byte-exact KV planning."""
+
+    name = "llama.cpp"
+    program = "llama-server"
+    default_port = 8080
+    pulls = True
+
+    def plan(self, model, report, options, *, default_workload=None) -> ServePlan:
+        from homelab.engine.llamacpp.calibrate import current_engine_version
+        from homelab.gguf.model_file import read_model
+        from homelab.plan.pipeline import plan_model
+
+        path = str(Path(model).absolute())
+        parsed = read_model(path)
+        plan = plan_model(
+            parsed,
+            path,
+            report,
+            options,
+            default_workload=default_workload,
+            engine_version=current_engine_version,
+        )
+        s, alloc = plan.settings, plan.candidate.allocation
+        facts = PlanFacts(
+            slots=s.n_seq,
+            ctx_total=alloc.n_ctx,
+            ctx_per_slot=alloc.ctx_per_slot,
+            kv_tokens=alloc.n_ctx,
+            unified=s.unified,
+            cache_type_k=s.type_k,
+            cache_type_v=s.type_v,
+        )
+        return ServePlan(self.name, plan, path, facts, model=parsed)
+
+    def executable(self) -> str:
+        from homelab.engine.llamacpp.locate import find_llama_server
+
+        return str(find_llama_server())
+
+    def argv(self, plan: ServePlan, port: int, executable: str) -> list[str]:
+        from homelab.engine.llamacpp.argv import llama_server_argv
+
+        return [executable, *llama_server_argv(plan.plan, port=port)[1:]]
+
+    def profile(self, plan: ServePlan | None, model: str) -> EngineProfile:
+        from homelab.engine.llamacpp.diagnose import llama_server_profile
+
+        return llama_server_profile(None if plan is None else plan.plan, Path(model).name)
+
+    def read_log(self, lines: Sequence[str]) -> Any:
+        from homelab.engine.llamacpp.log import parse_load_log
+
+        return parse_load_log("\n".join(lines))
+
+    def status_client(self, url: str, timeout_s: float) -> Any:
+        from homelab.engine.llamacpp.client import LlamaServerClient
+
+        return LlamaServerClient(url, timeout_s=timeout_s)
+
+    def measure(self, plan: ServePlan, lines: Sequence[str], executable: str) -> Measured | None:
+        from homelab.engine.llamacpp.actuals import compare
+        from homelab.engine.llamacpp.calibrate import record
+        from homelab.engine.llamacpp.locate import engine_version
+        from homelab.plan.calibration import CalibrationError
+
+        load_log = self.read_log(lines)
+        rows = compare(plan.plan, load_log)
+        try:
+            calibration = record(
+                plan.plan, load_log, engine_version(Path(executable)), model=plan.model
+            )
+        except CalibrationError as error:
+            return Measured(rows, None, error.message)
+        return Measured(rows, calibration.compute)
+
+
+class Vllm:
+    """vLLM: a model folder (or cached repo), priced before its four-minute boot."""
+
+    name = "vllm"
+    program = "vllm"
+    default_port = 8000
+    pulls = False
+
+    def plan(self, model, report, options, *, default_workload=None) -> ServePlan:
+        from dataclasses import replace
+
+        from homelab.plan.vllm.plan import plan_vllm
+
+        if options.workload is None and default_workload is not None:
+            options = replace(options, workload=default_workload)
+        plan = plan_vllm(model, report, options)
+        facts = PlanFacts(
+            slots=plan.max_num_seqs,
+            ctx_total=plan.max_model_len,
+            ctx_per_slot=plan.max_model_len,
+            kv_tokens=plan.predicted_kv_tokens,
+            unified=True,
+            cache_type_k=plan.kv_cache_dtype,
+            cache_type_v=plan.kv_cache_dtype,
+        )
+        env: dict[str, str] = {}
+        if options.gpu is not None:
+            # vLLM uses the first visible device: show it only the planned one, numbered as
+            # NVML numbers cards (PCI bus order), not CUDA's fastest-first order.
+            env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(options.gpu)}
+        return ServePlan(self.name, plan, str(model), facts, env=env)
+
+    def executable(self) -> str:
+        found = shutil.which("vllm")
+        if found is None:
+            raise EngineError(
+                "vLLM is not installed (no `vllm` command on PATH)",
+                hint="Install it in this environment (pip install vllm; it needs an NVIDIA GPU), "
+                "or serve a GGUF with the default llama.cpp engine.",
+            )
+        return found
+
+    def argv(self, plan: ServePlan, port: int, executable: str) -> list[str]:
+        from homelab.engine.vllm.argv import vllm_argv
+
+        return vllm_argv(plan.plan, port=port, executable=executable)
+
+    def profile(self, plan: ServePlan | None, model: str) -> EngineProfile:
+        from dataclasses import replace
+
+        from homelab.engine.vllm.profile import vllm_profile
+
+        profile = vllm_profile()
+        return profile if plan is None or not plan.env else replace(profile, env=plan.env)
+
+    def read_log(self, lines: Sequence[str]) -> Any:
+        from homelab.engine.vllm.log import parse_vllm_log
+
+        return parse_vllm_log("\n".join(lines))
+
+    def status_client(self, url: str, timeout_s: float) -> Any:
+        return None  # vLLM's live status is not read yet
+
+    def measure(self, plan: ServePlan, lines: Sequence[str], executable: str) -> Measured | None:
+        return None  # its start-up figures are in the log (read_log); not compared yet
+
+
+KINDS: dict[str, EngineKind] = {kind.name: kind for kind in (LlamaCpp(), Vllm())}
+"""Every engine kind, by its one name."""
+
+
+def engine_kind(name: str) -> EngineKind:
+    """The kind called ``name``.
+
+    Raises:
+        UsageError: homelab runs no engine of that name.
+    """
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise UsageError(
+            f"Unknown engine {name!r}: homelab runs {' or '.join(KINDS)}.",
+            title="Unknown engine",
+        ) from None

@@ -1,0 +1,150 @@
+"""What a serve session tells its front-ends, in order, as frozen dataclasses.
+
+A fresh start::
+
+    [PresetChosen] [PullProgress... Pulled] Planned Starting Started
+    EngineChanged(starting) EngineChanged(ready) Ready [Actuals] [LeftRunning] ... Stopped
+
+An engine that already runs: ``Adopting`` instead of ``Planned … Started``; one that runs
+with other settings, asked to be replaced: ``Replacing`` first. Any failure: ``Failed``
+(the same error the session raises). Unreadable state files moved aside: ``SetAsideNotice``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from homelab.engine.kinds import Measured, ServePlan
+    from homelab.engine.supervision.identity import FoundEngine
+    from homelab.engine.supervision.record import EngineRecord
+    from homelab.engine.supervision.state_file import SetAside
+    from homelab.engine.supervision.states import Transition
+    from homelab.errors import HomelabError
+
+
+@dataclass(frozen=True, slots=True)
+class PresetChosen:
+    """The model named a preset; it brings its repo and workload hint."""
+
+    key: str
+    name: str
+    ref: str
+
+
+@dataclass(frozen=True, slots=True)
+class PullProgress:
+    """Bytes arriving for the model (``progress`` is the hub's ``PullProgress``)."""
+
+    progress: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Pulled:
+    """The model is in the cache; ``note`` says something worth saying (e.g. a quant choice)."""
+
+    path: str
+    note: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SetAsideNotice:
+    """An unreadable state file was moved aside (never deleted)."""
+
+    set_aside: SetAside
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """The plan and the command line it gives, and a note when the port moved."""
+
+    plan: ServePlan
+    argv: tuple[str, ...]
+    port_note: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Adopting:
+    """An engine that runs already (as asked) is taken over instead of starting another."""
+
+    record: EngineRecord
+    program: str
+    age_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Replacing:
+    """The running engine is stopped first (``replace`` was asked for)."""
+
+    program: str
+    pid: int
+    model: str | None
+    url: str | None
+    record: EngineRecord | None = None
+    found: FoundEngine | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Starting:
+    """The engine program is about to be spawned."""
+
+    kind: str
+    program: str
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """It runs (not yet ready): its pid, its log, and the port it got."""
+
+    pid: int | None
+    log_path: str | None
+    wanted_port: int
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class EngineChanged:
+    """A supervisor transition (starting, ready, crashed, restarting, stopping, stopped)."""
+
+    transition: Transition
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """It answers: its URL."""
+
+    url: str
+    pid: int | None
+    program: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Actuals:
+    """Predicted vs actual memory and the calibration record (or why there is none)."""
+
+    measured: Measured
+
+
+@dataclass(frozen=True, slots=True)
+class LeftRunning:
+    """A detached engine was left running (the session let go of it)."""
+
+    log_path: str | None
+    adopted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """The session ended: ``how`` is "stopped" (asked), "outside" (a stop or replace from
+    elsewhere), "failed" (see the Failed event before it) or "released" (left running)."""
+
+    how: str
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The session failed with ``error`` (also raised to the caller)."""
+
+    error: HomelabError

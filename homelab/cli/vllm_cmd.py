@@ -9,10 +9,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from homelab.errors import EngineError
-
-DEFAULT_VLLM_PORT = 8000
-
 
 def add_engine_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -36,9 +32,10 @@ def vllm_plan_from_args(args: argparse.Namespace):
 
 
 def vllm_argv_for(plan, port: int | None, executable: str = "vllm") -> list[str]:
+    from homelab.engine.kinds import engine_kind
     from homelab.engine.vllm.argv import vllm_argv
 
-    return vllm_argv(plan, port=port or DEFAULT_VLLM_PORT, executable=executable)
+    return vllm_argv(plan, port=port or engine_kind("vllm").default_port, executable=executable)
 
 
 def print_vllm_plan(plan, argv: list[str]) -> None:
@@ -71,17 +68,3 @@ def vllm_plan_dict(plan, argv: list[str]) -> dict[str, Any]:
         "steps": render_steps(plan.steps),
         "argv": argv,
     }
-
-
-def vllm_executable() -> str:
-    """The ``vllm`` command, or a clear error: it is not a homelab dependency."""
-    import shutil  # not at import: ``homelab plan`` reaches this module (start-up time)
-
-    found = shutil.which("vllm")
-    if found is None:
-        raise EngineError(
-            "vLLM is not installed (no `vllm` command on PATH)",
-            hint="Install it in this environment (pip install vllm; it needs an NVIDIA GPU), "
-            "or serve a GGUF with the default llama.cpp engine.",
-        )
-    return found

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from homelab import __version__
 from homelab.errors import ExitCode, HomelabError
@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "presets_cmd",
     "serve_cmd",
     "engine_cmd",
+    "ui_cmd",
 )
 """Subcommand modules in help order; each has ``register(subparsers)``."""
 
@@ -60,13 +61,21 @@ def report_error(error: HomelabError) -> None:
         print(f"  {error.hint}", file=sys.stderr)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``homelab`` console script."""
+def main(argv: Sequence[str] | None = None, *, open_ui: Callable[..., int] | None = None) -> int:
+    """The command line; ``homelab`` alone opens the TUI through ``open_ui``.
+
+    ``open_ui`` comes from the console entry (``homelab.entry``): the CLI never imports
+    the TUI. Without it, ``homelab`` alone prints the help (exit 2) as before.
+    """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    args.open_ui = open_ui
     if not getattr(args, "func", None):
-        parser.print_help()
-        return int(ExitCode.USAGE)
+        if open_ui is None:
+            parser.print_help()
+            return int(ExitCode.USAGE)
+        args = parser.parse_args(["ui"])
+        args.open_ui = open_ui
     try:
         return int(args.func(args))
     except HomelabError as error:

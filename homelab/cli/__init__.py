@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_GLOBAL = ("-h", "--help", "--version")
+"""Options of ``homelab`` itself; any other leading option belongs to the TUI (``ui``)."""
+
+
 def report_error(error: HomelabError) -> None:
     """Print an error for a person: title, message, hint; on stderr."""
     print(f"homelab: {error.title}: {error.message}", file=sys.stderr)
@@ -68,7 +72,10 @@ def main(argv: Sequence[str] | None = None, *, open_ui: Callable[..., int] | Non
     the TUI. Without it, ``homelab`` alone prints the help (exit 2) as before.
     """
     parser = build_parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    words = sys.argv[1:] if argv is None else list(argv)
+    if open_ui is not None and words and words[0].startswith("-") and words[0] not in _GLOBAL:
+        words = ["ui", *words]  # `homelab --gpu-snapshot F` is `homelab ui --gpu-snapshot F`
+    args = parser.parse_args(words)
     args.open_ui = open_ui
     if not getattr(args, "func", None):
         if open_ui is None:

@@ -80,6 +80,12 @@ class PlanPanel(Vertical):
         event.stop()
         self.post_message(self.SettingsChanged(self.values()))
 
+    @on(Input.Submitted)
+    def _submitted(self, event: Input.Submitted) -> None:
+        """Enter in a setting: done editing, back to the models menu."""
+        event.stop()
+        self.app.query_one("#models").focus()
+
     def show_planning(self, name: str) -> None:
         self.border_subtitle = name
         self.query_one("#steps", Static).update(Text(f"planning {name}…", style="dim italic"))

@@ -64,6 +64,15 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+    baseline = []
+    for _ in range(args.runs):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import textual.app"], check=True)
+        baseline.append(time.perf_counter() - start)
+    print(
+        f"baseline, same run: `python -c 'import textual.app'` median "
+        f"{statistics.median(baseline):.3f} s (the floor any Textual app pays)"
+    )
     frames = []
     for _ in range(args.runs):
         socket = f"bench-{uuid.uuid4().hex[:8]}"
@@ -73,7 +82,8 @@ def main() -> None:
             subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
     print(
         f"first frame: median {statistics.median(frames):.3f} s, min {min(frames):.3f} s, "
-        f"max {max(frames):.3f} s over {len(frames)} runs (goal < 1 s)"
+        f"max {max(frames):.3f} s over {len(frames)} runs (goal < 1 s); "
+        f"{statistics.median(frames) / statistics.median(baseline):.1f}x the baseline"
     )
 
     socket = f"bench-{uuid.uuid4().hex[:8]}"

@@ -179,9 +179,12 @@ class HomelabApp(App[int]):
 
     def on_card_read(self, message: CardRead) -> None:
         first = self.report is None
+        changed = message.report != self.report
         self.report, self.budgets = message.report, message.budgets
-        self._show_card()
-        self._show_engine()
+        if changed:  # an unchanged card is not drawn again (idle CPU)
+            self._show_card()
+        if self.supervisor is not None:
+            self._show_engine()
         if first and self.query_one("#menu", ModelsMenu).entries:
             self.judge_models(self.query_one("#menu", ModelsMenu).entries)
         self._rearm()

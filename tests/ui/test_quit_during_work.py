@@ -1,0 +1,28 @@
+"""Quitting while the probe, the listing and the verdicts still run never raises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from homelab.ui.app import make_app
+from tests.ui.helpers import GPU_FIXTURES, run
+
+
+def test_quit_at_once_while_workers_run(models_dir: Path) -> None:
+    async def drive() -> None:
+        app = make_app(
+            gpu_snapshot=GPU_FIXTURES / "two_gpus.json",
+            models_dirs=[models_dir],
+            refresh_s=0.01,  # the refresh re-arms as fast as it can
+            blink=False,
+            adopt=False,
+        )
+        async with app.run_test(size=(140, 45)) as pilot:
+            await pilot.press("enter")  # a plan worker too
+            assert any(w.is_running for w in app.workers), "nothing was running to quit over"
+            await pilot.press("q")
+        assert app.return_code == 0
+        assert app._exception is None
+
+    for _ in range(3):
+        run(drive())

@@ -183,3 +183,36 @@ def test_switch_stops_the_first_engine_and_starts_the_second(
             await wait_until(pilot, lambda: not app.is_running, timeout=60)
 
     run(drive())
+
+
+def test_an_engine_killed_from_outside_is_restarted_and_the_panel_says_so(
+    models_dir: Path, engine_pids
+) -> None:
+    import os
+    import signal
+
+    async def drive() -> None:
+        app = _app(models_dir, free_port())
+        async with app.run_test(size=(140, 45)) as pilot:
+            await _pick_small_plan(app, pilot)
+            await _start_and_wait_ready(app, pilot, engine_pids)
+            first_pid = app.supervisor.pid
+            os.kill(first_pid, signal.SIGKILL)
+            await wait_until(
+                pilot,
+                lambda: (
+                    app.restarts == 1
+                    and app.engine_state == "ready"
+                    and app.supervisor.pid != first_pid
+                ),
+                timeout=120,
+            )
+            engine_pids.add(app.supervisor.pid)
+            assert "restarts 1" in str(app.query_one("#server-state").render())
+            assert isinstance(_chat(app.supervisor.url), str)
+            await pilot.press("q")
+            await wait_until(pilot, lambda: app.screen.__class__.__name__ == "QuitScreen")
+            await pilot.press("s")
+            await wait_until(pilot, lambda: not app.is_running, timeout=60)
+
+    run(drive())

@@ -605,10 +605,12 @@ def run_app(
     port: int | None = None,
 ) -> int:
     """Run the TUI until it quits; the exit status."""
+    from homelab.ui.settings import models_dirs_with
+
     app = make_app(
         gpu_snapshot=gpu_snapshot,
         vram=backend.parse_size(vram) if vram else None,
-        models_dirs=models_dirs,
+        models_dirs=models_dirs_with(models_dirs),
         port=port,
     )
     try:

@@ -78,6 +78,8 @@ def test_start_answers_a_chat_then_stop(models_dir: Path, engine_pids) -> None:
             url = await _start_and_wait_ready(app, pilot, engine_pids)
             assert url == f"http://127.0.0.1:{port}"
             assert isinstance(_chat(url), str)
+            await pilot.press("c")
+            assert app.clipboard == url
             pid = app.supervisor.pid
             await wait_until(
                 pilot, lambda: "new prompt" in _log_text(app), timeout=10

@@ -69,22 +69,38 @@ def main(argv: Sequence[str] | None = None, *, open_ui: Callable[..., int] | Non
     """The command line; ``homelab`` alone opens the TUI through ``open_ui``.
 
     ``open_ui`` comes from the console entry (``homelab.entry``): the CLI never imports
-    the TUI. Without it, ``homelab`` alone prints the help (exit 2) as before.
+    the TUI. Without it, ``homelab`` alone prints the help (exit 2) as before. The TUI's
+    own words (nothing, ``ui ...``, or its options) are parsed by the ``ui`` parser alone,
+    without loading every subcommand first: the app's first frame waits for this.
     """
-    parser = build_parser()
     words = sys.argv[1:] if argv is None else list(argv)
-    if open_ui is not None and words and words[0].startswith("-") and words[0] not in _GLOBAL:
-        words = ["ui", *words]  # `homelab --gpu-snapshot F` is `homelab ui --gpu-snapshot F`
+    if open_ui is not None and _opens_ui(words):
+        from homelab.cli import ui_cmd
+
+        ui_parser = argparse.ArgumentParser(
+            prog="homelab ui", description="Open the TUI (what `homelab` alone does)."
+        )
+        ui_cmd.add_ui_arguments(ui_parser)
+        args = ui_parser.parse_args(words[1:] if words[:1] == ["ui"] else words)
+        args.open_ui = open_ui
+        return _call(ui_cmd.run, args)
+    parser = build_parser()
     args = parser.parse_args(words)
     args.open_ui = open_ui
     if not getattr(args, "func", None):
-        if open_ui is None:
-            parser.print_help()
-            return int(ExitCode.USAGE)
-        args = parser.parse_args(["ui"])
-        args.open_ui = open_ui
+        parser.print_help()
+        return int(ExitCode.USAGE)
+    return _call(args.func, args)
+
+
+def _opens_ui(words: list[str]) -> bool:
+    """No command, ``ui``, or a leading option that is not ``homelab``'s own."""
+    return not words or words[0] == "ui" or (words[0].startswith("-") and words[0] not in _GLOBAL)
+
+
+def _call(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     try:
-        return int(args.func(args))
+        return int(func(args))
     except HomelabError as error:
         report_error(error)
         return int(error.exit_code)

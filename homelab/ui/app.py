@@ -98,6 +98,9 @@ class HomelabApp(ModelsFlow, EngineFlow, App[int]):
     def on_mount(self) -> None:
         self.query_one("#models", DataTable).focus()
         self.query_one("#filter").cursor_blink = self.blink
+        self.call_after_refresh(self._start_work)  # the first frame first, then the imports
+
+    def _start_work(self) -> None:
         self.probe_card()
         self.list_models()
         if self.adopt:

@@ -25,7 +25,7 @@ from homelab.errors import HomelabError
 from homelab.ui import backend
 from homelab.ui.catalog import ModelEntry
 from homelab.ui.engine_flow import EngineFlow
-from homelab.ui.messages import CardFailed, CardRead
+from homelab.ui.messages import CardFailed, CardRead, while_mounted
 from homelab.ui.models_flow import ModelsFlow
 from homelab.ui.widgets.card import CardPanel
 from homelab.ui.widgets.models import ModelsMenu
@@ -82,6 +82,7 @@ class HomelabApp(ModelsFlow, EngineFlow, App[int]):
         self.engine_state: str | None = None
         self.ready_at: float | None = None
         self.restarts = 0
+        self.engine_problem: HomelabError | None = None
         self._headers: dict[Path, Any] = {}
 
     # -- layout ----------------------------------------------------------------------------
@@ -103,6 +104,7 @@ class HomelabApp(ModelsFlow, EngineFlow, App[int]):
     def _start_work(self) -> None:
         self.probe_card()
         self.list_models()
+        self.check_engine()
         if self.adopt:
             self.adopt_running()
 
@@ -161,6 +163,7 @@ class HomelabApp(ModelsFlow, EngineFlow, App[int]):
             return
         self.post_message(CardRead(report, budgets))
 
+    @while_mounted
     def on_card_read(self, message: CardRead) -> None:
         first = self.report is None
         changed = message.report != self.report
@@ -173,6 +176,7 @@ class HomelabApp(ModelsFlow, EngineFlow, App[int]):
             self.judge_models(self.query_one("#menu", ModelsMenu).entries)
         self._rearm()
 
+    @while_mounted
     def on_card_failed(self, message: CardFailed) -> None:
         self.query_one("#card", CardPanel).show_error(message.error)
         self._rearm()
@@ -190,6 +194,7 @@ class HomelabApp(ModelsFlow, EngineFlow, App[int]):
 
     # -- errors from workers ---------------------------------------------------------------
 
+    @while_mounted
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state != WorkerState.ERROR:
             return

@@ -20,7 +20,14 @@ from textual.widgets import Log
 from homelab.errors import HomelabError
 from homelab.ui import backend
 from homelab.ui.catalog import ModelEntry
-from homelab.ui.messages import EngineChanged, EngineFailed, EngineStarted, EngineStopped
+from homelab.ui.messages import (
+    EngineChanged,
+    EngineFailed,
+    EngineMissing,
+    EngineStarted,
+    EngineStopped,
+    while_mounted,
+)
 from homelab.ui.models_flow import model_name
 from homelab.ui.screens import ConfirmScreen, QuitScreen
 from homelab.ui.widgets.models import ModelsMenu
@@ -52,6 +59,7 @@ class EngineFlow:
     engine_state: str | None
     ready_at: float | None
     restarts: int
+    engine_problem: HomelabError | None
     _show_card: Any
 
     # -- the engine ------------------------------------------------------------------------
@@ -128,6 +136,7 @@ class EngineFlow:
         """Called on the supervisor's thread: hand over, never block it."""
         self.post_message(EngineChanged(transition))
 
+    @while_mounted
     def on_engine_started(self, message: EngineStarted) -> None:
         self.supervisor, self.running, self.running_plan = message.supervisor
         self.engine_state = self.supervisor.state.value
@@ -137,6 +146,7 @@ class EngineFlow:
         self._show_engine()
         self._show_card()
 
+    @while_mounted
     def on_engine_changed(self, message: EngineChanged) -> None:
         transition = message.transition
         if self.supervisor is None:
@@ -155,6 +165,7 @@ class EngineFlow:
                 f"{self.running.name if self.running else 'engine'} is ready at {self.supervisor.url}"
             )
 
+    @while_mounted
     def on_engine_stopped(self, message: EngineStopped) -> None:
         self.engine_state = "stopped"
         self.ready_at = None
@@ -162,6 +173,7 @@ class EngineFlow:
         self._show_engine()
         self._show_card()
 
+    @while_mounted
     def on_engine_failed(self, message: EngineFailed) -> None:
         error = message.error
         text = error.message + (f"\n{error.hint}" if error.hint else "")
@@ -170,7 +182,13 @@ class EngineFlow:
     def _show_engine(self, detail: str | None = None) -> None:
         panel = self.query_one("#server", ServerPanel)
         if self.supervisor is None:
-            panel.show_state(None, None, None, 0, None)
+            problem = self.engine_problem
+            words = None
+            if problem is not None:
+                words = f"{problem.title}: {problem.message}" + (
+                    f"\n{problem.hint}" if problem.hint else ""
+                )
+            panel.show_state(None, None, None, 0, words)
             return
         uptime = None
         if self.ready_at is not None:
@@ -179,6 +197,19 @@ class EngineFlow:
         name = self.running.name if self.running else None
         panel.show_state(self.engine_state, url, uptime, self.restarts, detail, name)
         panel.show_log(backend.engine_log(self.supervisor, LOG_TAIL))
+
+    @work(thread=True, exclusive=True, group="engine-check", exit_on_error=False)
+    def check_engine(self) -> None:
+        """Say at once when there is no llama-server to run (and how to get one)."""
+        try:
+            backend.engine_binary()
+        except HomelabError as error:
+            self.post_message(EngineMissing(error))
+
+    @while_mounted
+    def on_engine_missing(self, message: EngineMissing) -> None:
+        self.engine_problem = message.error
+        self._show_engine()
 
     def action_stop(self) -> None:
         if not self.engine_alive():

@@ -6,12 +6,35 @@ the handlers run on the app's thread and update widgets.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from textual.css.query import NoMatches
 from textual.message import Message
 
 from homelab.errors import HomelabError
+
+Handler = TypeVar("Handler", bound=Callable[..., Any])
+
+
+def while_mounted(handler: Handler) -> Handler:
+    """A message handler that does nothing once the widgets are gone.
+
+    A worker's message can land while the app is shutting down (quit during a poll or
+    a plan): the panels it would update no longer exist. The app's widgets are composed
+    once and never removed, so a missing one means the app is closing.
+    """
+
+    @functools.wraps(handler)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return handler(*args, **kwargs)
+        except NoMatches:
+            return None
+
+    return guarded  # type: ignore[return-value]
 
 
 @dataclass
@@ -83,4 +106,11 @@ class EngineStopped(Message, bubble=False):
 
 @dataclass
 class EngineFailed(Message, bubble=False):
+    error: HomelabError
+
+
+@dataclass
+class EngineMissing(Message, bubble=False):
+    """No llama-server to run (the error says where it looked and how to get one)."""
+
     error: HomelabError

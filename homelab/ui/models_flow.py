@@ -21,7 +21,14 @@ from homelab.ui.catalog import (
     judgement_of_fit,
     judgement_of_plan,
 )
-from homelab.ui.messages import EngineFailed, ModelJudged, ModelsListed, PlanFailed, PlanMade
+from homelab.ui.messages import (
+    EngineFailed,
+    ModelJudged,
+    ModelsListed,
+    PlanFailed,
+    PlanMade,
+    while_mounted,
+)
 from homelab.ui.widgets.models import ModelsMenu
 from homelab.ui.widgets.plan import PlanPanel
 
@@ -78,6 +85,7 @@ class ModelsFlow:
                 )
         self.post_message(ModelsListed(entries))
 
+    @while_mounted
     def on_models_listed(self, message: ModelsListed) -> None:
         self.query_one("#menu", ModelsMenu).set_entries(message.entries)
         if self.report is not None:
@@ -113,11 +121,13 @@ class ModelsFlow:
             header = self._headers[path] = backend.read_header(path)
         return header
 
+    @while_mounted
     def on_model_judged(self, message: ModelJudged) -> None:
         self.query_one("#menu", ModelsMenu).set_judgement(message.key, message.judgement)
 
     # -- the plan --------------------------------------------------------------------------
 
+    @while_mounted
     def on_models_menu_picked(self, message: ModelsMenu.Picked) -> None:
         self.pick(message.entry)
 
@@ -126,6 +136,7 @@ class ModelsFlow:
         self.query_one("#plan", PlanPanel).show_planning(entry.name)
         self.plan_picked(entry)
 
+    @while_mounted
     def on_plan_panel_settings_changed(self, message: PlanPanel.SettingsChanged) -> None:
         menu = self.query_one("#menu", ModelsMenu)
         if self.report is not None and menu.entries:
@@ -163,6 +174,7 @@ class ModelsFlow:
             return
         self.post_message(PlanMade(entry.key, plan, argv, path))
 
+    @while_mounted
     def on_plan_made(self, message: PlanMade) -> None:
         if self.picked is None or message.key != self.picked.key:
             return
@@ -173,6 +185,7 @@ class ModelsFlow:
         self.query_one("#plan", PlanPanel).show_plan(self.picked.name, self.plan, self.argv, note)
         self._show_card()
 
+    @while_mounted
     def on_plan_failed(self, message: PlanFailed) -> None:
         if self.picked is None or message.key != self.picked.key:
             return

@@ -73,3 +73,22 @@ def test_an_impossible_setting_is_shown_as_title_message_hint(models_dir: Path) 
             assert "Traceback" not in steps
 
     run(drive())
+
+
+def test_no_llama_server_is_said_at_once_with_how_to_get_one(
+    models_dir: Path, tmp_path: Path, monkeypatch
+) -> None:
+    from homelab.engine.llamacpp.locate import ENV_VAR
+
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "no-such-llama-server"))
+
+    async def drive() -> None:
+        app = make_app(
+            gpu_snapshot=NO_GPU, models_dirs=[models_dir], refresh_s=0, blink=False, adopt=False
+        )
+        async with app.run_test(size=(140, 45)) as pilot:
+            await wait_until(pilot, lambda: app.engine_problem is not None)
+            text = str(app.query_one("#server-state").render())
+            assert "no-such-llama-server" in text and "homelab engine build" in text
+
+    run(drive())

@@ -20,7 +20,11 @@ def test_quit_at_once_while_workers_run(models_dir: Path) -> None:
             adopt=False,
         )
         async with app.run_test(size=(140, 45)) as pilot:
-            await pilot.press("enter")  # a plan worker too
+            await pilot.press("enter")  # a plan worker too, once the menu is there
+            for _ in range(400):  # quit the moment a worker is seen running
+                if any(w.is_running for w in app.workers):
+                    break
+                await pilot.pause(0.005)
             busy_at_quit.append(any(w.is_running for w in app.workers))
             await pilot.press("q")
         assert app.return_code == 0  # run_test re-raises anything the app raised

@@ -1,5 +1,5 @@
-"""``python -m homelab`` runs the command line."""
+"""``python -m homelab`` runs the ``homelab`` command (the TUI when given no command)."""
 
-from homelab.cli import main
+from homelab.entry import main
 
 raise SystemExit(main())

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from homelab import __version__
 from homelab.errors import ExitCode, HomelabError
@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "presets_cmd",
     "serve_cmd",
     "engine_cmd",
+    "ui_cmd",
 )
 """Subcommand modules in help order; each has ``register(subparsers)``."""
 
@@ -37,6 +38,7 @@ COMMAND_OWNERS = {
     "stop": "serve_cmd",
     "status": "serve_cmd",
     "engine": "engine_cmd",
+    "ui": "ui_cmd",
 }
 """The module that registers each command: ``homelab plan ...`` imports and registers only
 ``plan_cmd``, not every subcommand's imports (start-up time); anything else builds the tree."""
@@ -68,6 +70,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+_GLOBAL = ("-h", "--help", "--version")
+"""Options of ``homelab`` itself; any other leading option belongs to the TUI (``ui``)."""
+
+
 def report_error(error: HomelabError) -> None:
     """Print an error for a person: title, message, hint; on stderr."""
     print(f"homelab: {error.title}: {error.message}", file=sys.stderr)
@@ -75,16 +81,42 @@ def report_error(error: HomelabError) -> None:
         print(f"  {error.hint}", file=sys.stderr)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``homelab`` console script."""
+def main(argv: Sequence[str] | None = None, *, open_ui: Callable[..., int] | None = None) -> int:
+    """The command line; ``homelab`` alone opens the TUI through ``open_ui``.
+
+    ``open_ui`` comes from the console entry (``homelab.entry``): the CLI never imports
+    the TUI. Without it, ``homelab`` alone prints the help (exit 2) as before. The TUI's
+    own words (nothing, ``ui ...``, or its options) are parsed by the ``ui`` parser alone,
+    without loading every subcommand first: the app's first frame waits for this.
+    """
     words = sys.argv[1:] if argv is None else list(argv)
+    if open_ui is not None and _opens_ui(words):
+        from homelab.cli import ui_cmd
+
+        ui_parser = argparse.ArgumentParser(
+            prog="homelab ui", description="Open the TUI (what `homelab` alone does)."
+        )
+        ui_cmd.add_ui_arguments(ui_parser)
+        args = ui_parser.parse_args(words[1:] if words[:1] == ["ui"] else words)
+        args.open_ui = open_ui
+        return _call(ui_cmd.run, args)
     parser = build_parser(words[0] if words else None)
     args = parser.parse_args(words)
+    args.open_ui = open_ui
     if not getattr(args, "func", None):
         parser.print_help()
         return int(ExitCode.USAGE)
+    return _call(args.func, args)
+
+
+def _opens_ui(words: list[str]) -> bool:
+    """No command, ``ui``, or a leading option that is not ``homelab``'s own."""
+    return not words or words[0] == "ui" or (words[0].startswith("-") and words[0] not in _GLOBAL)
+
+
+def _call(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     try:
-        return int(args.func(args))
+        return int(func(args))
     except HomelabError as error:
         report_error(error)
         return int(error.exit_code)

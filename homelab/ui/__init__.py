@@ -1,0 +1,12 @@
+"""The homelab TUI (Textual): see the card, pick a model, know why it fits, run it.
+
+``homelab`` alone (or ``homelab ui``) opens it; :func:`homelab.ui.app.make_app` builds
+the app for the command line and for the tests. The app renders and dispatches only:
+every call into the domain goes through :mod:`homelab.ui.backend`, from a worker
+thread, and comes back as one of the past-tense messages in :mod:`homelab.ui.messages`.
+
+Modules: ``app`` (the App, its keys and workers), ``backend`` (the domain calls),
+``messages``, ``catalog`` (model rows and their verdict text), ``screens`` (the
+confirm and quit dialogs), ``widgets/`` (card, models menu, plan, server panels),
+``homelab.tcss`` (the one stylesheet).
+"""

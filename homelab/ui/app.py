@@ -1,0 +1,254 @@
+"""The homelab App: one main screen (card, models menu, plan, server), its keys and workers.
+
+:func:`make_app` builds it for the command line (``homelab``, ``homelab ui``) and the
+tests; :func:`run_app` runs it and makes sure no engine is left supervised by a dead app.
+Blocking work (the card probe, header reads, plans, starting and stopping the engine)
+runs in thread workers that post the past-tense messages of :mod:`homelab.ui.messages`;
+the card refresh re-arms itself with ``set_timer`` after each probe, so probes never pile up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from textual import work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer
+from textual.worker import Worker, WorkerState
+
+from homelab.errors import HomelabError
+from homelab.ui import backend
+from homelab.ui.catalog import ModelEntry
+from homelab.ui.engine_flow import EngineFlow
+from homelab.ui.messages import CardFailed, CardRead, while_mounted
+from homelab.ui.models_flow import ModelsFlow
+from homelab.ui.widgets.card import CardPanel
+from homelab.ui.widgets.models import ModelsMenu
+from homelab.ui.widgets.plan import PlanPanel
+from homelab.ui.widgets.server import ServerPanel
+
+REFRESH_S = 1.0
+"""How often the card is read again (after the previous read finished)."""
+
+
+class HomelabApp(ModelsFlow, EngineFlow, App[int]):
+    """See the module docstring."""
+
+    TITLE = "homelab"
+    CSS_PATH = "homelab.tcss"
+    BINDINGS = [
+        Binding("slash", "filter", "filter"),
+        Binding("s", "start", "start/switch"),
+        Binding("x", "stop", "stop"),
+        Binding("r", "restart", "restart"),
+        Binding("l", "focus_log", "log"),
+        Binding("c", "copy_url", "copy URL"),
+        Binding("q", "quit_app", "quit"),
+    ]
+
+    def __init__(
+        self,
+        *,
+        gpu_snapshot: Path | None = None,
+        vram: int | None = None,
+        models_dirs: Iterable[Path] = (),
+        port: int | None = None,
+        refresh_s: float = REFRESH_S,
+        blink: bool = True,
+        adopt: bool = True,
+    ) -> None:
+        super().__init__()
+        self.gpu_snapshot = gpu_snapshot
+        self.vram = vram
+        self.models_dirs = tuple(models_dirs)
+        self.port = port
+        self.refresh_s = refresh_s
+        self.blink = blink
+        self.adopt = adopt
+        self.report: Any = None
+        self.budgets: list[Any] = []
+        self.picked: ModelEntry | None = None
+        self.plan: Any = None
+        self.argv: list[str] = []
+        self.model_path: Path | None = None
+        self.supervisor: Any = None
+        self.running: ModelEntry | None = None
+        self.running_plan: Any = None
+        self.engine_state: str | None = None
+        self.ready_at: float | None = None
+        self.restarts = 0
+        self.engine_problem: HomelabError | None = None
+        self._headers: dict[Path, Any] = {}
+
+    # -- layout ----------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="left"):
+            yield CardPanel(id="card")
+            yield ServerPanel(id="server")
+        with Vertical(id="right"):
+            yield ModelsMenu(id="menu")
+            yield PlanPanel(id="plan", blink=self.blink)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#models", DataTable).focus()
+        self.query_one("#filter").cursor_blink = self.blink
+        self.call_after_refresh(self._start_work)  # the first frame first, then the imports
+
+    def _start_work(self) -> None:
+        self.probe_card()
+        self.list_models()
+        self.check_engine()
+        if self.adopt:
+            self.adopt_running()
+
+    def get_system_commands(self, screen: Screen) -> Iterator[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Filter models", "Narrow the models menu (/)", self.action_filter)
+        yield SystemCommand("Start or switch", "Start the picked model (s)", self.action_start)
+        yield SystemCommand("Stop the engine", "Stop the running engine (x)", self.action_stop)
+        yield SystemCommand(
+            "Restart the engine", "Stop and start it again (r)", self.action_restart
+        )
+        yield SystemCommand("Focus the log", "The engine's log (l)", self.action_focus_log)
+        yield SystemCommand(
+            "Copy the URL", "The engine's URL to the clipboard (c)", self.action_copy_url
+        )
+        yield SystemCommand(
+            "Quit homelab", "Ask about a running engine first (q)", self.action_quit_app
+        )
+
+    # -- options ---------------------------------------------------------------------------
+
+    def card_options(self) -> Any:
+        return backend.plan_options(
+            workload=None,
+            ctx=None,
+            slots=None,
+            cache_type=None,
+            vram=self.vram,
+            gpu_snapshot=self.gpu_snapshot,
+            port=self.port,
+        )
+
+    def plan_options(self) -> Any:
+        """The plan request the plan panel's fields describe (``UsageError`` when one is bad)."""
+        values = self.query_one("#plan", PlanPanel).values()
+        return backend.plan_options(
+            workload=values["workload"] or None,
+            ctx=int(values["ctx"]) if values["ctx"] else None,
+            slots=int(values["slots"]) if values["slots"] else None,
+            cache_type=values["cache"],
+            vram=self.vram,
+            gpu_snapshot=self.gpu_snapshot,
+            port=self.port,
+        )
+
+    # -- the card --------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="card", exit_on_error=False)
+    def probe_card(self) -> None:
+        try:
+            report = backend.read_card(self.card_options())
+            indexes: list[int | None] = [d.index for d in report.devices] or [None]
+            budgets = [backend.device_budget(report, i) for i in indexes]
+        except HomelabError as error:
+            self.post_message(CardFailed(error))
+            return
+        self.post_message(CardRead(report, budgets))
+
+    @while_mounted
+    def on_card_read(self, message: CardRead) -> None:
+        first = self.report is None
+        changed = message.report != self.report
+        self.report, self.budgets = message.report, message.budgets
+        if changed:  # an unchanged card is not drawn again (idle CPU)
+            self._show_card()
+        if self.supervisor is not None:
+            self._show_engine()
+        if first and self.query_one("#menu", ModelsMenu).entries:
+            self.judge_models(self.query_one("#menu", ModelsMenu).entries)
+        self._rearm()
+
+    @while_mounted
+    def on_card_failed(self, message: CardFailed) -> None:
+        self.query_one("#card", CardPanel).show_error(message.error)
+        self._rearm()
+
+    def _rearm(self) -> None:
+        if self.refresh_s > 0:
+            self.set_timer(self.refresh_s, self.probe_card)
+
+    def _show_card(self) -> None:
+        if self.report is None:
+            return
+        plan = self.running_plan or self.plan
+        planned = self.running_plan is None
+        self.query_one("#card", CardPanel).show(self.report, self.budgets, plan, planned)
+
+    # -- errors from workers ---------------------------------------------------------------
+
+    @while_mounted
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state != WorkerState.ERROR:
+            return
+        error = event.worker.error
+        if event.worker.group == "card":
+            self._rearm()
+        self.notify(
+            f"{type(error).__name__}: {error}",
+            title=f"Internal error in {event.worker.group}",
+            severity="error",
+            timeout=15,
+        )
+
+
+def make_app(
+    *,
+    gpu_snapshot: Path | None = None,
+    vram: int | None = None,
+    models_dirs: Iterable[Path] = (),
+    port: int | None = None,
+    refresh_s: float = REFRESH_S,
+    blink: bool = True,
+    adopt: bool = True,
+) -> HomelabApp:
+    """The app the command line runs and the tests drive (same construction for both)."""
+    return HomelabApp(
+        gpu_snapshot=gpu_snapshot,
+        vram=vram,
+        models_dirs=models_dirs,
+        port=port,
+        refresh_s=refresh_s,
+        blink=blink,
+        adopt=adopt,
+    )
+
+
+def run_app(
+    *,
+    gpu_snapshot: Path | None = None,
+    vram: str | None = None,
+    models_dirs: Iterable[Path] = (),
+    port: int | None = None,
+) -> int:
+    """Run the TUI until it quits; the exit status."""
+    from homelab.ui.settings import models_dirs_with
+
+    app = make_app(
+        gpu_snapshot=gpu_snapshot,
+        vram=backend.parse_size(vram) if vram else None,
+        models_dirs=models_dirs_with(models_dirs),
+        port=port,
+    )
+    try:
+        result = app.run()
+    finally:
+        app.shutdown_engine()
+    return int(result or 0)

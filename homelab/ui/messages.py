@@ -1,0 +1,116 @@
+"""What the app's workers and the supervisor tell the app, as past-tense messages.
+
+Workers run in threads and only ever ``post_message`` (thread-safe, non-blocking);
+the handlers run on the app's thread and update widgets.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from textual.css.query import NoMatches
+from textual.message import Message
+
+from homelab.errors import HomelabError
+
+Handler = TypeVar("Handler", bound=Callable[..., Any])
+
+
+def while_mounted(handler: Handler) -> Handler:
+    """A message handler that does nothing once the widgets are gone.
+
+    A worker's message can land while the app is shutting down (quit during a poll or
+    a plan): the panels it would update no longer exist. The app's widgets are composed
+    once and never removed, so a missing one means the app is closing.
+    """
+
+    @functools.wraps(handler)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return handler(*args, **kwargs)
+        except NoMatches:
+            return None
+
+    return guarded  # type: ignore[return-value]
+
+
+@dataclass
+class CardRead(Message, bubble=False):
+    """One look at the card(s): the report and one budget per card (system RAM without one)."""
+
+    report: Any
+    budgets: list
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, CardRead)
+
+
+@dataclass
+class CardFailed(Message, bubble=False):
+    error: HomelabError
+
+
+@dataclass
+class ModelsListed(Message, bubble=False):
+    """The menu's rows (``catalog.ModelEntry``), verdicts not yet known."""
+
+    entries: list
+
+
+@dataclass
+class ModelJudged(Message, bubble=False):
+    """One row's verdict (``catalog.Judgement``)."""
+
+    key: str
+    judgement: Any
+
+
+@dataclass
+class PlanMade(Message, bubble=False):
+    key: str
+    plan: Any
+    argv: list[str]
+    model_path: Any
+
+
+@dataclass
+class PlanFailed(Message, bubble=False):
+    key: str
+    error: HomelabError
+
+
+@dataclass
+class EngineChanged(Message, bubble=False):
+    """A supervisor transition (from the supervisor's thread)."""
+
+    transition: Any
+
+
+@dataclass
+class EngineStarted(Message, bubble=False):
+    """A supervisor now runs (or adopted) an engine for ``key``."""
+
+    key: str
+    supervisor: Any
+
+
+@dataclass
+class EngineStopped(Message, bubble=False):
+    """The engine was stopped (``released``: left running for the next homelab)."""
+
+    released: bool
+
+
+@dataclass
+class EngineFailed(Message, bubble=False):
+    error: HomelabError
+
+
+@dataclass
+class EngineMissing(Message, bubble=False):
+    """No llama-server to run (the error says where it looked and how to get one)."""
+
+    error: HomelabError

@@ -1,0 +1,213 @@
+"""The models menu and the plan panel's side of the app: list, judge, pick, plan.
+
+A mixin of :class:`homelab.ui.app.HomelabApp` (kept apart so each module holds one
+concern); every domain call goes through :mod:`homelab.ui.backend` in a thread worker.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textual import work
+from textual.worker import get_current_worker
+
+from homelab.errors import DoesNotFitError, HomelabError, ModelFileError, UsageError
+from homelab.ui import backend
+from homelab.ui.catalog import (
+    Judgement,
+    ModelEntry,
+    Source,
+    judgement_of_error,
+    judgement_of_fit,
+    judgement_of_plan,
+)
+from homelab.ui.messages import (
+    EngineFailed,
+    ModelJudged,
+    ModelsListed,
+    PlanFailed,
+    PlanMade,
+    while_mounted,
+)
+from homelab.ui.widgets.models import ModelsMenu
+from homelab.ui.widgets.plan import PlanPanel
+
+
+class ModelsFlow:
+    """List the models, judge each on the card, plan the picked one."""
+
+    query_one: Any
+    post_message: Any
+    report: Any
+    models_dirs: tuple[Path, ...]
+    port: int | None
+    picked: ModelEntry | None
+    plan: Any
+    argv: list[str]
+    model_path: Path | None
+    running: ModelEntry | None
+    _headers: dict[Path, Any]
+    _show_card: Any
+    card_options: Any
+    plan_options: Any
+
+    # -- models ----------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="models", exit_on_error=False)
+    def list_models(self) -> None:
+        entries: list[ModelEntry] = []
+        try:
+            presets = backend.presets()
+        except HomelabError as error:
+            self.post_message(EngineFailed(error))
+            presets = []
+        for preset in presets:
+            if preset.engine == "llama.cpp":
+                entries.append(
+                    ModelEntry(
+                        f"preset:{preset.key}", preset.key, preset.quant, "preset", preset=preset
+                    )
+                )
+        found: tuple[tuple[Source, list[Path]], ...] = (
+            ("cache", backend.cached_ggufs()),
+            ("dir", backend.local_ggufs(self.models_dirs)),
+        )
+        for source, paths in found:
+            for path in paths:
+                entries.append(
+                    ModelEntry(
+                        str(path),
+                        model_name(path, source),
+                        backend.quant_of(path),
+                        source,
+                        path=path,
+                        size=_size(path),
+                    )
+                )
+        self.post_message(ModelsListed(entries))
+
+    @while_mounted
+    def on_models_listed(self, message: ModelsListed) -> None:
+        self.query_one("#menu", ModelsMenu).set_entries(message.entries)
+        if self.report is not None:
+            self.judge_models(message.entries)
+
+    @work(thread=True, exclusive=True, group="verdicts", exit_on_error=False)
+    def judge_models(self, entries: list[ModelEntry]) -> None:
+        worker = get_current_worker()
+        try:
+            options = self.plan_options()
+        except (UsageError, ValueError):
+            return
+        report = self.report
+        for entry in entries:
+            if worker.is_cancelled:
+                return
+            self.post_message(ModelJudged(entry.key, self._judge(entry, report, options)))
+
+    def _judge(self, entry: ModelEntry, report: Any, options: Any) -> Judgement:
+        if entry.preset is not None:
+            return judgement_of_fit(backend.judge_preset(entry.preset, report, options))
+        try:
+            if entry.path is None:  # only presets come without a path
+                raise ModelFileError(f"{entry.name} has no file to read")
+            plan = backend.plan(self._header(entry.path), entry.name, report, options)
+        except DoesNotFitError as error:
+            return judgement_of_error(error, entry.size, does_not_fit=True)
+        except HomelabError as error:
+            return judgement_of_error(error, entry.size, does_not_fit=False)
+        return judgement_of_plan(plan, entry.size)
+
+    def _header(self, path: Path) -> Any:
+        header = self._headers.get(path)
+        if header is None:
+            header = self._headers[path] = backend.read_header(path)
+        return header
+
+    @while_mounted
+    def on_model_judged(self, message: ModelJudged) -> None:
+        self.query_one("#menu", ModelsMenu).set_judgement(message.key, message.judgement)
+
+    # -- the plan --------------------------------------------------------------------------
+
+    @while_mounted
+    def on_models_menu_picked(self, message: ModelsMenu.Picked) -> None:
+        self.pick(message.entry)
+
+    def pick(self, entry: ModelEntry) -> None:
+        self.picked = entry
+        self.query_one("#plan", PlanPanel).show_planning(entry.name)
+        self.plan_picked(entry)
+
+    @while_mounted
+    def on_plan_panel_settings_changed(self, message: PlanPanel.SettingsChanged) -> None:
+        menu = self.query_one("#menu", ModelsMenu)
+        if self.report is not None and menu.entries:
+            menu.clear_judgements()
+            self.judge_models(menu.entries)
+        if self.picked is not None:
+            self.plan_picked(self.picked)
+
+    @work(thread=True, exclusive=True, group="plan", exit_on_error=False)
+    def plan_picked(self, entry: ModelEntry) -> None:
+        try:
+            options = self.plan_options()
+            report = self.report or backend.read_card(self.card_options())
+            path = entry.path
+            if entry.preset is not None:
+                path = backend.preset_model_path(entry.preset)
+            if path is not None:
+                default = entry.preset.workload if entry.preset is not None else None
+                plan = backend.plan(self._header(path), str(path), report, options, default)
+            else:
+                fit = backend.judge_preset(entry.preset, report, options)
+                if fit.plan is None:
+                    raise HomelabError(
+                        fit.reason or "its header could not be read",
+                        title=fit.problem or "Cannot plan this preset",
+                        hint="Download it first (`homelab pull`), or check the network.",
+                    )
+                plan = fit.plan
+            argv = backend.argv_for(plan, self.port or backend.DEFAULT_PORT)
+        except HomelabError as error:
+            self.post_message(PlanFailed(entry.key, error))
+            return
+        except ValueError as error:
+            self.post_message(PlanFailed(entry.key, UsageError(str(error))))
+            return
+        self.post_message(PlanMade(entry.key, plan, argv, path))
+
+    @while_mounted
+    def on_plan_made(self, message: PlanMade) -> None:
+        if self.picked is None or message.key != self.picked.key:
+            return
+        self.plan, self.argv, self.model_path = message.plan, message.argv, message.model_path
+        note = None
+        if self.running is not None and self.running.key != message.key:
+            note = f"{self.running.name} runs now; s switches to this plan (it is stopped first)."
+        self.query_one("#plan", PlanPanel).show_plan(self.picked.name, self.plan, self.argv, note)
+        self._show_card()
+
+    @while_mounted
+    def on_plan_failed(self, message: PlanFailed) -> None:
+        if self.picked is None or message.key != self.picked.key:
+            return
+        self.plan, self.argv, self.model_path = None, [], None
+        self.query_one("#plan", PlanPanel).show_error(self.picked.name, message.error)
+        self._show_card()
+
+
+def model_name(path: Path, source: str) -> str:
+    if source == "cache":
+        for part in path.parts:
+            if part.startswith("models--"):
+                return part.removeprefix("models--").replace("--", "/", 1).split("/")[-1]
+    return path.stem
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None

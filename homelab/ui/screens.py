@@ -1,0 +1,77 @@
+"""The app's two dialogs: confirm a switch, and what to do with a running engine on quit."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Static
+
+_CSS = """
+{name} {{ align: center middle; }}
+{name} > Vertical {{
+    width: 72; height: auto; border: thick $warning; background: $surface; padding: 1 2;
+}}
+{name} Horizontal {{ height: auto; margin-top: 1; }}
+{name} Button {{ margin-right: 2; }}
+"""
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """A question with yes (y) / no (n, escape)."""
+
+    DEFAULT_CSS = _CSS.format(name="ConfirmScreen")
+    BINDINGS = [
+        Binding("y", "answer(True)", "yes"),
+        Binding("n,escape", "answer(False)", "no"),
+    ]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(self.question)
+            with Horizontal():
+                yield Button("Yes (y)", id="yes", variant="warning")
+                yield Button("No (n)", id="no")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, answer: bool) -> None:
+        self.dismiss(answer)
+
+
+class QuitScreen(ModalScreen[str]):
+    """Quit with an engine running: stop it (s), leave it running (l), or stay (escape)."""
+
+    DEFAULT_CSS = _CSS.format(name="QuitScreen")
+    BINDINGS = [
+        Binding("s", "answer('stop')", "stop it"),
+        Binding("l", "answer('leave')", "leave it running"),
+        Binding("escape", "answer('cancel')", "cancel"),
+    ]
+
+    def __init__(self, what: str) -> None:
+        super().__init__()
+        self.what = what
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(
+                f"{self.what} is running.\n\nStop it, or leave it running? "
+                "(the next `homelab` adopts an engine left running; `homelab stop` stops it)"
+            )
+            with Horizontal():
+                yield Button("Stop it (s)", id="stop", variant="error")
+                yield Button("Leave running (l)", id="leave", variant="primary")
+                yield Button("Cancel (esc)", id="cancel")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(str(event.button.id))
+
+    def action_answer(self, answer: str) -> None:
+        self.dismiss(answer)

@@ -1,0 +1,1 @@
+"""The main screen's panels: card, models menu, plan, server."""

@@ -1,0 +1,162 @@
+"""The card panel: name, driver, a stacked VRAM bar per card, and the process table.
+
+The bar reads left to right: reserved | desktop | other processes | this engine
+(weights · KV · compute) | headroom | free. "This engine" is the running engine's plan,
+or, when none runs, the picked model's plan ("what it would take").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
+
+from homelab.units import format_bytes
+
+BAR_WIDTH = 50
+"""Cells of the stacked bar (fixed, so the picture is the same on every terminal)."""
+
+SEGMENTS = (
+    ("reserved", "grey50"),
+    ("desktop", "magenta"),
+    ("other", "yellow"),
+    ("weights", "green"),
+    ("KV", "cyan"),
+    ("compute", "blue"),
+    ("headroom", "red"),
+    ("free", "grey23"),
+)
+"""Segment names in bar order, with their colours (the legend uses the same)."""
+
+
+def segments(budget: Any, plan: Any | None) -> list[tuple[str, int]]:
+    """(name, bytes) of each part of the bar; the engine's parts only when a plan is given."""
+    engine = {"weights": 0, "KV": 0, "compute": 0}
+    if plan is not None:
+        engine = {
+            "weights": plan.weights_on_device,
+            "KV": plan.candidate.allocation.total,
+            "compute": plan.candidate.engine.total,
+        }
+    used = budget.reserved + budget.desktop + budget.other + budget.headroom + sum(engine.values())
+    sizes = {
+        "reserved": budget.reserved,
+        "desktop": budget.desktop,
+        "other": budget.other,
+        **engine,
+        "headroom": budget.headroom,
+        "free": max(0, budget.total - used),
+    }
+    return [(name, sizes[name]) for name, _colour in SEGMENTS]
+
+
+def bar(parts: list[tuple[str, int]], total: int, width: int = BAR_WIDTH) -> Text:
+    """The stacked bar: each part gets cells in proportion (a non-zero part at least one)."""
+    colours = dict(SEGMENTS)
+    cells: list[tuple[str, int]] = []
+    for name, size in parts:
+        if size > 0:
+            cells.append((name, max(1, round(width * size / total)) if total else 0))
+    overflow = sum(n for _name, n in cells) - width
+    while overflow > 0 and cells:  # rounding gave too many: take them from the largest part
+        i = max(range(len(cells)), key=lambda k: cells[k][1])
+        cells[i] = (cells[i][0], cells[i][1] - 1)
+        overflow -= 1
+    text = Text()
+    for name, n in cells:
+        text.append("█" * n, style=colours[name])
+    if overflow < 0:
+        text.append("█" * -overflow, style=colours["free"])
+    return text
+
+
+def legend(parts: list[tuple[str, int]], planned: bool) -> Text:
+    colours = dict(SEGMENTS)
+    text = Text()
+    for i, (name, size) in enumerate(p for p in parts if p[1] > 0):
+        if i:
+            text.append("  ")
+        text.append("■ ", style=colours[name])
+        label = f"{name} (plan)" if planned and name in ("weights", "KV", "compute") else name
+        text.append(f"{label} {format_bytes(size, precision=1)}")
+    return text
+
+
+class CardPanel(Vertical):
+    """Card(s), bar(s), processes; ``show`` renders one card read."""
+
+    DEFAULT_CSS = """
+    CardPanel { height: auto; border: round $primary; padding: 0 1; }
+    CardPanel #card-text { height: auto; }
+    CardPanel DataTable { height: auto; max-height: 9; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static("probing the card…", id="card-text")
+        table: DataTable = DataTable(id="processes", cursor_type="none", show_cursor=False)
+        table.add_columns("GPU", "pid", "name", "class", "VRAM")
+        yield table
+
+    def on_mount(self) -> None:
+        self.border_title = "card"
+
+    def show(self, report: Any, budgets: list[Any], plan: Any | None, planned: bool) -> None:
+        """Render ``report`` with one budget per card; ``plan`` fills the engine's part."""
+        text = Text()
+        if not report.devices:
+            text.append("No NVIDIA GPU: planning for system RAM\n", style="bold yellow")
+            if report.note:
+                text.append(report.note + "\n", style="dim")
+        else:
+            driver = report.driver or "n/a"
+            cuda = f", CUDA {report.cuda_driver}" if report.cuda_driver else ""
+            text.append(f"driver {driver}{cuda}", style="dim")
+            if report.source == "replay":
+                text.append("  (replayed snapshot)", style="dim")
+            text.append("\n")
+        for budget in budgets:
+            mine = plan is not None and plan.budget.name == budget.name
+            parts = segments(budget, plan if mine else None)
+            text.append(f"{budget.name}  {format_bytes(budget.total, precision=1)}\n", style="bold")
+            text.append_text(bar(parts, budget.total))
+            text.append("\n")
+            text.append_text(legend(parts, planned and mine))
+            text.append("\n")
+        self.query_one("#card-text", Static).update(text)
+        self._processes(report)
+
+    def show_error(self, error: Any) -> None:
+        text = Text(f"{error.title}: {error.message}", style="bold red")
+        if error.hint:
+            text.append(f"\n{error.hint}", style="italic")
+        self.query_one("#card-text", Static).update(text)
+
+    def _processes(self, report: Any) -> None:
+        table = self.query_one("#processes", DataTable)
+        rows = [
+            (
+                str(d.index),
+                str(p.pid),
+                _short(p.name),
+                p.klass,
+                format_bytes(p.used_bytes, precision=0),
+            )
+            for d in report.devices
+            for p in d.processes or ()
+        ]
+        if rows == getattr(self, "_rows", None):
+            return  # nothing changed: keep the table (and the CPU) still
+        self._rows = rows
+        table.display = bool(rows)
+        table.clear()
+        for row in rows:
+            table.add_row(*row)
+
+
+def _short(name: str | None) -> str:
+    if not name:
+        return "?"
+    return name.rsplit("/", 1)[-1][:24]

@@ -1,0 +1,151 @@
+"""The models menu: presets, GGUFs in the HF cache and in the models folders, with verdicts.
+
+``/`` shows the filter; typing narrows the rows; enter picks the first match. Enter on a
+row picks it (posts :class:`ModelsMenu.Picked`).
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import DataTable, Input
+
+from homelab.ui.catalog import Judgement, ModelEntry, matches, size_text
+
+VERDICT_STYLE = {
+    "fits": "green",
+    "partial": "yellow",
+    "does_not_fit": "red",
+    "unknown": "dim",
+    "pending": "dim italic",
+}
+
+
+class ModelsMenu(Vertical):
+    """The menu; holds its rows and their verdicts."""
+
+    DEFAULT_CSS = """
+    ModelsMenu { border: round $primary; padding: 0 1; height: 2fr; }
+    ModelsMenu #filter { display: none; }
+    ModelsMenu.filtering #filter { display: block; }
+    ModelsMenu DataTable { height: 1fr; }
+    """
+    BINDINGS = [Binding("escape", "close_filter", "close filter", show=False)]
+
+    class Picked(Message):
+        def __init__(self, entry: ModelEntry) -> None:
+            super().__init__()
+            self.entry = entry
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.entries: list[ModelEntry] = []
+        self.judgements: dict[str, Judgement] = {}
+        self.query_text = ""
+
+    def compose(self) -> ComposeResult:
+        yield Input(placeholder="filter models…", id="filter")
+        table: DataTable = DataTable(id="models", cursor_type="row", zebra_stripes=False)
+        table.add_column("model", key="model")
+        table.add_column("quant", key="quant")
+        table.add_column("size", key="size")
+        table.add_column("verdict", key="verdict")
+        yield table
+
+    def on_mount(self) -> None:
+        self.border_title = "models"
+        self.border_subtitle = "listing…"
+
+    # -- data ------------------------------------------------------------------------------
+
+    def set_entries(self, entries: list[ModelEntry]) -> None:
+        self.entries = entries
+        self.border_subtitle = f"{len(entries)} models"
+        self._fill()
+
+    def set_judgement(self, key: str, judgement: Judgement) -> None:
+        self.judgements[key] = judgement
+        table = self.query_one("#models", DataTable)
+        if key in table.rows:
+            table.update_cell(key, "verdict", self._verdict(key), update_width=True)
+            table.update_cell(key, "size", size_text(self._entry_size(key)), update_width=True)
+
+    def clear_judgements(self) -> None:
+        self.judgements.clear()
+        self._fill()
+
+    def visible_entries(self) -> list[ModelEntry]:
+        return [e for e in self.entries if matches(e, self.query_text)]
+
+    def highlighted(self) -> ModelEntry | None:
+        table = self.query_one("#models", DataTable)
+        rows = self.visible_entries()
+        if not rows or table.cursor_row < 0 or table.cursor_row >= len(rows):
+            return None
+        return rows[table.cursor_row]
+
+    def _entry_size(self, key: str) -> int | None:
+        judged = self.judgements.get(key)
+        entry = next((e for e in self.entries if e.key == key), None)
+        if judged is not None and judged.size is not None:
+            return judged.size
+        return entry.size if entry else None
+
+    def _verdict(self, key: str) -> Text:
+        judged = self.judgements.get(key)
+        if judged is None:
+            return Text("judging…", style=VERDICT_STYLE["pending"])
+        return Text(judged.text, style=VERDICT_STYLE[judged.verdict])
+
+    def _fill(self) -> None:
+        table = self.query_one("#models", DataTable)
+        table.clear()
+        for entry in self.visible_entries():
+            label = Text(entry.name)
+            if entry.source == "preset":
+                label.append(" ★", style="yellow")
+            table.add_row(
+                label,
+                entry.quant or "",
+                size_text(self._entry_size(entry.key)),
+                self._verdict(entry.key),
+                key=entry.key,
+            )
+
+    # -- filter and pick -------------------------------------------------------------------
+
+    def open_filter(self) -> None:
+        self.add_class("filtering")
+        self.query_one("#filter", Input).focus()
+
+    def action_close_filter(self) -> None:
+        self.remove_class("filtering")
+        self.query_one("#filter", Input).value = ""
+        self.query_text = ""
+        self._fill()
+        self.query_one("#models", DataTable).focus()
+
+    @on(Input.Changed, "#filter")
+    def _narrow(self, event: Input.Changed) -> None:
+        self.query_text = event.value
+        self._fill()
+
+    @on(Input.Submitted, "#filter")
+    def _pick_first(self, event: Input.Submitted) -> None:
+        rows = self.visible_entries()
+        self.action_close_filter()  # the whole menu again, the picked row highlighted
+        if rows:
+            table = self.query_one("#models", DataTable)
+            table.move_cursor(row=table.get_row_index(rows[0].key))
+            self.post_message(self.Picked(rows[0]))
+
+    @on(DataTable.RowSelected, "#models")
+    def _picked(self, event: DataTable.RowSelected) -> None:
+        key = event.row_key.value
+        entry = next((e for e in self.entries if e.key == key), None)
+        if entry is not None:
+            self.post_message(self.Picked(entry))

@@ -1,0 +1,117 @@
+"""The plan panel: the settings (workload, cache type, context, slots), the working step by
+step, the warnings and the exact llama-server command line.
+
+Editing a setting posts :class:`PlanPanel.SettingsChanged` at once; the app re-plans.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.widgets import Input, Label, Select, Static
+
+from homelab.plan.working import render_step
+
+CACHE_TYPES = ("q8_0", "f16", "q4_0")
+
+
+class PlanPanel(Vertical):
+    DEFAULT_CSS = """
+    PlanPanel { border: round $primary; padding: 0 1; height: 3fr; }
+    PlanPanel #settings { height: 1; margin-bottom: 1; }
+    PlanPanel #settings Label { padding: 0 1 0 0; }
+    PlanPanel #settings Input { width: 10; margin-right: 2; }
+    PlanPanel #settings Select { width: 12; margin-right: 2; }
+    PlanPanel #working { height: 1fr; }
+    PlanPanel #argv { margin-top: 1; }
+    """
+
+    class SettingsChanged(Message):
+        """The raw field values: workload, cache type, ctx and slots (text, '' = auto)."""
+
+        def __init__(self, values: dict[str, str]) -> None:
+            super().__init__()
+            self.values = values
+
+    def __init__(self, *, blink: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._blink = blink
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="settings"):
+            yield Label("workload")
+            yield Input(placeholder="agent", id="workload", compact=True)
+            yield Label("cache")
+            yield Select(
+                [(t, t) for t in CACHE_TYPES],
+                value="q8_0",
+                allow_blank=False,
+                id="cache",
+                compact=True,
+            )
+            yield Label("ctx")
+            yield Input(placeholder="auto", id="ctx", type="integer", compact=True)
+            yield Label("slots")
+            yield Input(placeholder="auto", id="slots", type="integer", compact=True)
+        with VerticalScroll(id="working"):
+            yield Static("Pick a model (enter) to see its plan.", id="steps")
+            yield Static("", id="argv")
+
+    def on_mount(self) -> None:
+        self.border_title = "plan"
+        for field in self.query(Input):
+            field.cursor_blink = self._blink
+
+    def values(self) -> dict[str, str]:
+        return {
+            "workload": self.query_one("#workload", Input).value.strip(),
+            "cache": str(self.query_one("#cache", Select).value),
+            "ctx": self.query_one("#ctx", Input).value.strip(),
+            "slots": self.query_one("#slots", Input).value.strip(),
+        }
+
+    @on(Input.Changed)
+    @on(Select.Changed)
+    def _changed(self, event: Message) -> None:
+        event.stop()
+        self.post_message(self.SettingsChanged(self.values()))
+
+    @on(Input.Submitted)
+    def _submitted(self, event: Input.Submitted) -> None:
+        """Enter in a setting: done editing, back to the models menu."""
+        event.stop()
+        self.app.query_one("#models").focus()
+
+    def show_planning(self, name: str) -> None:
+        self.border_subtitle = name
+        self.query_one("#steps", Static).update(Text(f"planning {name}…", style="dim italic"))
+        self.query_one("#argv", Static).update("")
+
+    def show_plan(self, name: str, plan: Any, argv: list[str], note: str | None) -> None:
+        self.border_subtitle = name
+        text = Text()
+        if note:
+            text.append(note + "\n", style="italic yellow")
+        for step in plan.steps:  # structured rows: headings bold, figures as the domain words them
+            text.append(render_step(step) + "\n", style="" if step.formula else "bold")
+        for warning in plan.warnings:
+            text.append("! " + warning + "\n", style="yellow")
+        self.query_one("#steps", Static).update(text)
+        command = Text("$ ", style="bold")
+        command.append(shlex.join(argv), style="bold green")
+        self.query_one("#argv", Static).update(command)
+
+    def show_error(self, name: str, error: Any) -> None:
+        self.border_subtitle = name
+        text = Text(f"{error.title}\n", style="bold red")
+        text.append(error.message + "\n")
+        if error.hint:
+            text.append(error.hint, style="italic")
+        self.query_one("#steps", Static).update(text)
+        self.query_one("#argv", Static).update("")

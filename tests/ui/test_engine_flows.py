@@ -1,0 +1,220 @@
+"""Start, answer, stop, switch and quit against the real llama-server and the real SmolLM2.
+
+The card is the recorded no-GPU snapshot (plans for system RAM, as the CPU build of
+llama-server runs them); each test picks SmolLM2 with a small chat plan (ctx 4096,
+1 slot) through the plan panel's own fields.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from homelab.engine.supervision.process import alive
+from homelab.ui.app import make_app
+from homelab.ui.widgets.models import ModelsMenu
+from tests.factory.server_log import free_port
+from tests.ui.helpers import NO_GPU, run, wait_until
+
+pytestmark = pytest.mark.engine
+
+
+def _app(models_dir: Path, port: int, **kwargs):
+    return make_app(
+        gpu_snapshot=NO_GPU,
+        models_dirs=[models_dir],
+        port=port,
+        refresh_s=0.5,
+        blink=False,
+        **kwargs,
+    )
+
+
+async def _pick_small_plan(app, pilot, name: str = "smollm2") -> None:
+    menu = app.query_one("#menu", ModelsMenu)
+    await wait_until(pilot, lambda: any(e.source == "dir" for e in menu.entries))
+    app.query_one("#ctx").focus()
+    await pilot.press(*"4096")
+    app.query_one("#slots").focus()
+    await pilot.press("1")
+    app.query_one("#models").focus()
+    await pilot.press("slash", *name, "enter")
+    await wait_until(
+        pilot, lambda: app.plan is not None and app.plan.candidate.allocation.n_ctx == 4096
+    )
+
+
+async def _start_and_wait_ready(app, pilot, engine_pids) -> str:
+    await pilot.press("s")
+    await wait_until(pilot, lambda: app.supervisor is not None, timeout=30)
+    engine_pids.add(app.supervisor.pid)
+    await wait_until(pilot, lambda: app.engine_state == "ready", timeout=120)
+    server_text = str(app.query_one("#server-state").render())
+    assert "ready" in server_text
+    url = app.supervisor.url
+    assert url in server_text  # the URL a person reads off the panel
+    return url
+
+
+def _chat(url: str) -> str:
+    with httpx.Client(trust_env=False, timeout=60) as client:
+        response = client.post(
+            f"{url}/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8},
+        )
+    response.raise_for_status()
+    return response.json()["choices"][0]["message"]["content"]
+
+
+def test_start_answers_a_chat_then_stop(models_dir: Path, engine_pids) -> None:
+    port = free_port()
+
+    async def drive() -> None:
+        app = _app(models_dir, port)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await _pick_small_plan(app, pilot)
+            url = await _start_and_wait_ready(app, pilot, engine_pids)
+            assert url == f"http://127.0.0.1:{port}"
+            assert isinstance(_chat(url), str)
+            await pilot.press("c")
+            assert app.clipboard == url
+            pid = app.supervisor.pid
+            await wait_until(
+                pilot, lambda: "new prompt" in _log_text(app), timeout=10
+            )  # the chat, in the log tail
+            await pilot.press("x")
+            await wait_until(pilot, lambda: app.engine_state == "stopped", timeout=60)
+            assert not alive(pid)
+            await pilot.press("q")  # nothing runs: quits at once
+        assert app.return_code == 0
+
+    run(drive())
+
+
+def _log_text(app) -> str:
+    return "\n".join(app.query_one("#log").lines)
+
+
+def test_quit_with_an_engine_running_can_stop_it(models_dir: Path, engine_pids) -> None:
+    async def drive() -> None:
+        app = _app(models_dir, free_port())
+        async with app.run_test(size=(140, 45)) as pilot:
+            await _pick_small_plan(app, pilot)
+            await _start_and_wait_ready(app, pilot, engine_pids)
+            pid = app.supervisor.pid
+            await pilot.press("q")
+            await wait_until(pilot, lambda: app.screen.__class__.__name__ == "QuitScreen")
+            await pilot.press("s")
+            await wait_until(pilot, lambda: not app.is_running, timeout=60)
+        assert not alive(pid)
+
+    run(drive())
+
+
+def test_quit_leaving_the_engine_running_and_the_next_app_adopts_it(
+    models_dir: Path, engine_pids
+) -> None:
+    state: dict[str, object] = {}
+
+    async def first() -> None:
+        app = _app(models_dir, free_port())
+        async with app.run_test(size=(140, 45)) as pilot:
+            await _pick_small_plan(app, pilot)
+            state["url"] = await _start_and_wait_ready(app, pilot, engine_pids)
+            state["pid"] = app.supervisor.pid
+            await pilot.press("q")
+            await wait_until(pilot, lambda: app.screen.__class__.__name__ == "QuitScreen")
+            await pilot.press("l")
+            await wait_until(pilot, lambda: not app.is_running, timeout=60)
+        app.shutdown_engine()  # what run_app does: must leave a released engine alone
+
+    async def second() -> None:
+        app = _app(models_dir, free_port())
+        async with app.run_test(size=(140, 45)) as pilot:
+            await wait_until(pilot, lambda: app.engine_state == "ready", timeout=60)
+            assert app.supervisor.pid == state["pid"]
+            assert str(state["url"]) in str(app.query_one("#server-state").render())
+            await pilot.press("x")
+            await wait_until(pilot, lambda: app.engine_state == "stopped", timeout=60)
+            await pilot.press("q")
+
+    run(first())
+    assert alive(int(state["pid"]))  # left running
+    assert isinstance(_chat(str(state["url"])), str)
+    run(second())
+    assert not alive(int(state["pid"]))
+
+
+def test_switch_stops_the_first_engine_and_starts_the_second(
+    models_dir: Path, smollm2_gguf: Path, engine_pids
+) -> None:
+    (models_dir / "second-copy.gguf").symlink_to(smollm2_gguf)
+
+    async def drive() -> None:
+        app = _app(models_dir, free_port())
+        async with app.run_test(size=(140, 45)) as pilot:
+            await _pick_small_plan(app, pilot)
+            await _start_and_wait_ready(app, pilot, engine_pids)
+            first_pid = app.supervisor.pid
+            await pilot.press("slash", *"second", "enter")
+            await wait_until(
+                pilot, lambda: app.plan is not None and app.picked.name == "second-copy"
+            )
+            await pilot.press("s")
+            await wait_until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
+            assert f"pid {first_pid}" in str(app.screen.question)
+            await pilot.press("y")
+            await wait_until(
+                pilot,
+                lambda: (
+                    app.supervisor is not None
+                    and app.supervisor.pid != first_pid
+                    and app.engine_state == "ready"
+                ),
+                timeout=120,
+            )
+            engine_pids.add(app.supervisor.pid)
+            assert not alive(first_pid)
+            assert app.running.name == "second-copy"
+            assert isinstance(_chat(app.supervisor.url), str)
+            await pilot.press("q")
+            await wait_until(pilot, lambda: app.screen.__class__.__name__ == "QuitScreen")
+            await pilot.press("s")
+            await wait_until(pilot, lambda: not app.is_running, timeout=60)
+
+    run(drive())
+
+
+def test_an_engine_killed_from_outside_is_restarted_and_the_panel_says_so(
+    models_dir: Path, engine_pids
+) -> None:
+    import os
+    import signal
+
+    async def drive() -> None:
+        app = _app(models_dir, free_port())
+        async with app.run_test(size=(140, 45)) as pilot:
+            await _pick_small_plan(app, pilot)
+            await _start_and_wait_ready(app, pilot, engine_pids)
+            first_pid = app.supervisor.pid
+            os.kill(first_pid, signal.SIGKILL)
+            await wait_until(
+                pilot,
+                lambda: (
+                    app.restarts == 1
+                    and app.engine_state == "ready"
+                    and app.supervisor.pid != first_pid
+                ),
+                timeout=120,
+            )
+            engine_pids.add(app.supervisor.pid)
+            assert "restarts 1" in str(app.query_one("#server-state").render())
+            assert isinstance(_chat(app.supervisor.url), str)
+            await pilot.press("q")
+            await wait_until(pilot, lambda: app.screen.__class__.__name__ == "QuitScreen")
+            await pilot.press("s")
+            await wait_until(pilot, lambda: not app.is_running, timeout=60)
+
+    run(drive())

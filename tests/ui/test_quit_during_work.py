@@ -1,0 +1,34 @@
+"""Quitting while the probe, the listing, the verdicts or a plan still run never raises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from homelab.ui.app import make_app
+from tests.ui.helpers import GPU_FIXTURES, run
+
+
+def test_quit_at_once_while_workers_run(models_dir: Path) -> None:
+    busy_at_quit: list[bool] = []
+
+    async def drive() -> None:
+        app = make_app(
+            gpu_snapshot=GPU_FIXTURES / "two_gpus.json",
+            models_dirs=[models_dir],
+            refresh_s=0.01,  # the refresh re-arms as fast as it can
+            blink=False,
+            adopt=False,
+        )
+        async with app.run_test(size=(140, 45)) as pilot:
+            await pilot.press("enter")  # a plan worker too, once the menu is there
+            for _ in range(400):  # quit the moment a worker is seen running
+                if any(w.is_running for w in app.workers):
+                    break
+                await pilot.pause(0.005)
+            busy_at_quit.append(any(w.is_running for w in app.workers))
+            await pilot.press("q")
+        assert app.return_code == 0  # run_test re-raises anything the app raised
+
+    for _ in range(5):
+        run(drive())
+    assert any(busy_at_quit), "no run quit while a worker ran: the test proved nothing"

@@ -1,0 +1,128 @@
+"""``homelab`` as a real process in a real terminal (tmux): start, pick, start a model,
+read the URL off the screen, ask it a question, stop, quit; no traceback.
+
+Textual draws on stderr, so stderr is the terminal itself: what the process printed
+outside the app (a traceback on exit, a warning) stays on the terminal after the app
+restores it, and the whole pane history is read for it.
+
+Skips (with the reason) only when tmux is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from homelab.engine.supervision.process import alive
+from homelab.engine.supervision.state_file import StateFile
+from tests.factory.server_log import free_port
+from tests.ui.helpers import NO_GPU
+
+pytestmark = pytest.mark.engine
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Tmux:
+    """One private tmux server (its own socket) holding one session."""
+
+    def __init__(self, name: str) -> None:
+        self.socket = name
+        self.session = name
+
+    def run(self, *args: str) -> str:
+        result = subprocess.run(
+            ["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=30
+        )
+        if result.returncode != 0:
+            raise AssertionError(f"tmux {' '.join(args)}: {result.stderr}")
+        return result.stdout
+
+    def keys(self, *keys: str) -> None:
+        """One key (or literal text) at a time, as a person types: escape sequences such as
+        shift+tab must not arrive glued to the next key."""
+        for key in keys:
+            self.run("send-keys", "-t", self.session, key)
+            time.sleep(0.15)
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-t", self.session)
+
+    def wait_for(self, found: Callable[[str], object], timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.screen()
+            if found(text):
+                return text
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout:g} s; the screen:\n{text}")
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def tmux() -> Iterator[Tmux]:
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed (apt-get install tmux)")
+    session = Tmux(f"homelab-test-{uuid.uuid4().hex[:8]}")
+    yield session
+    subprocess.run(["tmux", "-L", session.socket, "kill-server"], capture_output=True, timeout=30)
+
+
+def test_homelab_in_a_real_terminal(tmux: Tmux, models_dir: Path, engine_pids) -> None:
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm-256color"}
+    command = (
+        f"env -u COLUMNS -u LINES {sys.executable} -m homelab --gpu-snapshot {NO_GPU} --models-dir {models_dir} "
+        f"--port {port}; echo homelab-exited-$?; sleep 30"
+    )
+    tmux.run(
+        "new-session",
+        "-d",
+        "-s",
+        tmux.session,
+        "-x",
+        "140",
+        "-y",
+        "45",
+        *[f"-e{k}={v}" for k, v in env.items() if k.startswith(("HOMELAB_", "HF_", "PYTHON"))],
+        "-e",
+        f"TERM={env['TERM']}",
+        command,
+    )
+    tmux.wait_for(lambda s: "SmolLM2-135M-Instruct" in s and "models" in s)
+    tmux.keys("/")
+    tmux.wait_for(lambda s: "filter models" in s)  # focus moved: now type
+    tmux.keys("smollm2")
+    tmux.wait_for(lambda s: "smollm2" in s and "gemma" not in s)
+    tmux.keys("Enter")
+    tmux.wait_for(lambda s: "Model: llama, 30 layers" in s)  # the plan is shown
+    tmux.keys("s")
+    screen = tmux.wait_for(lambda s: re.search(r"URL http://127\.0\.0\.1:\d+", s), timeout=120)
+    url = re.search(r"URL (http://127\.0\.0\.1:\d+)", screen).group(1)
+    assert url == f"http://127.0.0.1:{port}"
+    record = StateFile().live()
+    assert record is not None
+    engine_pids.add(record.pid)
+    with httpx.Client(trust_env=False, timeout=60) as client:
+        answer = client.post(
+            f"{url}/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
+        )
+    assert answer.status_code == 200
+    tmux.keys("x")
+    tmux.wait_for(lambda s: "stopped" in s, timeout=60)
+    assert not alive(record.pid)
+    tmux.keys("q")
+    tmux.wait_for(lambda s: "homelab-exited-0" in s, timeout=30)
+    after = tmux.run("capture-pane", "-p", "-S", "-", "-t", tmux.session)
+    before_exit = after.split("homelab-exited-0")[0]
+    assert "Traceback" not in after and before_exit.strip() == "", after

@@ -1,0 +1,60 @@
+"""The main screen's look at a fixed size, for four recorded cards (pytest-textual-snapshot).
+
+Deterministic by construction: the card is a replayed snapshot (the no-GPU one with fixed
+RAM figures, since system RAM cannot be recorded), no refresh timer, no cursor blink, no
+engine (so no clock), an empty HF cache, offline presets (the Hub endpoint is a closed
+loopback port), and the models folder given as a relative path so the argv is the same on
+every machine. SmolLM2 is picked, so the bar previews its plan.
+Update after a deliberate change with ``pytest tests/ui/test_snapshots.py --snapshot-update``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from homelab.gpu import cpu
+from homelab.gpu.report import CpuMemory
+from homelab.ui.app import make_app
+from homelab.ui.widgets.models import ModelsMenu
+from homelab.units import GiB
+from tests.ui.helpers import GPU_FIXTURES, wait_until
+
+SIZE = (140, 45)
+
+
+@pytest.fixture
+def relative_models(models_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(models_dir.parent)
+    return Path("models")
+
+
+async def _pick_smollm2(pilot) -> None:
+    app = pilot.app
+    menu = app.query_one("#menu", ModelsMenu)
+    await wait_until(pilot, lambda: app.report is not None and len(menu.entries) > 0)
+    await wait_until(pilot, lambda: len(menu.judgements) == len(menu.entries))
+    await pilot.press("slash", *"smollm2", "enter")
+    await wait_until(pilot, lambda: app.plan is not None)
+    await app.workers.wait_for_complete()
+    await wait_until(pilot, lambda: len(menu.judgements) == len(menu.entries))
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("fixture", ["rtx3090_wayland", "rtx4060ti16_xorg", "two_gpus", "no_gpu"])
+def test_main_screen(
+    fixture: str, relative_models: Path, snap_compare, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if fixture == "no_gpu":
+        monkeypatch.setattr(
+            cpu, "cpu_memory", lambda: CpuMemory(total=32 * GiB, available=24 * GiB)
+        )
+    app = make_app(
+        gpu_snapshot=GPU_FIXTURES / f"{fixture}.json",
+        models_dirs=[relative_models],
+        refresh_s=0,
+        blink=False,
+        adopt=False,
+    )
+    assert snap_compare(app, terminal_size=SIZE, run_before=_pick_smollm2)

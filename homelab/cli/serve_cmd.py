@@ -173,11 +173,10 @@ def local_model(args: argparse.Namespace) -> Path:
 
     A preset also brings its workload hint unless ``--workload`` was given.
     """
-    path = Path(args.model)
-    if path.is_file():
+    from homelab.hub.model_ref import local_or_ref
+
+    if (path := local_or_ref(args.model)) is not None:  # a folder, FIFO, /dev/zero: its error
         return path
-    if path.suffix == ".gguf" and "/" in args.model and path.parent.exists():
-        raise UsageError(f"{args.model} does not exist")
     ref = args.model
     if "/" not in ref:
         from homelab.hub.presets import find_preset

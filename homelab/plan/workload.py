@@ -45,7 +45,7 @@ def parse_workload(text: str) -> Workload:
     multiplier = 1
     if value.endswith("k"):
         value, multiplier = value[:-1], 1000
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()) or len(value) > 12:  # not "²", not 320 digits
         raise UsageError(
             f"unknown workload {text!r}",
             hint="Use agent (~100k tokens per conversation), chat (~8k) or a token count like 32768.",

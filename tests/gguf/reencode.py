@@ -78,7 +78,7 @@ def _payload(vtype: int, value: Any) -> bytes:
         return _gstr(value)
     if vtype == VT.ARRAY:
         items = list(value)
-        item_type = value_type(items[0]) if items else VT.INT32
+        item_type = _item_type(items)
         if item_type == VT.ARRAY or item_type == VT.STRING:
             body = b"".join(_payload(item_type, item) for item in items)
         else:
@@ -86,6 +86,19 @@ def _payload(vtype: int, value: Any) -> bytes:
             body = b"".join(struct.pack(fmt, _raw(item)) for item in items)
         return struct.pack("<IQ", item_type, len(items)) + body
     return struct.pack(_SCALAR_FORMATS[VT(vtype)], value)
+
+
+def _item_type(items: list[Any]) -> int:
+    """One value type for an array: a pinned (``Typed``) item's, else one every item fits."""
+    if not items:
+        return VT.INT32
+    pinned = [item.vtype for item in items if isinstance(item, Typed)]
+    if pinned:
+        return pinned[0]
+    if all(isinstance(i, int) and not isinstance(i, bool) for i in items):
+        low, high = min(items), max(items)
+        return value_type(low) if low < 0 else value_type(high)
+    return value_type(items[0])
 
 
 def _raw(item: Any) -> Any:

@@ -117,7 +117,7 @@ class _Meta:
     def get(self, suffix: str, default: Any = None) -> Any:
         return self.values.get(f"{self.arch}.{suffix}", default)
 
-    def int(
+    def uint(
         self, suffix: str, default: int | None = None, *, high: int = MAX_COUNT, low: int = 0
     ) -> int:
         """The integer ``{arch}.{suffix}``, checked to lie in ``low..high``."""
@@ -139,10 +139,10 @@ class _Meta:
         return value
 
     def optional_int(self, suffix: str, *, high: int = MAX_COUNT) -> int | None:
-        """Like :meth:`int`, but ``None`` when the key is absent."""
+        """Like :meth:`uint`, but ``None`` when the key is absent."""
         if f"{self.arch}.{suffix}" not in self.values:
             return None
-        return self.int(suffix, high=high)
+        return self.uint(suffix, high=high)
 
     def per_layer(
         self, suffix: str, n_layer_all: int, default: int | list[int], *, high: int = MAX_COUNT
@@ -179,7 +179,7 @@ def _swa_flags(
     none = [False] * n_layer_all
     if rule.swa is None:
         return 0, none
-    n_swa = meta.int("attention.sliding_window", rule.swa_default_window)
+    n_swa = meta.uint("attention.sliding_window", rule.swa_default_window)
     if n_swa == 0 and rule.swa_needs_window:
         return 0, none
     if rule.swa == "all_attention":
@@ -187,7 +187,7 @@ def _swa_flags(
     flags = meta.bool_array("attention.sliding_window_pattern", n_layer_all)
     if flags is not None:
         return n_swa, flags
-    n_pattern = meta.int("attention.sliding_window_pattern", rule.swa_pattern)
+    n_pattern = meta.uint("attention.sliding_window_pattern", rule.swa_pattern)
     pattern = [n_pattern == 0 or (il % n_pattern < n_pattern - 1) for il in range(n_layer)]
     return n_swa, pattern + [False] * (n_layer_all - n_layer)
 
@@ -206,7 +206,7 @@ def _recurrent_flags(
         flags = meta.bool_array("attention.recurrent_layers", n_layer_all)
         if flags is not None:
             return flags
-        interval = meta.int("full_attention_interval", 4)
+        interval = meta.uint("full_attention_interval", 4)
         if interval == 0:
             raise meta._fail(f"{meta.arch}.full_attention_interval", "is 0")
         return [il < n_layer and (il + 1) % interval != 0 for il in range(n_layer_all)]
@@ -219,13 +219,13 @@ def _recurrent_flags(
 
 def _recurrent_widths(meta: _Meta, n_embd: int) -> tuple[int, int]:
     """(n_embd_r, n_embd_s) in F32 elements per sequence, as llama_hparams computes them."""
-    l_cache = meta.int("shortconv.l_cache", 0, high=MAX_WIDTH)
+    l_cache = meta.uint("shortconv.l_cache", 0, high=MAX_WIDTH)
     if l_cache:
         return n_embd * (l_cache - 1), 0
-    d_conv = meta.int("ssm.conv_kernel", 0, high=MAX_WIDTH)
-    d_inner = meta.int("ssm.inner_size", 0, high=MAX_WIDTH)
-    d_state = meta.int("ssm.state_size", 0, high=MAX_WIDTH)
-    n_group = meta.int("ssm.group_count", 0, high=MAX_WIDTH)
+    d_conv = meta.uint("ssm.conv_kernel", 0, high=MAX_WIDTH)
+    d_inner = meta.uint("ssm.inner_size", 0, high=MAX_WIDTH)
+    d_state = meta.uint("ssm.state_size", 0, high=MAX_WIDTH)
+    n_group = meta.uint("ssm.group_count", 0, high=MAX_WIDTH)
     n_conv = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
     return n_conv, d_state * d_inner
 
@@ -253,11 +253,11 @@ def geometry_of(model: GgufModel | GgufHeader) -> Geometry:
             "or open an issue naming the architecture.",
         )
     meta = _Meta(header, arch)
-    n_layer_all = meta.int("block_count", low=1, high=MAX_LAYERS)
-    n_nextn = meta.int("nextn_predict_layers", 0, high=n_layer_all)
+    n_layer_all = meta.uint("block_count", low=1, high=MAX_LAYERS)
+    n_nextn = meta.uint("nextn_predict_layers", 0, high=n_layer_all)
     n_layer = n_layer_all - n_nextn
-    n_embd = meta.int("embedding_length", low=1, high=MAX_WIDTH)
-    trained_ctx = meta.int("context_length", low=1)
+    n_embd = meta.uint("embedding_length", low=1, high=MAX_WIDTH)
+    trained_ctx = meta.uint("context_length", low=1)
     n_head_arr = meta.per_layer("attention.head_count", n_layer_all, 0, high=MAX_HEADS)
     n_head = n_head_arr[0]
     n_head_kv = meta.per_layer("attention.head_count_kv", n_layer_all, n_head_arr, high=MAX_HEADS)
@@ -265,10 +265,10 @@ def geometry_of(model: GgufModel | GgufHeader) -> Geometry:
 
     head_k = head_v = 0
     if n_head > 0:
-        head_k = meta.int("attention.key_length", n_embd // n_head, high=MAX_HEAD_DIM)
-        head_v = meta.int("attention.value_length", n_embd // n_head, high=MAX_HEAD_DIM)
-    head_k_swa = meta.int("attention.key_length_swa", head_k, high=MAX_HEAD_DIM)
-    head_v_swa = meta.int("attention.value_length_swa", head_v, high=MAX_HEAD_DIM)
+        head_k = meta.uint("attention.key_length", n_embd // n_head, high=MAX_HEAD_DIM)
+        head_v = meta.uint("attention.value_length", n_embd // n_head, high=MAX_HEAD_DIM)
+    head_k_swa = meta.uint("attention.key_length_swa", head_k, high=MAX_HEAD_DIM)
+    head_v_swa = meta.uint("attention.value_length_swa", head_v, high=MAX_HEAD_DIM)
     is_mla = rule.mla and (
         f"{arch}.attention.key_length_mla" in meta.values
         and f"{arch}.attention.value_length_mla" in meta.values
@@ -316,7 +316,7 @@ def geometry_of(model: GgufModel | GgufHeader) -> Geometry:
     tokens = header.metadata.get("tokenizer.ggml.tokens")
     n_vocab = len(tokens) if isinstance(tokens, (list, LazyArray)) else None
     if n_vocab is None and isinstance(meta.get("vocab_size"), int):
-        n_vocab = meta.int("vocab_size", high=MAX_VOCAB)
+        n_vocab = meta.uint("vocab_size", high=MAX_VOCAB)
     notes = []
     if not rule.verified:
         notes.append(
@@ -327,11 +327,11 @@ def geometry_of(model: GgufModel | GgufHeader) -> Geometry:
     experts_used = meta.optional_int("expert_used_count", high=MAX_EXPERTS)
     expert_ff = meta.optional_int("expert_feed_forward_length", high=MAX_WIDTH)
     if experts_used is not None and expert_ff is not None:
-        shared = meta.int("expert_shared_feed_forward_length", 0, high=MAX_WIDTH)
+        shared = meta.uint("expert_shared_feed_forward_length", 0, high=MAX_WIDTH)
         n_ff_max = max(n_ff_max, experts_used * expert_ff + shared)
     return Geometry(
         n_ff_max=n_ff_max,
-        ssm_d_inner=meta.int("ssm.inner_size", 0, high=MAX_WIDTH) if n_embd_s else 0,
+        ssm_d_inner=meta.uint("ssm.inner_size", 0, high=MAX_WIDTH) if n_embd_s else 0,
         arch=arch,
         n_layer_all=n_layer_all,
         n_layer=n_layer,

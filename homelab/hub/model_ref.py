@@ -322,10 +322,10 @@ def _read_part(
     url = _resolve_url(repo, file.path, commit)
     with HttpRangeSource(
         url, size=file.size, client=client, label=f"{repo}/{file.path}", repo_id=repo
-    ) as source:
-        header, data = read_header_capturing(source)
+    ) as remote:
+        header, data = read_header_capturing(remote)
     cache.put(key, data, header.file_size, url)
-    return header, PartOrigin(file.path, "remote", url, source.bytes_received, source.requests)
+    return header, PartOrigin(file.path, "remote", url, remote.bytes_received, remote.requests)
 
 
 def _assemble(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -149,6 +150,17 @@ def small_disk(hf_home: Path, stub: HubStub) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(hf_home)], check=False)
 
 
+def _wait_for_partial(folder: Path, n_bytes: int, timeout_s: float = 60.0) -> None:
+    """Until the download's ``.incomplete`` file under ``folder`` holds ``n_bytes`` (bounded)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        partials = list(folder.rglob("*.incomplete"))
+        if partials and partials[0].stat().st_size >= n_bytes:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the download never wrote {n_bytes:,} bytes under {folder}")
+
+
 def _fill(folder: Path) -> Path:
     """Write into ``folder`` until its file system is full; returns the filler file."""
     filler = folder / "filler"
@@ -167,7 +179,12 @@ def test_a_full_disk_mid_download_keeps_the_partial_file_and_the_next_pull_resum
 ) -> None:
     cut = size // 3
     fillers: list[Path] = []
-    stub.after_sending(NAME, cut, lambda: fillers.append(_fill(small_disk)))
+
+    def fill_once_written() -> None:  # in the stand-in's thread, which sends nothing meanwhile
+        _wait_for_partial(small_disk, cut)  # the client wrote all it was sent: nothing in flight
+        fillers.append(_fill(small_disk))
+
+    stub.after_sending(NAME, cut, fill_once_written)
 
     code = main(["pull", REPO])
     err = capsys.readouterr().err
@@ -176,7 +193,8 @@ def test_a_full_disk_mid_download_keeps_the_partial_file_and_the_next_pull_resum
     assert "homelab: Not enough disk space: the disk filled up while downloading" in err
     partial = next((small_disk / "hub").rglob("*.incomplete"))
     kept = partial.stat().st_size
-    assert 0 < kept < size
+    page = os.sysconf("SC_PAGE_SIZE")  # the partial's last page had room for a few more bytes
+    assert cut <= kept <= -(-cut // page) * page < size  # all written before the disk filled
     missing = size - kept
     assert "the download needs " in err and f"({missing:,} bytes) but {partial.parent}" in err
     assert f"the {kept:,} bytes fetched so far are kept in {partial}" in err

@@ -23,3 +23,4 @@ check: install
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 	lint-imports
+	$(PYTHON) -m mypy

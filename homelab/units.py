@@ -28,18 +28,22 @@ _UNITS = {
     "gib": GiB,
     "tib": 1024**4,
 }
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+_SIZE = re.compile(r"^\s*([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*([a-zA-Z]{0,3})\s*$", re.ASCII)
+"""ASCII digits only (``int("²")`` and ``float("١٢")`` would otherwise be tried), at most 20
+before the point: 320 digits are a typo, not a size (and overflow a float)."""
 
 
 def parse_size(text: str) -> int:
     """Parse ``"16GiB"``, ``"24 GB"``, ``"512MiB"`` or ``"1000"`` into bytes.
 
     Raises:
-        ValueError: the text is not a number followed by a known unit.
+        ValueError: the text is not a number (ASCII digits, at most 20 before the point)
+            followed by a known unit.
     """
     match = _SIZE.match(text)
     if match is None or match.group(2).lower() not in _UNITS:
-        raise ValueError(f"not a size: {text!r} (try e.g. 16GiB, 24GB, 512MiB)")
+        shown = repr(text) if len(text) <= 40 else f"{text[:30]!r}... ({len(text)} characters)"
+        raise ValueError(f"not a size: {shown} (try e.g. 16GiB, 24GB, 512MiB)")
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from pathlib import Path
 
 from homelab.cli.common import add_gpu_options, print_json
 from homelab.cli.vllm_cmd import add_engine_option
@@ -132,13 +131,14 @@ def plan_from_args(args: argparse.Namespace, model=None, model_path: str | None 
     from homelab.engine.llamacpp.argv import llama_server_argv
     from homelab.engine.llamacpp.calibrate import current_engine_version
     from homelab.gguf.model_file import read_model
+    from homelab.hub.model_ref import local_or_ref
     from homelab.plan.card import card_for
     from homelab.plan.judge import judge
 
     options = options_from_args(args)
     model_args = None
-    if model is None and Path(args.model).exists():
-        model = read_model(args.model)
+    if model is None and (local := local_or_ref(args.model)) is not None:
+        model = read_model(local)
     elif model is None:  # REPO:QUANT or REPO/FILE.gguf: headers read remotely, nothing downloaded
         from homelab.hub.model_ref import resolve_model_ref
 

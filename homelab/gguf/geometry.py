@@ -16,6 +16,17 @@ from typing import Any, Literal
 from homelab.errors import ModelFileError, UnknownArchitectureError
 from homelab.gguf.archs import ArchRule, rule_for
 from homelab.gguf.header import GgufHeader, GgufModel, LazyArray
+from homelab.gguf.plausible import (
+    MAX_COUNT,
+    MAX_EXPERTS,
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_VOCAB,
+    MAX_WIDTH,
+    check_kv_layers,
+    check_tensors,
+)
 
 LayerKind = Literal["full", "swa", "recurrent", "none"]
 
@@ -35,6 +46,10 @@ class LayerMemory:
     """A layer with both KV and a recurrent state (falcon-h1 style)."""
     why_none: str | None = None
     """For ``kind == "none"``: why this layer owns no memory."""
+    head_k: int = 0
+    """Elements of one K head (``n_embd_head_k``; ``k_width = head_k * n_head_kv``)."""
+    head_v: int = 0
+    """Elements of one V head (``n_embd_head_v``; for MLA V is a view of K all the same)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,18 +117,36 @@ class _Meta:
     def get(self, suffix: str, default: Any = None) -> Any:
         return self.values.get(f"{self.arch}.{suffix}", default)
 
-    def int(self, suffix: str, default: int | None = None) -> int:
+    def uint(
+        self, suffix: str, default: int | None = None, *, high: int = MAX_COUNT, low: int = 0
+    ) -> int:
+        """The integer ``{arch}.{suffix}``, checked to lie in ``low..high``."""
         key = f"{self.arch}.{suffix}"
         value = self.values.get(key, default)
         if value is None:
             raise self._fail(key, "is missing")
         if isinstance(value, bool) or not isinstance(value, int):
             raise self._fail(key, f"should be an integer, not {value!r}")
+        return self._bounded(key, value, low, high)
+
+    def _bounded(self, key: str, value: int, low: int, high: int) -> int:
         if value < 0:
-            raise self._fail(key, f"is negative ({value})")
+            raise self._fail(key, f"is negative ({value:,})")
+        if not low <= value <= high:
+            raise self._fail(
+                key, f"is {value:,}, outside what a real model has ({low:,} to {high:,})"
+            )
         return value
 
-    def per_layer(self, suffix: str, n_layer_all: int, default: int | list[int]) -> list[int]:
+    def optional_int(self, suffix: str, *, high: int = MAX_COUNT) -> int | None:
+        """Like :meth:`uint`, but ``None`` when the key is absent."""
+        if f"{self.arch}.{suffix}" not in self.values:
+            return None
+        return self.uint(suffix, high=high)
+
+    def per_layer(
+        self, suffix: str, n_layer_all: int, default: int | list[int], *, high: int = MAX_COUNT
+    ) -> list[int]:
         """A scalar-or-array key expanded to one value per layer (llama.cpp's get_key_or_arr)."""
         key = f"{self.arch}.{suffix}"
         value = self.values.get(key, default)
@@ -124,10 +157,10 @@ class _Meta:
                 isinstance(v, int) and not isinstance(v, bool) for v in value
             ):
                 raise self._fail(key, f"should hold {n_layer_all} integers, one per layer")
-            return list(value)
+            return [self._bounded(f"{key}[{il}]", v, 0, high) for il, v in enumerate(value)]
         if isinstance(value, bool) or not isinstance(value, int):
             raise self._fail(key, f"should be an integer or per-layer array, not {value!r}")
-        return [value] * n_layer_all
+        return [self._bounded(key, value, 0, high)] * n_layer_all
 
     def bool_array(self, suffix: str, n_layer_all: int) -> list[bool] | None:
         key = f"{self.arch}.{suffix}"
@@ -146,7 +179,7 @@ def _swa_flags(
     none = [False] * n_layer_all
     if rule.swa is None:
         return 0, none
-    n_swa = meta.int("attention.sliding_window", rule.swa_default_window)
+    n_swa = meta.uint("attention.sliding_window", rule.swa_default_window)
     if n_swa == 0 and rule.swa_needs_window:
         return 0, none
     if rule.swa == "all_attention":
@@ -154,7 +187,7 @@ def _swa_flags(
     flags = meta.bool_array("attention.sliding_window_pattern", n_layer_all)
     if flags is not None:
         return n_swa, flags
-    n_pattern = meta.int("attention.sliding_window_pattern", rule.swa_pattern)
+    n_pattern = meta.uint("attention.sliding_window_pattern", rule.swa_pattern)
     pattern = [n_pattern == 0 or (il % n_pattern < n_pattern - 1) for il in range(n_layer)]
     return n_swa, pattern + [False] * (n_layer_all - n_layer)
 
@@ -173,7 +206,7 @@ def _recurrent_flags(
         flags = meta.bool_array("attention.recurrent_layers", n_layer_all)
         if flags is not None:
             return flags
-        interval = meta.int("full_attention_interval", 4)
+        interval = meta.uint("full_attention_interval", 4)
         if interval == 0:
             raise meta._fail(f"{meta.arch}.full_attention_interval", "is 0")
         return [il < n_layer and (il + 1) % interval != 0 for il in range(n_layer_all)]
@@ -186,13 +219,13 @@ def _recurrent_flags(
 
 def _recurrent_widths(meta: _Meta, n_embd: int) -> tuple[int, int]:
     """(n_embd_r, n_embd_s) in F32 elements per sequence, as llama_hparams computes them."""
-    l_cache = meta.int("shortconv.l_cache", 0)
+    l_cache = meta.uint("shortconv.l_cache", 0, high=MAX_WIDTH)
     if l_cache:
         return n_embd * (l_cache - 1), 0
-    d_conv = meta.int("ssm.conv_kernel", 0)
-    d_inner = meta.int("ssm.inner_size", 0)
-    d_state = meta.int("ssm.state_size", 0)
-    n_group = meta.int("ssm.group_count", 0)
+    d_conv = meta.uint("ssm.conv_kernel", 0, high=MAX_WIDTH)
+    d_inner = meta.uint("ssm.inner_size", 0, high=MAX_WIDTH)
+    d_state = meta.uint("ssm.state_size", 0, high=MAX_WIDTH)
+    n_group = meta.uint("ssm.group_count", 0, high=MAX_WIDTH)
     n_conv = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
     return n_conv, d_state * d_inner
 
@@ -220,34 +253,32 @@ def geometry_of(model: GgufModel | GgufHeader) -> Geometry:
             "or open an issue naming the architecture.",
         )
     meta = _Meta(header, arch)
-    n_layer_all = meta.int("block_count")
-    if n_layer_all == 0 or n_layer_all > 4096:
-        raise meta._fail(f"{arch}.block_count", f"is {n_layer_all}, not a plausible layer count")
-    n_nextn = meta.int("nextn_predict_layers", 0)
-    if n_nextn > n_layer_all:
-        raise meta._fail(f"{arch}.nextn_predict_layers", f"({n_nextn}) exceeds block_count")
+    n_layer_all = meta.uint("block_count", low=1, high=MAX_LAYERS)
+    n_nextn = meta.uint("nextn_predict_layers", 0, high=n_layer_all)
     n_layer = n_layer_all - n_nextn
-    n_embd = meta.int("embedding_length")
-    trained_ctx = meta.int("context_length")
-    n_head_arr = meta.per_layer("attention.head_count", n_layer_all, 0)
+    n_embd = meta.uint("embedding_length", low=1, high=MAX_WIDTH)
+    trained_ctx = meta.uint("context_length", low=1)
+    n_head_arr = meta.per_layer("attention.head_count", n_layer_all, 0, high=MAX_HEADS)
     n_head = n_head_arr[0]
-    n_head_kv = meta.per_layer("attention.head_count_kv", n_layer_all, n_head_arr)
-    n_ff = meta.per_layer("feed_forward_length", n_layer_all, 0)
+    n_head_kv = meta.per_layer("attention.head_count_kv", n_layer_all, n_head_arr, high=MAX_HEADS)
+    n_ff = meta.per_layer("feed_forward_length", n_layer_all, 0, high=MAX_WIDTH)
 
     head_k = head_v = 0
     if n_head > 0:
-        head_k = meta.int("attention.key_length", n_embd // n_head)
-        head_v = meta.int("attention.value_length", n_embd // n_head)
-    head_k_swa = meta.int("attention.key_length_swa", head_k)
-    head_v_swa = meta.int("attention.value_length_swa", head_v)
+        head_k = meta.uint("attention.key_length", n_embd // n_head, high=MAX_HEAD_DIM)
+        head_v = meta.uint("attention.value_length", n_embd // n_head, high=MAX_HEAD_DIM)
+    head_k_swa = meta.uint("attention.key_length_swa", head_k, high=MAX_HEAD_DIM)
+    head_v_swa = meta.uint("attention.value_length_swa", head_v, high=MAX_HEAD_DIM)
     is_mla = rule.mla and (
         f"{arch}.attention.key_length_mla" in meta.values
         and f"{arch}.attention.value_length_mla" in meta.values
     )
-
     n_swa, is_swa = _swa_flags(meta, rule, n_layer, n_layer_all)
     is_recr = _recurrent_flags(meta, rule, n_layer, n_layer_all, n_head_kv, n_ff)
     kv_from_start = rule.kv_from_start(meta.values, arch, n_layer_all)
+    if kv_from_start is not None and kv_from_start <= 0:
+        key = f"{arch}.attention.shared_kv_layers"
+        raise meta._fail(key, f"is {meta.values.get(key)!r}: no layer would own a KV cache")
 
     layers = []
     for il in range(n_layer_all):
@@ -266,6 +297,8 @@ def geometry_of(model: GgufModel | GgufHeader) -> Geometry:
                     k_width=hk * n_head_kv[il],
                     v_width=0 if is_mla else hv * n_head_kv[il],
                     also_recurrent=recurrent_here,
+                    head_k=hk,
+                    head_v=hv,
                 )
             )
         elif recurrent_here:
@@ -273,13 +306,17 @@ def geometry_of(model: GgufModel | GgufHeader) -> Geometry:
         else:
             layers.append(LayerMemory(il, "none", n_head_kv[il], 0, 0, why_none=why))
 
+    check_kv_layers(
+        header.source_name, arch, layers, n_head_arr, is_mla=is_mla, kv_only=rule.memory == "kv"
+    )
+    check_tensors(model, arch, n_layer_all, n_layer)
     n_embd_r, n_embd_s = (0, 0)
     if any(layer.kind == "recurrent" or layer.also_recurrent for layer in layers):
         n_embd_r, n_embd_s = _recurrent_widths(meta, n_embd)
     tokens = header.metadata.get("tokenizer.ggml.tokens")
     n_vocab = len(tokens) if isinstance(tokens, (list, LazyArray)) else None
     if n_vocab is None and isinstance(meta.get("vocab_size"), int):
-        n_vocab = meta.get("vocab_size")
+        n_vocab = meta.uint("vocab_size", high=MAX_VOCAB)
     notes = []
     if not rule.verified:
         notes.append(
@@ -287,16 +324,14 @@ def geometry_of(model: GgufModel | GgufHeader) -> Geometry:
             "checked against a running llama-server: treat the KV figure as unverified"
         )
     n_ff_max = max(n_ff, default=0)
-    experts_used = meta.get("expert_used_count")
-    expert_ff = meta.get("expert_feed_forward_length")
-    if isinstance(experts_used, int) and isinstance(expert_ff, int):
-        shared = meta.get("expert_shared_feed_forward_length", 0)
-        n_ff_max = max(
-            n_ff_max, experts_used * expert_ff + (shared if isinstance(shared, int) else 0)
-        )
+    experts_used = meta.optional_int("expert_used_count", high=MAX_EXPERTS)
+    expert_ff = meta.optional_int("expert_feed_forward_length", high=MAX_WIDTH)
+    if experts_used is not None and expert_ff is not None:
+        shared = meta.uint("expert_shared_feed_forward_length", 0, high=MAX_WIDTH)
+        n_ff_max = max(n_ff_max, experts_used * expert_ff + shared)
     return Geometry(
         n_ff_max=n_ff_max,
-        ssm_d_inner=meta.int("ssm.inner_size", 0) if n_embd_s else 0,
+        ssm_d_inner=meta.uint("ssm.inner_size", 0, high=MAX_WIDTH) if n_embd_s else 0,
         arch=arch,
         n_layer_all=n_layer_all,
         n_layer=n_layer,

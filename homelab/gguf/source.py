@@ -12,13 +12,13 @@ fetched (``ReadStats``) so tests and benchmarks can hold it to that.
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO, Protocol, Self, runtime_checkable
 
 from homelab.errors import ModelFileError
+from homelab.files import NotRegularFileError, open_regular
 from homelab.units import KiB, MiB
 
 
@@ -67,20 +67,21 @@ class LocalFileSource:
         """Open the file, translating the reasons it cannot be opened into plain words.
 
         Raises:
-            ModelFileError: the path does not exist, is a directory, is not readable by
-                this user, or the OS refused to open it for another reason.
+            ModelFileError: the path does not exist, is a directory, a FIFO or a device
+                (refused before reading, which could block or never end), is not
+                readable by this user, or the OS refused to open it for another reason.
         """
         if self._file is not None:
             return self._file
         name = self.name
         try:
-            handle = open(self.path, "rb", buffering=0)
+            handle = open_regular(self.path)
         except FileNotFoundError:
             raise ModelFileError(
                 f"{name}: no such file", hint="Check the path, or download the model first."
             ) from None
-        except IsADirectoryError:
-            raise ModelFileError(f"{name} is a directory, not a GGUF file") from None
+        except NotRegularFileError as error:
+            raise ModelFileError(f"{name} is {error.kind}, not a GGUF file") from None
         except PermissionError:
             if self.path.is_dir():  # Windows reports a directory as "permission denied"
                 raise ModelFileError(f"{name} is a directory, not a GGUF file") from None
@@ -90,10 +91,7 @@ class LocalFileSource:
         except OSError as exc:
             raise ModelFileError(f"cannot open {name}: {exc.strerror or exc}") from None
         info = os.fstat(handle.fileno())
-        if stat.S_ISDIR(info.st_mode):
-            handle.close()
-            raise ModelFileError(f"{name} is a directory, not a GGUF file")
-        self._size = info.st_size if stat.S_ISREG(info.st_mode) else None
+        self._size = info.st_size
         self._file = handle
         return handle
 

@@ -26,9 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from homelab.errors import GpuProbeError
+from homelab.files import FileTooLargeError, read_regular
 from homelab.gpu.nvml import is_error_name
 
 SCHEMA = 1
+MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
+"""Far above a recording of hours of samples; what ``/dev/zero`` or a model file would exceed."""
 _HINT = "Fix that field, or record a fresh snapshot with `homelab gpu --record FILE`."
 
 
@@ -44,21 +47,46 @@ def load_snapshot(snapshot: dict[str, Any] | Path | str) -> tuple[dict[str, Any]
     else:
         path = Path(snapshot)
         label = f"GPU snapshot {path}"
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as error:
-            raise GpuProbeError(
-                f"Cannot read {label}: {error.strerror or error}.",
-                hint="Check the path given to --gpu-snapshot.",
-            ) from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise GpuProbeError(
-                f"{label} is not valid JSON ({error.msg} at line {error.lineno}).", hint=_HINT
-            ) from None
+        data = _parse(_read(path, label), label)
     _Checker(label).snapshot(data)
     return data, label
+
+
+def _read(path: Path, label: str) -> str:
+    """The snapshot file's text: a regular file of at most ``MAX_SNAPSHOT_BYTES``, UTF-8."""
+    try:
+        raw = read_regular(path, MAX_SNAPSHOT_BYTES)
+    except FileTooLargeError:
+        raise GpuProbeError(
+            f"{label} is larger than {MAX_SNAPSHOT_BYTES:,} bytes; no recorded snapshot is",
+            hint="Point the GPU snapshot setting at a file `homelab gpu --record` wrote.",
+        ) from None
+    except OSError as error:
+        raise GpuProbeError(
+            f"Cannot read {label}: {error.strerror or error}.",
+            hint="Check the path of the GPU snapshot.",
+        ) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise GpuProbeError(
+            f"{label} is not a snapshot: byte {error.start:,} is not UTF-8 text "
+            f"({raw[error.start : error.start + 4]!r}); a snapshot is JSON",
+            hint="Point the GPU snapshot setting at a file `homelab gpu --record` wrote.",
+        ) from None
+
+
+def _parse(text: str, label: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise GpuProbeError(
+            f"{label} is not valid JSON ({error.msg} at line {error.lineno}).", hint=_HINT
+        ) from None
+    except (ValueError, RecursionError) as error:  # a 5000-digit number, arrays nested 10^5 deep
+        raise GpuProbeError(
+            f"{label} is not a snapshot JSON can hold: {error}.", hint=_HINT
+        ) from None
 
 
 def is_fault(value: Any) -> bool:

@@ -20,8 +20,10 @@ becomes the blob; a mismatch deletes the partial file.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ from homelab.hub.errors import (
     ChecksumMismatchError,
     HubError,
     HubNetworkError,
+    NotEnoughDiskError,
     is_transport_error,
     translate,
 )
@@ -241,17 +244,54 @@ def _stream_rest(
                     f"{response.status_code} {response.reason_phrase}",
                     hint="Run the same command again; if it persists, the Hub may be having trouble.",
                 )
-            with open(partial, "ab") as out:
-                for chunk in response.iter_bytes():
-                    out.write(chunk)
-                    hasher.update(chunk)
-                    have += len(chunk)
-                    fetched += len(chunk)
-                    on_bytes(have, len(chunk))
-                out.flush()
-                os.fsync(out.fileno())
+            try:
+                with open(partial, "ab") as out:
+                    for chunk in response.iter_bytes():
+                        out.write(chunk)
+                        hasher.update(chunk)
+                        have += len(chunk)
+                        fetched += len(chunk)
+                        on_bytes(have, len(chunk))
+                    out.flush()
+                    os.fsync(out.fileno())
+            except OSError as error:
+                raise _write_failed(target, partial, error) from None
     except (httpx.TransportError, httpx.StreamError) as error:
         raise _Dropped(f"{type(error).__name__}: {error}", fetched) from None
     if have != size:
         raise _Dropped(f"the server sent {have:,} of {size:,} bytes", fetched)
     return fetched
+
+
+def _write_failed(target: FetchTarget, partial: Path, error: OSError) -> HubError:
+    """The error for a failed write into ``partial``, which is kept: the next pull resumes it.
+
+    A full disk (``ENOSPC``, or ``EDQUOT``: the user's quota) is a ``NotEnoughDiskError`` with
+    what is still missing and what is free now; anything else names the file and the reason.
+    """
+    size = target.file.size or 0
+    try:
+        kept = partial.stat().st_size
+    except OSError:
+        kept = 0
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        try:
+            free = shutil.disk_usage(partial.parent).free
+        except OSError:
+            free = 0
+        full = NotEnoughDiskError(needed=size - kept, free=free, where=str(partial.parent))
+        full.message = (
+            f"the disk filled up while downloading {target.repo}/{target.file.path}: "
+            + (full.message)
+        )
+        full.hint = (
+            f"Free some space, or point HF_HOME (or HF_HUB_CACHE) at a bigger disk; the "
+            f"{kept:,} bytes fetched so far are kept in {partial} and the next pull resumes there."
+        )
+        return full
+    return HubError(
+        f"writing {partial} failed after {kept:,} of {size:,} bytes: {error.strerror or error}",
+        hint="The bytes fetched so far are kept; fix the disk and run the same command again "
+        "to resume.",
+        title="Download failed",
+    )

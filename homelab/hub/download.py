@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Literal
 
 from homelab.hub import hf_cache, hf_env
-from homelab.hub.blob_fetch import FetchTarget, fetch_blob
 from homelab.hub.errors import (
     BadModelRefError,
     HubError,
@@ -240,6 +239,8 @@ def _download(
     progress: ProgressCallback | None,
 ) -> PulledModel:
     from huggingface_hub import hf_hub_download
+
+    from homelab.hub.blob_fetch import FetchTarget, fetch_blob  # httpx, only when fetching
 
     endpoint, token = hf_env.endpoint(), hf_env.token()
     total = sum(f.size or 0 for f in selection.files)

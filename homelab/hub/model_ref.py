@@ -44,7 +44,6 @@ from homelab.hub.quant_match import (
     describe_quants,
     select,
 )
-from homelab.hub.remote_source import HttpRangeSource
 from homelab.hub.repo_listing import DEFAULT_REVISION, RepoListing, list_repo
 
 _HUB_PREFIX = r"(?:hf://|https?://(?:www\.)?(?:huggingface\.co|hf\.co)/|hf\.co/|huggingface\.co/)?"
@@ -131,7 +130,7 @@ def parse_model_ref(text: str, *, revision: str | None = None) -> ModelRef:
             hint="Give a .gguf path, owner/name:QUANT or owner/name/FILE.gguf.",
         )
     path = Path(stripped).expanduser()
-    if path.exists() or _looks_like_path(stripped):
+    if _on_disk(path) or _looks_like_path(stripped):
         return ModelRef(text, path=path)
     inline = None
     if match := _RESOLVE_URL.match(stripped):
@@ -152,14 +151,55 @@ def parse_model_ref(text: str, *, revision: str | None = None) -> ModelRef:
     )
 
 
+def local_or_ref(text: str) -> Path | None:
+    """The local model file ``text`` names, or ``None`` when it names no local file.
+
+    Local is: anything that exists on disk (a file, a folder, a FIFO, a dangling link),
+    anything written like a path (``/``, ``./``, ``../``, ``~``, ``C:\\``), and ``FILE.gguf``
+    or ``dir/FILE.gguf`` (a Hub file needs owner, name and file). ``None`` leaves ``text``
+    to be read as a Hub reference (``owner/name[:QUANT]``) or a preset name. ``plan``,
+    ``serve`` and every front-end decide with this, so ``/dev/zero`` is never the Hub repo
+    ``dev/zero`` and a folder is the same error everywhere.
+
+    Raises:
+        ModelFileError: ``text`` names a local path that cannot be a model: missing, a
+            folder, a FIFO or a device (checked without reading or blocking), unreadable,
+            or a name the OS refuses (too long).
+    """
+    stripped = text.strip()
+    if not stripped:
+        return None
+    path = Path(stripped).expanduser()
+    if not (_on_disk(path) or _written_as_path(stripped) or _gguf_file_name(stripped)):
+        return None
+    with LocalFileSource(path) as source:
+        source.size()  # opens it: a missing, folder, FIFO or device path raises here
+    return path
+
+
+def _on_disk(path: Path) -> bool:
+    """Something is at ``path`` (a dangling link too); a name the OS refuses is not."""
+    try:
+        path.lstat()
+    except (OSError, ValueError):  # missing, name too long, a NUL byte in it
+        return False
+    return True
+
+
+def _written_as_path(text: str) -> bool:
+    return text.startswith(("/", "./", "../", "~", "\\", ".\\")) or bool(
+        re.match(r"^[A-Za-z]:[\\/]", text)
+    )
+
+
+def _gguf_file_name(text: str) -> bool:
+    return text.lower().endswith(".gguf") and text.count("/") < 2 and ":" not in text
+
+
 def _looks_like_path(text: str) -> bool:
     """A path, not a Hub reference: no ``owner/name`` shape, or a path-like start, or
     ``dir/file.gguf`` (a Hub file needs owner, name and file)."""
-    if text.startswith(("/", "./", "../", "~", "\\", ".\\")) or re.match(r"^[A-Za-z]:[\\/]", text):
-        return True
-    if "/" not in text:
-        return True
-    return text.lower().endswith(".gguf") and text.count("/") < 2 and ":" not in text
+    return _written_as_path(text) or "/" not in text or _gguf_file_name(text)
 
 
 def resolve_model_ref(
@@ -277,13 +317,15 @@ def _read_part(
             cache.discard(entry.key)  # damaged: fetch it again below (when online)
     if listing.offline_reason is not None:
         raise _offline_error(listing, f"{repo}/{file.path} (for {ref.asked()})")
+    from homelab.hub.remote_source import HttpRangeSource  # httpx, only for remote headers
+
     url = _resolve_url(repo, file.path, commit)
     with HttpRangeSource(
         url, size=file.size, client=client, label=f"{repo}/{file.path}", repo_id=repo
-    ) as source:
-        header, data = read_header_capturing(source)
+    ) as remote:
+        header, data = read_header_capturing(remote)
     cache.put(key, data, header.file_size, url)
-    return header, PartOrigin(file.path, "remote", url, source.bytes_received, source.requests)
+    return header, PartOrigin(file.path, "remote", url, remote.bytes_received, remote.requests)
 
 
 def _assemble(

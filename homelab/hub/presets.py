@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from homelab.errors import HomelabError, UsageError
+from homelab.files import read_regular
 from homelab.gguf.archs import known_architectures
 from homelab.plan.workload import AGENT, CHAT, Workload, parse_workload
 
@@ -45,6 +46,8 @@ FIELDS = REQUIRED + OPTIONAL
 NOTES_MAX_CHARS = 600
 """Notes are one short paragraph for a table; the working belongs in comments."""
 MIN_WORKLOAD_TOKENS = 256
+MAX_PRESET_BYTES = 1024 * 1024
+"""A preset is a few hundred bytes; a file larger than this is not one (and is not read)."""
 
 _KEY = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -184,12 +187,20 @@ def load_preset_file(path: Path, *, origin: Origin, base: Preset | None = None) 
             hint="Use lowercase letters, digits, '.', '_' and '-' (e.g. qwen3.5-9b.toml).",
         )
     try:
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
+        raw = read_regular(path, MAX_PRESET_BYTES)
+    except OSError as error:  # also a FIFO or device (never opened to block) or too large
+        raise PresetError(f"{where}: cannot be read: {error.strerror or error}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise PresetError(
+            f"{where}: not a preset: byte {error.start:,} is not UTF-8 text "
+            f"({raw[error.start : error.start + 4]!r}); a preset is a TOML text file"
+        ) from None
     except tomllib.TOMLDecodeError as error:
         raise PresetError(f"{where}: not valid TOML: {error}") from None
-    except OSError as error:
-        raise PresetError(f"{where}: cannot be read: {error.strerror or error}") from None
+    except RecursionError:
+        raise PresetError(f"{where}: not valid TOML: values nested too deep") from None
     unknown = sorted(set(data) - set(FIELDS))
     if unknown:
         raise PresetError(

@@ -14,6 +14,7 @@ from typing import Literal
 from homelab.errors import DoesNotFitError, UsageError
 from homelab.gguf.geometry import Geometry, geometry_of
 from homelab.gguf.header import GgufModel
+from homelab.gguf.plausible import check_cache_types
 from homelab.gpu.report import GpuReport
 from homelab.plan.budget import DeviceBudget, WeightPlacement, device_budget, place_weights
 from homelab.plan.engine_state import CUDA_CONTEXT_BYTES
@@ -98,6 +99,7 @@ def make_plan(model: GgufModel, model_path: str, report: GpuReport, request: Pla
             f"cache types ({request.type_k} / {request.type_v})",
             hint=f"Use one cache type for both K and V, e.g. {request.type_k}.",
         )
+    check_cache_types(geometry.kv_layers, geometry.arch, request.type_k, request.type_v)
     budget = device_budget(report, request.device_index)
     weights = place_weights(model)
     on_gpu = budget.kind == "gpu"

@@ -189,7 +189,7 @@ def test_open_failures_become_model_file_errors(
     def refuse(*args: object, **kwargs: object) -> None:
         raise failure
 
-    monkeypatch.setattr(source_module, "open", refuse, raising=False)
+    monkeypatch.setattr(source_module, "open_regular", refuse)
     with pytest.raises(ModelFileError, match=pattern):
         read_model(path)
 

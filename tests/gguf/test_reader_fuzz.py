@@ -6,7 +6,6 @@ Never any other exception (no struct.error, IndexError, UnicodeDecodeError, Memo
 from __future__ import annotations
 
 import struct
-from datetime import timedelta
 
 import pytest
 from gguf_bytes import (
@@ -68,7 +67,9 @@ SEED = header(
 INTERESTING_WORDS = [0, 1, 2**31, 2**32 - 1, 2**32, 2**63, 2**64 - 1, 4100, 10**9]
 FUZZ = settings(
     max_examples=300,
-    deadline=timedelta(milliseconds=500),
+    derandomize=True,  # the same examples every run: a failure is reproducible, never flaky
+    deadline=None,  # speed is measured in bench/, not asserted by a busy CI machine's clock
+    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 

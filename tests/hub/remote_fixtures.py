@@ -7,7 +7,6 @@ Imported as ``from remote_fixtures import ...`` (pytest puts this folder on ``sy
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,36 +37,18 @@ def point_hf_at(stub: HubStub, monkeypatch: pytest.MonkeyPatch, home: Path) -> N
         monkeypatch.delenv(name, raising=False)
 
 
-def recorded(
-    hub: HubStub,
-    select: Callable[[RecordedRequest], bool],
-    expected_count: int,
-    timeout_s: float = 10.0,
-) -> list[RecordedRequest]:
-    """The stand-in's recorded requests that ``select`` keeps, once there are ``expected_count``.
+def recorded(hub: HubStub, select: Callable[[RecordedRequest], bool]) -> list[RecordedRequest]:
+    """The stand-in's recorded requests that ``select`` keeps.
 
-    The stand-in records a request after writing its answer, so the client can be done
-    before the record exists: wait for it (bounded), then return what is there.
+    ``hub.requests`` waits (bounded) until no answer is still being written: the stand-in
+    records a request after answering it, so a client can be done before its record exists.
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = [r for r in list(hub.requests) if select(r)]
-        if len(found) >= expected_count or time.monotonic() > deadline:
-            return found
-        time.sleep(0.01)
+    return [r for r in hub.requests if select(r)]
 
 
-def settled(hub: HubStub, quiet_s: float = 0.3, timeout_s: float = 10.0) -> list[RecordedRequest]:
-    """The request log once it has stopped growing for ``quiet_s`` (bounded by ``timeout_s``)."""
-    deadline = time.monotonic() + timeout_s
-    count, since = len(hub.requests), time.monotonic()
-    while time.monotonic() < deadline:
-        time.sleep(0.02)
-        if len(hub.requests) != count:
-            count, since = len(hub.requests), time.monotonic()
-        elif time.monotonic() - since >= quiet_s:
-            break
-    return list(hub.requests)
+def settled(hub: HubStub) -> list[RecordedRequest]:
+    """The whole request log, once no answer is still being written."""
+    return hub.requests
 
 
 def write_big_vocab_gguf(path: Path, n_vocab: int = 40_000, **overrides: Any) -> Path:

@@ -32,6 +32,7 @@ import hashlib
 import json
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -51,6 +52,8 @@ from .wire import (
 )
 
 DEFAULT_REVISION_SHA = hashlib.sha1(b"homelab-hubstub").hexdigest()
+SETTLE_TIMEOUT_S = 10.0
+"""How long a reader of the request log waits for answers still being written."""
 
 
 class HubStub:
@@ -80,9 +83,12 @@ class HubStub:
             )
             for repo_id, files in repos.items()
         }
-        self.requests: list[RecordedRequest] = []
+        self._requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)
+        self._in_flight = 0
         self._cuts: dict[str, list[int]] = {}
+        self._after: dict[str, list[tuple[int, Callable[[], None]]]] = {}
         self._corrupt: dict[str, int | None] = {}
         self._token: str | None = None
         self._servers: list[StubServer] = []
@@ -136,6 +142,13 @@ class HubStub:
         with self._lock:
             self._cuts.setdefault(filename, []).extend([n_bytes] * times)
 
+    def after_sending(self, filename: str, n_bytes: int, action: Callable[[], None]) -> None:
+        """The next GET carrying ``filename``'s bytes calls ``action()`` (in the server's
+        thread) once ``n_bytes`` of body are sent, then sends the rest: e.g. fill the disk
+        the download goes to, at a known point of the transfer."""
+        with self._lock:
+            self._after.setdefault(filename, []).append((n_bytes, action))
+
     def corrupt(self, filename: str, *, times: int | None = None) -> None:
         """Serve ``filename`` with one byte flipped (sha256 no longer matches); ``times`` GETs or always."""
         with self._lock:
@@ -155,17 +168,36 @@ class HubStub:
         """``{endpoint}/{repo}/resolve/{revision}/{filename}``, as huggingface_hub builds it."""
         return f"{self.endpoint}/{repo}/resolve/{quote(revision, safe='')}/{quote(filename)}"
 
+    def settle(self, timeout: float = SETTLE_TIMEOUT_S) -> bool:
+        """Wait until no request is being answered (each answered one is recorded); False
+        if one is still going after ``timeout`` seconds (a client that stopped reading).
+
+        A client can have read a whole answer before the server's thread records it, so
+        every reader below waits for this first instead of reading a log still being written.
+        """
+        with self._settled:
+            return self._settled.wait_for(lambda: self._in_flight == 0, timeout)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every request answered so far, in order (a copy, read once the log settled)."""
+        self.settle()
+        with self._lock:
+            return list(self._requests)
+
     def requests_for(self, filename: str, method: str | None = "GET") -> list[RecordedRequest]:
         """Recorded requests about ``filename`` (any host), of ``method`` unless None."""
+        self.settle()
         with self._lock:
             return [
-                r for r in self.requests if r.filename == filename and method in (None, r.method)
+                r for r in self._requests if r.filename == filename and method in (None, r.method)
             ]
 
     def bytes_sent(self, filename: str | None = None) -> int:
         """Body bytes sent in all, or for ``filename`` only."""
+        self.settle()
         with self._lock:
-            return sum(r.bytes_sent for r in self.requests if filename in (None, r.filename))
+            return sum(r.bytes_sent for r in self._requests if filename in (None, r.filename))
 
     # -- dispatch --------------------------------------------------------------------------
 
@@ -174,6 +206,8 @@ class HubStub:
         segments = [unquote(s) for s in split.path.split("/")[1:]]
         query = parse_qs(split.query)
         context = {"repo": None, "filename": None}
+        with self._lock:
+            self._in_flight += 1
         try:
             if handler.server.host == "cdn":
                 status, sent = self._cdn(handler, method, segments, query, context)
@@ -183,8 +217,15 @@ class HubStub:
             status, sent = send_error(handler, method, reply), 0
         except (BrokenPipeError, ConnectionResetError):
             status, sent = 0, 0
-        with self._lock:
-            self.requests.append(
+        except BaseException:
+            with self._settled:
+                self._in_flight -= 1
+                self._settled.notify_all()
+            raise
+        with self._settled:
+            self._in_flight -= 1
+            self._settled.notify_all()
+            self._requests.append(
                 RecordedRequest(
                     method=method,
                     host=handler.server.host,
@@ -353,13 +394,17 @@ class HubStub:
         send_head(handler, status, headers)
         if method == "HEAD":
             return status, 0
-        cut, flip = self._take_faults(stub_file.path)
-        return status, write_body(handler, stub_file, start, end, cut=cut, flip=flip)
+        cut, flip, after = self._take_faults(stub_file.path)
+        return status, write_body(handler, stub_file, start, end, cut=cut, flip=flip, after=after)
 
-    def _take_faults(self, filename: str) -> tuple[int | None, bool]:
+    def _take_faults(
+        self, filename: str
+    ) -> tuple[int | None, bool, tuple[int, Callable[[], None]] | None]:
         with self._lock:
             cuts = self._cuts.get(filename)
             cut = cuts.pop(0) if cuts else None
+            afters = self._after.get(filename)
+            after = afters.pop(0) if afters else None
             flip = filename in self._corrupt
             remaining = self._corrupt.get(filename)
             if remaining is not None:
@@ -367,4 +412,4 @@ class HubStub:
                     del self._corrupt[filename]
                 else:
                     self._corrupt[filename] = remaining - 1
-        return cut, flip
+        return cut, flip, after

@@ -192,15 +192,28 @@ def byte_range(header: str | None, size: int) -> tuple[int, int, int, dict[str, 
 
 
 def write_body(
-    handler: StubHandler, stub_file: StubFile, start: int, end: int, *, cut: int | None, flip: bool
+    handler: StubHandler,
+    stub_file: StubFile,
+    start: int,
+    end: int,
+    *,
+    cut: int | None,
+    flip: bool,
+    after: tuple[int, Callable[[], None]] | None = None,
 ) -> int:
     """Send bytes ``[start, end)`` (one byte flipped if ``flip``); after ``cut`` bytes drop the
-    connection instead. Returns the body bytes written."""
+    connection instead; ``after = (n, action)`` calls ``action()`` once ``n`` bytes are sent.
+    Returns the body bytes written."""
     limit = end - start if cut is None else min(cut, end - start)
     sent = 0
     position = start
     while sent < limit:
-        chunk = stub_file.read(position, min(position + CHUNK, start + limit))
+        if after is not None and sent >= after[0]:
+            handler.wfile.flush()
+            after[1]()
+            after = None
+        stop = start + limit if after is None else min(start + limit, start + after[0])
+        chunk = stub_file.read(position, min(position + CHUNK, stop))
         if flip and position <= stub_file.size // 2 < position + len(chunk):
             i = stub_file.size // 2 - position
             chunk = chunk[:i] + bytes([chunk[i] ^ 0xFF]) + chunk[i + 1 :]

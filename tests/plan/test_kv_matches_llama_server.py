@@ -99,12 +99,15 @@ def _compare(
     log: LoadLog, alloc: KvAllocation, n_kv_full: int, n_kv_swa: int, setting: Setting
 ) -> None:
     caches = {line.swa: line for line in log.kv_caches}
+    # one KV cache line per kind of KV layer the plan knows (full, SWA): no more, no fewer
+    assert len(log.kv_caches) == bool(n_kv_full) + bool(n_kv_swa), log.kv_caches
+    for line in log.kv_caches:  # both, not either: one stream per slot unless unified
+        assert (line.n_stream, line.n_seq_max) == (alloc.n_stream, setting.n_seq), line
     full = caches.get(False) or caches.get(None)
     if n_kv_full:
         assert full is not None, "no non-SWA KV line in the log"
         assert full.cells == alloc.ctx_per_seq
         assert full.layers == n_kv_full
-        assert full.n_stream == alloc.n_stream or full.n_seq_max == setting.n_seq
         assert mib_matches(alloc.full_k, full.k_mib, single_precision=True), (
             alloc.full_k,
             full.k_mib,

@@ -139,14 +139,12 @@ class ServeSession:
         """The model to serve, pulled into the HF cache when the kind pulls and it is not local."""
         if not self.kind.pulls:
             return self.request.model
+        from homelab.hub.model_ref import local_or_ref
+
         ref = self.request.model
-        path = Path(ref)
-        if path.is_file():
-            return str(path.absolute())
-        if path.is_dir():
-            return str(path)  # the plan says why a folder is not a model (exit 4)
-        if path.suffix == ".gguf" and "/" in ref and path.parent.exists():
-            raise UsageError(f"{ref} does not exist")
+        local = local_or_ref(ref)  # a folder, FIFO or /dev/zero raises its own reason (exit 4)
+        if local is not None:
+            return str(local.absolute())
         if "/" not in ref:
             from homelab.hub.presets import find_preset
 

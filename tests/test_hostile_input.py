@@ -21,8 +21,8 @@ import pytest
 
 from homelab.cli import main
 from homelab.errors import ExitCode, ModelFileError
+from homelab.gguf.local_path import local_or_ref
 from homelab.gpu.snapshot import MAX_SNAPSHOT_BYTES
-from homelab.hub.model_ref import local_or_ref
 from tests.engine.supervisor_child import run_homelab
 from tests.factory import write_gguf
 

@@ -130,8 +130,8 @@ def plan_from_args(args: argparse.Namespace, model=None, model_path: str | None 
     """Read the model (unless given), probe the card and make the plan; returns (plan, argv)."""
     from homelab.engine.llamacpp.argv import llama_server_argv
     from homelab.engine.llamacpp.calibrate import current_engine_version
+    from homelab.gguf.local_path import local_or_ref
     from homelab.gguf.model_file import read_model
-    from homelab.hub.model_ref import local_or_ref
     from homelab.plan.card import card_for
     from homelab.plan.judge import judge
 

@@ -30,6 +30,7 @@ from urllib.parse import unquote
 
 from homelab.errors import ModelFileError
 from homelab.gguf.header import GgufHeader, GgufModel
+from homelab.gguf.local_path import gguf_file_name, on_disk, written_as_path
 from homelab.gguf.model_file import check_parts, read_model, split_count
 from homelab.gguf.reader import read_header
 from homelab.gguf.source import LocalFileSource
@@ -130,7 +131,7 @@ def parse_model_ref(text: str, *, revision: str | None = None) -> ModelRef:
             hint="Give a .gguf path, owner/name:QUANT or owner/name/FILE.gguf.",
         )
     path = Path(stripped).expanduser()
-    if _on_disk(path) or _looks_like_path(stripped):
+    if on_disk(path) or _looks_like_path(stripped):
         return ModelRef(text, path=path)
     inline = None
     if match := _RESOLVE_URL.match(stripped):
@@ -151,55 +152,10 @@ def parse_model_ref(text: str, *, revision: str | None = None) -> ModelRef:
     )
 
 
-def local_or_ref(text: str) -> Path | None:
-    """The local model file ``text`` names, or ``None`` when it names no local file.
-
-    Local is: anything that exists on disk (a file, a folder, a FIFO, a dangling link),
-    anything written like a path (``/``, ``./``, ``../``, ``~``, ``C:\\``), and ``FILE.gguf``
-    or ``dir/FILE.gguf`` (a Hub file needs owner, name and file). ``None`` leaves ``text``
-    to be read as a Hub reference (``owner/name[:QUANT]``) or a preset name. ``plan``,
-    ``serve`` and every front-end decide with this, so ``/dev/zero`` is never the Hub repo
-    ``dev/zero`` and a folder is the same error everywhere.
-
-    Raises:
-        ModelFileError: ``text`` names a local path that cannot be a model: missing, a
-            folder, a FIFO or a device (checked without reading or blocking), unreadable,
-            or a name the OS refuses (too long).
-    """
-    stripped = text.strip()
-    if not stripped:
-        return None
-    path = Path(stripped).expanduser()
-    if not (_on_disk(path) or _written_as_path(stripped) or _gguf_file_name(stripped)):
-        return None
-    with LocalFileSource(path) as source:
-        source.size()  # opens it: a missing, folder, FIFO or device path raises here
-    return path
-
-
-def _on_disk(path: Path) -> bool:
-    """Something is at ``path`` (a dangling link too); a name the OS refuses is not."""
-    try:
-        path.lstat()
-    except (OSError, ValueError):  # missing, name too long, a NUL byte in it
-        return False
-    return True
-
-
-def _written_as_path(text: str) -> bool:
-    return text.startswith(("/", "./", "../", "~", "\\", ".\\")) or bool(
-        re.match(r"^[A-Za-z]:[\\/]", text)
-    )
-
-
-def _gguf_file_name(text: str) -> bool:
-    return text.lower().endswith(".gguf") and text.count("/") < 2 and ":" not in text
-
-
 def _looks_like_path(text: str) -> bool:
     """A path, not a Hub reference: no ``owner/name`` shape, or a path-like start, or
     ``dir/file.gguf`` (a Hub file needs owner, name and file)."""
-    return _written_as_path(text) or "/" not in text or _gguf_file_name(text)
+    return written_as_path(text) or "/" not in text or gguf_file_name(text)
 
 
 def resolve_model_ref(

@@ -157,10 +157,12 @@ def test_serve_with_an_unreadable_record_and_nothing_running_starts_fresh(tmp_pa
     store = StateFile()
     store.path.parent.mkdir(parents=True, exist_ok=True)
     store.path.write_text("[]")
-    result = run_homelab("serve", str(tmp_path), "--vram", "8GiB", timeout_s=60)
+    not_a_model = tmp_path / "not-a-model.gguf"  # a regular file: only the plan refuses it
+    not_a_model.write_bytes(b"not a GGUF header")
+    result = run_homelab("serve", str(not_a_model), "--vram", "8GiB", timeout_s=60)
     assert "Traceback" not in result.stderr
     assert "could not be read" in result.stdout
-    assert result.returncode == 4 and "is a directory" in result.stderr  # got to the plan
+    assert result.returncode == 4 and "Bad model file" in result.stderr  # got to the plan
     assert len(_aside(store)) == 1
 
 

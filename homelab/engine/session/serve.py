@@ -139,7 +139,7 @@ class ServeSession:
         """The model to serve, pulled into the HF cache when the kind pulls and it is not local."""
         if not self.kind.pulls:
             return self.request.model
-        from homelab.hub.model_ref import local_or_ref
+        from homelab.gguf.local_path import local_or_ref
 
         ref = self.request.model
         local = local_or_ref(ref)  # a folder, FIFO or /dev/zero raises its own reason (exit 4)

@@ -25,6 +25,7 @@ from typing import Any
 from homelab.errors import ModelFileError
 from homelab.gguf.ggml_types import tensor_bytes, type_name
 from homelab.gguf.header import GgufHeader, LazyArray, TensorInfo
+from homelab.gguf.not_gguf import describe_foreign, version_problem
 from homelab.gguf.source import ByteCursor, ByteSource
 
 MAGIC = b"GGUF"
@@ -81,17 +82,6 @@ _TENSOR_INFO_GUESS = 72  # "blk.12.ffn_down.weight", two dims, type, offset
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _PREAMBLE = struct.Struct("<4sIQQ")
-
-_FOREIGN = (
-    (b"\x89PNG", "a PNG image"),
-    (b"PK\x03\x04", "a ZIP archive (a PyTorch checkpoint?)"),
-    (b"version https://git-lfs", "a Git LFS pointer, not the model itself (run `git lfs pull`)"),
-    (b"<!DOCTYPE", "an HTML page (a failed download?)"),
-    (b"<html", "an HTML page (a failed download?)"),
-    (b"lmgg", "a pre-GGUF GGML file (convert it to GGUF)"),
-    (b"fmgg", "a pre-GGUF GGMF file (convert it to GGUF)"),
-    (b"tjgg", "a pre-GGUF GGJT file (convert it to GGUF)"),
-)
 
 
 def read_header(source: ByteSource) -> GgufHeader:
@@ -209,12 +199,12 @@ class _HeaderParser:
         if not head:
             raise self.error("the file is empty (0 bytes), not a GGUF model")
         if not head.startswith(MAGIC):
-            raise self.error(f"not a GGUF file: {_describe_foreign(head)}")
+            raise self.error(f"not a GGUF file: {describe_foreign(head)}")
         if len(head) < 8:
             raise cur.truncated(8)
         version = _U32.unpack_from(head, 4)[0]
         if version not in SUPPORTED_VERSIONS:
-            raise self.error(*_version_problem(version, head[4:8]))
+            raise self.error(*version_problem(version, head[4:8]))
         off = cur.fill(_PREAMBLE.size)
         _, _, n_tensors, n_kv = _PREAMBLE.unpack_from(cur.buf, off)
         cur.pos = _PREAMBLE.size
@@ -400,32 +390,3 @@ class _HeaderParser:
                 f"tensor {name!r} ({type_name(ggml_type)}, shape {list(dims)}): {exc}"
             ) from None
         return TensorInfo(name, dims, ggml_type, type_name(ggml_type), offset, n_bytes)
-
-
-def _describe_foreign(head: bytes) -> str:
-    """Say what a non-GGUF file looks like: its first bytes, and its format when obvious."""
-    for prefix, what in _FOREIGN:
-        if head.startswith(prefix):
-            return f"it looks like {what}"
-    first = head[:8]
-    return f"it starts with bytes {first.hex(' ')} ({first!r}) instead of 'GGUF'"
-
-
-def _version_problem(version: int, raw: bytes) -> tuple[str, str | None]:
-    """The message and hint for a version field we cannot read."""
-    swapped = int.from_bytes(raw, "big")
-    if swapped in (1, 2, 3):
-        big_endian = (
-            f"this is a big-endian GGUF (version {swapped}, byte-swapped); homelab "
-            "and llama.cpp on this machine read little-endian files only"
-        )
-        return big_endian, "Download the little-endian build of the model."
-    if version == 1:
-        return (
-            "this is a GGUF version 1 file (2023, 32-bit counts), which homelab does not read",
-            "Convert the model again with a current llama.cpp.",
-        )
-    return (
-        f"unsupported GGUF version {version} (homelab reads versions 2 and 3)",
-        "A newer homelab may read it.",
-    )

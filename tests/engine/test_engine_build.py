@@ -14,27 +14,26 @@ from pathlib import Path
 import pytest
 
 from homelab.cli import engine_cmd
-from homelab.engine.llamacpp import build
+from homelab.engine.llamacpp import build, source
 from homelab.engine.llamacpp.build import (
-    SDIST_SHA256,
-    SDIST_SOURCE_DIR,
-    _StepFailed,
     build_llama_server,
     build_manifest,
     check_free_space,
     check_toolchain,
     cmake_args,
-    diagnose,
+    install_binary,
+    resolve_variant,
+)
+from homelab.engine.llamacpp.build_steps import BuildStepFailed, diagnose, parse_progress, run_step
+from homelab.engine.llamacpp.locate import LLAMA_CPP_BUILD_NUMBER, LLAMA_CPP_COMMIT, binary_path
+from homelab.engine.llamacpp.source import (
+    SDIST_SHA256,
+    SDIST_SOURCE_DIR,
     extract_source,
     fetch_sdist,
-    install_binary,
-    parse_progress,
-    resolve_variant,
-    run_step,
     sha256_file,
     verify_sha256,
 )
-from homelab.engine.llamacpp.locate import LLAMA_CPP_BUILD_NUMBER, LLAMA_CPP_COMMIT, binary_path
 from homelab.errors import EngineError, ExitCode
 
 
@@ -125,7 +124,7 @@ def test_run_step_tees_output_reports_progress_and_keeps_the_tail(tmp_path: Path
     seen: list[tuple[float | None, str]] = []
     log = io.StringIO()
     code = "print('[ 50%] half'); print('boom: No space left on device'); raise SystemExit(3)"
-    with pytest.raises(_StepFailed) as failed:
+    with pytest.raises(BuildStepFailed) as failed:
         run_step(
             "cmake build", [sys.executable, "-c", code], log, lambda f, line: seen.append((f, line))
         )
@@ -192,10 +191,10 @@ def test_verify_sha256_deletes_a_corrupted_file(tmp_path: Path) -> None:
 def test_fetch_sdist_rejects_a_corrupted_cached_copy_without_downloading(monkeypatch) -> None:
     from homelab.paths import cache_dir
 
-    cached = cache_dir() / "sources" / build.SDIST_FILE
+    cached = cache_dir() / "sources" / source.SDIST_FILE
     cached.parent.mkdir(parents=True)
     cached.write_bytes(b"not the sdist")
-    monkeypatch.setattr(build.subprocess, "run", lambda *a, **k: pytest.fail("downloaded"))
+    monkeypatch.setattr(source.subprocess, "run", lambda *a, **k: pytest.fail("downloaded"))
     with pytest.raises(EngineError, match=SDIST_SHA256):
         fetch_sdist()
     assert not cached.exists()
@@ -204,11 +203,11 @@ def test_fetch_sdist_rejects_a_corrupted_cached_copy_without_downloading(monkeyp
 def test_fetch_sdist_reuses_a_good_cached_copy(monkeypatch) -> None:
     from homelab.paths import cache_dir
 
-    cached = cache_dir() / "sources" / build.SDIST_FILE
+    cached = cache_dir() / "sources" / source.SDIST_FILE
     cached.parent.mkdir(parents=True)
     cached.write_bytes(b"pretend sdist")
-    monkeypatch.setattr(build, "SDIST_SHA256", sha256_file(cached))
-    monkeypatch.setattr(build.subprocess, "run", lambda *a, **k: pytest.fail("downloaded"))
+    monkeypatch.setattr(source, "SDIST_SHA256", sha256_file(cached))
+    monkeypatch.setattr(source.subprocess, "run", lambda *a, **k: pytest.fail("downloaded"))
     assert fetch_sdist() == cached
 
 
@@ -228,7 +227,7 @@ def test_fetch_sdist_offline_says_how_to_provide_the_file(monkeypatch) -> None:
         fetch_sdist()
     assert error.value.title == "Source download failed"
     assert "llama-cpp-python==0.3.36" in error.value.message
-    assert build.SDIST_FILE in error.value.hint and SDIST_SHA256 in error.value.hint
+    assert source.SDIST_FILE in error.value.hint and SDIST_SHA256 in error.value.hint
     assert not any((Path(os.environ["HOMELAB_CACHE_DIR"]) / "sources").iterdir())
 
 

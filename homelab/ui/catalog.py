@@ -77,7 +77,10 @@ def _words(fit: Any) -> Judgement:
     if fit.plan is not None:
         return judgement_of_plan(fit.plan, fit.file_bytes)
     if fit.verdict == "does_not_fit":
-        return Judgement("does_not_fit", "does not fit", fit.file_bytes, fit.reason)
+        text = "does not fit"
+        if fit.short_by is not None and fit.short_by > 0:
+            text += f": short by {format_bytes(fit.short_by, precision=1)}"
+        return Judgement("does_not_fit", text, fit.file_bytes, fit.reason)
     return Judgement(
         "unknown", f"unknown: {fit.problem or 'no header'}", fit.file_bytes, fit.reason
     )

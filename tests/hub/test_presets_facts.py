@@ -142,3 +142,17 @@ def test_a_bad_facts_table_is_a_preset_error_naming_the_key(
     with pytest.raises(PresetError) as raised:
         _load(tmp_path, text)
     assert f"field {named!r}" in raised.value.message
+
+
+def test_does_not_fit_says_by_how_many_bytes(tmp_path: Path) -> None:
+    from homelab.plan.budget import device_budget
+
+    huge = 30 * GIB
+    text = (_BARE + _FACTS).replace("file_bytes = 100_000_000", f"file_bytes = {huge + 10**9}")
+    path = tmp_path / "huge.toml"
+    path.write_text(text.replace("output_bytes = 1_000_000", f"output_bytes = {huge}"))
+    preset = load_preset_file(path, origin="user")
+    report = synthetic_report(24 * GIB)
+    fit = fit_preset_from_facts(preset, report, PlanOptions()).fit
+    assert fit.verdict == "does_not_fit"
+    assert fit.short_by == huge - device_budget(report, None).usable > 0

@@ -54,3 +54,21 @@ def test_offline_the_presets_are_judged_from_their_facts_and_marked(
             assert menu.judgements[broken].text.startswith("unknown: ")
 
     run(drive())
+
+
+def test_a_model_that_does_not_fit_says_short_by_how_much() -> None:
+    import dataclasses
+
+    from homelab.hub.preset_facts import QuantSizes, stand_in
+    from homelab.plan.judge import judge
+    from homelab.ui.catalog import judgement_of_fit
+
+    preset = next(p for p in load_presets() if p.key == "qwen3.5-9b")
+    assert preset.facts is not None
+    huge = QuantSizes(file_bytes=40 * 1024**3, embedding_bytes=10**9, output_bytes=30 * 1024**3)
+    facts = dataclasses.replace(preset.facts, quants={preset.quant: huge})
+    report = probe(snapshot=CARD, window_s=0)
+    fit = judge(stand_in(facts, preset.quant, "huge"), "huge", report, PlanOptions())
+    assert fit.verdict == "does_not_fit" and fit.short_by is not None and fit.short_by > 0
+    judged = judgement_of_fit(fit)
+    assert judged.text.startswith("does not fit: short by ") and judged.text.endswith("GiB")

@@ -143,9 +143,12 @@ def _judge(
     engine_version: EngineVersion,
 ) -> PresetFit:
     source: Source | None = "header"
+    warnings: tuple[str, ...] = ()
     if isinstance(header, HomelabError):
         facts = preset.facts
         if facts is not None and preset.quant in facts.quants:
+            if not isinstance(header, NoFactsError):
+                warnings = (f"planned from the preset's facts: {header.title}: {header.message}",)
             header, source = (
                 stand_in(facts, preset.quant, f"{preset.ref} (from the preset)"),
                 "preset",
@@ -160,7 +163,8 @@ def _judge(
         default_workload=preset.workload,
         engine_version=engine_version,
     )
-    warnings = () if source != "header" else _arch_warnings(preset, header)  # type: ignore[arg-type]
+    if source == "header":
+        warnings = _arch_warnings(preset, header)  # type: ignore[arg-type]
     return PresetFit(preset, fit, warnings, source)
 
 

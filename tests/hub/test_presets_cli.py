@@ -236,6 +236,9 @@ def test_offline_without_headers_plans_from_the_preset_facts_or_says_unknown(
         entry = listed[key]
         assert entry["verdict"] != "unknown" and entry["verdict_from"] == "preset", key
         assert entry["kv_bytes_per_token"] and entry["weights_bytes"], key
+        assert any(
+            w.startswith("planned from the preset's facts: Offline") for w in entry["warnings"]
+        )
     for key in ("spill", "huge"):
         entry = listed[key]
         assert entry["verdict"] == "unknown" and entry["verdict_from"] is None

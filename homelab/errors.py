@@ -74,6 +74,18 @@ class DoesNotFitError(HomelabError):
     title = "Does not fit"
     exit_code = ExitCode.DOES_NOT_FIT
 
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        title: str | None = None,
+        short_by: int | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint, title=title)
+        self.short_by = short_by
+        """Bytes missing for the least that would run; None when the planner cannot say."""
+
 
 class EngineError(HomelabError):
     """Building, finding or running the inference engine failed."""

@@ -98,6 +98,7 @@ def fit_to_dict(row: PresetFit) -> dict[str, Any]:
         "overrides": str(preset.overrides) if preset.overrides else None,
         "workload": {"name": fit.workload.name, "tokens_per_slot": fit.workload.tokens_per_slot},
         "verdict": fit.verdict,
+        "verdict_from": row.source,
         "reason": fit.explanation,
         "problem": fit.problem,
         "file_bytes": fit.file_bytes,
@@ -151,6 +152,12 @@ def print_table(fits: list[PresetFit], budget: DeviceBudget, user_dir: Path) -> 
         print(
             f"! Offline, and these headers were never read: {', '.join(offline)}. Run "
             "`homelab presets` once online: it reads only the headers and keeps them for next time."
+        )
+    facts = [entry.preset.key for entry in fits if entry.source == "preset"]
+    if facts:
+        print(
+            f"! From the preset's own facts (no header read yet): {', '.join(facts)}. "
+            "A header read online replaces them."
         )
     for entry in fits:
         if entry.fit.reason and not (len(offline) > 1 and entry.preset.key in offline):

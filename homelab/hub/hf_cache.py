@@ -18,7 +18,7 @@ import os
 import re
 from pathlib import Path
 
-from homelab.hub.quant_match import RemoteFile
+from homelab.hub.quant_match import RemoteFile, is_model_gguf
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _SHA1 = re.compile(r"[0-9a-f]{40}")
@@ -125,6 +125,24 @@ def cached_listing(
                 )
             )
     return (commit, sorted(files, key=lambda f: f.path)) if files else None
+
+
+def cached_ggufs(cache_dir: Path) -> list[Path]:
+    """Every model GGUF the cache holds (not projectors), as snapshot paths, by repo.
+
+    Only each repo's ``main`` snapshot counts (what ``homelab pull`` and ``-hf`` use);
+    a repo whose listing is gone or empty is skipped.
+    """
+    found: list[Path] = []
+    for folder in sorted(cache_dir.glob("models--*")):
+        repo = folder.name.removeprefix("models--").replace("--", "/", 1)
+        listing = cached_listing(cache_dir, repo)
+        if listing is None:
+            continue
+        commit, files = listing
+        root = folder / "snapshots" / commit
+        found += [root / f.path for f in files if is_model_gguf(f.path)]
+    return found
 
 
 def existing_ancestor(path: Path) -> Path:

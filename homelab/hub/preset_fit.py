@@ -7,6 +7,10 @@ options ask for). The verdict is the judge's :class:`~homelab.plan.judge.Fit`: f
 partial (weights spill to the CPU), does not fit, or unknown when the header cannot be
 had (offline and never read before, the repo or quant gone, no network) or describes
 something homelab cannot size. A preset that cannot be judged never stops the listing.
+
+When no header can be had, a preset's own ``[facts]`` (:mod:`homelab.hub.preset_facts`)
+stand in for it and the result says so (``source="preset"``);
+:func:`fit_preset_from_facts` judges from the facts alone, at once and offline.
 """
 
 from __future__ import annotations
@@ -14,10 +18,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Literal
 
 from homelab.errors import HomelabError
 from homelab.gguf.header import GgufModel
 from homelab.gpu.report import GpuReport
+from homelab.hub.preset_facts import stand_in
 from homelab.hub.presets import Preset
 from homelab.plan.calibration import EngineVersion
 from homelab.plan.judge import Fit, judge
@@ -27,6 +33,14 @@ MAX_FETCHES = 4
 """Presets whose headers are fetched at the same time."""
 Resolver = Callable[[str], GgufModel]
 """``REPO:QUANT`` -> the model's header(s); raises a HomelabError when it cannot."""
+Source = Literal["header", "preset"]
+"""What a verdict was planned from: the model's real header, or the preset's facts."""
+
+
+class NoFactsError(HomelabError):
+    """Neither a header has been read for the model nor does its preset give facts."""
+
+    title = "Never read"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +51,8 @@ class PresetFit:
     fit: Fit
     warnings: tuple[str, ...] = ()
     """The preset's own (e.g. its arch is not the file's), besides the plan's."""
+    source: Source | None = "header"
+    """Planned from the real header, or from the preset's facts; None: from neither."""
 
 
 def fit_preset(
@@ -88,6 +104,29 @@ def fit_presets(
     ]
 
 
+def fit_preset_from_facts(
+    preset: Preset,
+    report: GpuReport,
+    options: PlanOptions,
+    *,
+    engine_version: EngineVersion = None,
+) -> PresetFit:
+    """Judge ``preset`` from its ``[facts]`` alone (no file, no network): instant.
+
+    Without facts for its default quant the verdict is unknown and says that no header
+    has been read for this model.
+    """
+    return _judge(preset, _never_read(preset), report, options, engine_version)
+
+
+def _never_read(preset: Preset) -> NoFactsError:
+    return NoFactsError(
+        f"no header has been read for {preset.ref}, and the preset gives no facts for "
+        f"{preset.quant}",
+        hint="Read it once online (homelab presets), or add a [facts] table to the preset.",
+    )
+
+
 def _fetch(preset: Preset, resolve: Resolver) -> GgufModel | HomelabError:
     """The preset's header(s), or the error that says why there are none."""
     try:
@@ -103,6 +142,19 @@ def _judge(
     options: PlanOptions,
     engine_version: EngineVersion,
 ) -> PresetFit:
+    source: Source | None = "header"
+    warnings: tuple[str, ...] = ()
+    if isinstance(header, HomelabError):
+        facts = preset.facts
+        if facts is not None and preset.quant in facts.quants:
+            if not isinstance(header, NoFactsError):
+                warnings = (f"planned from the preset's facts: {header.title}: {header.message}",)
+            header, source = (
+                stand_in(facts, preset.quant, f"{preset.ref} (from the preset)"),
+                "preset",
+            )
+        else:
+            source = None
     fit = judge(
         header,
         preset.ref,
@@ -111,8 +163,9 @@ def _judge(
         default_workload=preset.workload,
         engine_version=engine_version,
     )
-    warnings = () if isinstance(header, HomelabError) else _arch_warnings(preset, header)
-    return PresetFit(preset, fit, warnings)
+    if source == "header":
+        warnings = _arch_warnings(preset, header)  # type: ignore[arg-type]
+    return PresetFit(preset, fit, warnings, source)
 
 
 def default_resolver() -> Resolver:

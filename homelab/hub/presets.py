@@ -18,6 +18,7 @@ A preset file::
     license = "apache-2.0"
     arch = "qwen35"                     # optional: GGUF architecture (must be one homelab sizes)
     mmproj = "mmproj-F16.gguf"          # optional: vision projector file in the repo
+    [facts]                             # optional: geometry and sizes (homelab.hub.preset_facts)
 
 Every problem is a ``PresetError`` (exit code 2) naming the file and the field.
 """
@@ -34,6 +35,7 @@ from typing import Any, Literal
 from homelab.errors import HomelabError, UsageError
 from homelab.files import read_regular
 from homelab.gguf.archs import known_architectures
+from homelab.hub.preset_facts import FactsProblem, PresetFacts, parse_facts, stand_in
 from homelab.plan.workload import AGENT, CHAT, Workload, parse_workload
 
 Engine = Literal["llama.cpp", "vllm"]
@@ -41,7 +43,7 @@ Origin = Literal["shipped", "user"]
 
 ENGINES: tuple[Engine, ...] = ("llama.cpp", "vllm")
 REQUIRED = ("name", "repo", "quant", "engine", "workload", "notes", "license")
-OPTIONAL = ("alt_quants", "arch", "mmproj")
+OPTIONAL = ("alt_quants", "arch", "mmproj", "facts")
 FIELDS = REQUIRED + OPTIONAL
 NOTES_MAX_CHARS = 600
 """Notes are one short paragraph for a table; the working belongs in comments."""
@@ -91,6 +93,8 @@ class Preset:
     """The file the preset came from (the user's file when it overrides a shipped one)."""
     overrides: Path | None = None
     """The shipped file a user preset overrides, if any."""
+    facts: PresetFacts | None = None
+    """Geometry and sizes to plan from before a header has been read."""
 
     @property
     def ref(self) -> str:
@@ -215,6 +219,9 @@ def load_preset_file(path: Path, *, origin: Origin, base: Preset | None = None) 
             f"{where}: missing field {missing[0]!r}",
             hint=_missing_hint(missing, base),
         )
+    facts = fields.get("facts")
+    if facts is not None and not isinstance(facts, PresetFacts):
+        facts = _facts(facts, where, fields)
     return Preset(
         key=path.stem,
         name=fields["name"],
@@ -230,7 +237,26 @@ def load_preset_file(path: Path, *, origin: Origin, base: Preset | None = None) 
         origin=origin,
         source=path,
         overrides=base.source if base is not None else None,
+        facts=facts,
     )
+
+
+def _facts(data: Any, where: str, fields: Mapping[str, Any]) -> PresetFacts:
+    """The ``[facts]`` table typed, and its geometry read as the planner reads a header."""
+    from homelab.gguf.geometry import geometry_of
+
+    quants = (fields["quant"], *fields.get("alt_quants", ()))
+    try:
+        facts = parse_facts(data, fields.get("arch"), quants)
+    except FactsProblem as problem:
+        raise _bad(where, problem.key, problem.message, "See homelab.hub.preset_facts.") from None
+    try:
+        geometry_of(stand_in(facts, quants[0], where))
+    except HomelabError as error:
+        raise _bad(
+            where, "facts", f"the geometry is not one homelab can size: {error.message}"
+        ) from None
+    return facts
 
 
 def _toml_files(folder: Path | None) -> list[Path]:
@@ -263,8 +289,13 @@ def _checked_fields(data: Mapping[str, Any], where: str) -> dict[str, Any]:
         "license": _text,
         "arch": _arch,
         "mmproj": _mmproj,
+        "facts": _raw,
     }
     return {name: checks[name](data[name], where, name) for name in FIELDS if name in data}
+
+
+def _raw(value: Any, where: str, field: str) -> Any:
+    return value  # [facts] is checked once the other fields are known (see _facts)
 
 
 def _bad(where: str, field: str, message: str, hint: str | None = None) -> PresetError:

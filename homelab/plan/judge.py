@@ -46,6 +46,8 @@ class Fit:
     """Size of the model's file(s) when the source said; None when unknown."""
     weights_bytes: int | None = None
     """Tensor bytes the header describes; None without a header (or one that cannot be sized)."""
+    short_by: int | None = None
+    """does_not_fit: the bytes missing for the least that would run (None: not said)."""
     error: HomelabError | None = field(default=None, compare=False, repr=False)
     """The error behind does_not_fit / unknown (its class says the exit code), for a
     front-end that reports one model's failure as its own (``homelab plan``)."""
@@ -151,6 +153,7 @@ def _failed(
         hint=error.hint,
         file_bytes=_file_bytes(model) if model is not None else None,
         weights_bytes=model.weights_bytes if model is not None else None,
+        short_by=error.short_by if isinstance(error, DoesNotFitError) else None,
         error=error,
     )
 

@@ -217,6 +217,7 @@ def _choose(
                 hint=f"What fits with {n_seq} slot(s): a context of {tokens_fit} tokens."
                 if tokens_fit
                 else "Nothing fits: try a smaller quant or cache type q4_0.",
+                short_by=candidate.cost - max(fitter.room, 0),
             )
         return candidate, tokens_fit
 
@@ -252,6 +253,7 @@ def _nothing_fits(fitter: Fitter, n_seq: int) -> DoesNotFitError:
         f"with {n_seq} slot(s) only {best:,} tokens of context fit "
         f"({max(fitter.room, 0):,} bytes free for KV and engine state), below the {MIN_CTX:,}-token minimum",
         hint="Try a smaller quant, cache type q4_0, fewer slots, or close programs using the GPU.",
+        short_by=fitter.candidate(MIN_CTX * n_seq, n_seq).cost - max(fitter.room, 0),
     )
 
 
@@ -285,4 +287,5 @@ def _partial_offload(
         f"not even the output layer of this model fits on {budget.name} "
         f"({budget.usable:,} bytes usable, output layer {weights.output:,} bytes)",
         hint="Free GPU memory or pick a smaller model.",
+        short_by=weights.output - budget.usable if weights.output > budget.usable else None,
     )

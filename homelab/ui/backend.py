@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from homelab.engine.supervision.state_file import EngineRecord
     from homelab.engine.supervision.supervisor import Supervisor, Transition
+    from homelab.errors import HomelabError
     from homelab.gguf.header import GgufModel
     from homelab.gpu.report import GpuReport
+    from homelab.hub.preset_fit import PresetFit
     from homelab.hub.presets import Preset
     from homelab.plan.judge import Fit
     from homelab.plan.options import PlanOptions
@@ -93,12 +95,30 @@ def presets() -> list[Preset]:
     return load_presets()
 
 
-def judge_preset(preset: Preset, report: GpuReport, options: PlanOptions) -> Fit:
-    """The preset's verdict on this card (never raises for the preset's own trouble)."""
+def judge_preset(preset: Preset, report: GpuReport, options: PlanOptions) -> PresetFit:
+    """The preset's verdict from its header (read or cached; its facts when there is none)."""
     from homelab.engine.llamacpp.calibrate import current_engine_version
     from homelab.hub.preset_fit import fit_preset
 
-    return fit_preset(preset, report, options, engine_version=current_engine_version).fit
+    return fit_preset(preset, report, options, engine_version=current_engine_version)
+
+
+def judge_preset_from_facts(preset: Preset, report: GpuReport, options: PlanOptions) -> PresetFit:
+    """The preset's verdict from its own facts alone: instant, offline."""
+    from homelab.engine.llamacpp.calibrate import current_engine_version
+    from homelab.hub.preset_fit import fit_preset_from_facts
+
+    return fit_preset_from_facts(preset, report, options, engine_version=current_engine_version)
+
+
+def judge_model(
+    model: GgufModel | HomelabError, label: str, report: GpuReport, options: PlanOptions
+) -> Fit:
+    """A local GGUF's verdict (never raises for the model's own trouble)."""
+    from homelab.engine.llamacpp.calibrate import current_engine_version
+    from homelab.plan.judge import judge
+
+    return judge(model, label, report, options, engine_version=current_engine_version)
 
 
 def preset_model_path(preset: Preset) -> Path | None:
@@ -114,21 +134,10 @@ def preset_model_path(preset: Preset) -> Path | None:
 
 def cached_ggufs() -> list[Path]:
     """GGUF model files in the standard Hugging Face cache (snapshot paths)."""
-    from homelab.hub.hf_cache import cached_listing
+    from homelab.hub.hf_cache import cached_ggufs as in_cache
     from homelab.hub.hf_env import hub_cache_dir
-    from homelab.hub.quant_match import is_model_gguf
 
-    cache = hub_cache_dir()
-    found: list[Path] = []
-    for repo_dir in sorted(cache.glob("models--*")):
-        repo = repo_dir.name.removeprefix("models--").replace("--", "/", 1)
-        listing = cached_listing(cache, repo)
-        if listing is None:
-            continue
-        commit, files = listing
-        root = repo_dir / "snapshots" / commit
-        found += [root / f.path for f in files if is_model_gguf(f.path)]
-    return found
+    return in_cache(hub_cache_dir())
 
 
 def local_ggufs(folders: Iterable[Path]) -> list[Path]:

@@ -41,6 +41,8 @@ class Judgement:
     text: str
     size: int | None = None
     detail: str | None = None
+    from_preset: bool = False
+    """Planned from the preset's facts: the model's header has not been read yet."""
 
 
 def judgement_of_plan(plan: Any, size: int | None) -> Judgement:
@@ -53,19 +55,32 @@ def judgement_of_plan(plan: Any, size: int | None) -> Judgement:
     return Judgement("fits", text, size)
 
 
-def judgement_of_error(error: Any, size: int | None, *, does_not_fit: bool) -> Judgement:
-    """The words for a model that cannot be planned (short reason first, full text as detail)."""
-    if does_not_fit:
-        return Judgement("does_not_fit", "does not fit", size, error.message)
-    return Judgement("unknown", f"unknown: {error.title}", size, error.message)
+FROM_PRESET = " †"
+"""Marks a verdict planned from a preset's own facts until its header has been read."""
+FROM_PRESET_LEGEND = "† from the preset (header not read yet)"
+"""What the mark means, shown with the menu while a row carries it."""
 
 
-def judgement_of_fit(fit: Any) -> Judgement:
-    """The words for a verdict (``homelab.plan.judge.Fit``)."""
+def judgement_of_fit(fit: Any, source: str | None = "header") -> Judgement:
+    """The words for a verdict (``homelab.plan.judge.Fit``).
+
+    ``source`` is ``PresetFit.source``: ``"preset"`` adds :data:`FROM_PRESET`.
+    """
+    judgement = _words(fit)
+    if source != "preset":
+        return judgement
+    text = judgement.text + FROM_PRESET
+    return Judgement(judgement.verdict, text, judgement.size, judgement.detail, from_preset=True)
+
+
+def _words(fit: Any) -> Judgement:
     if fit.plan is not None:
         return judgement_of_plan(fit.plan, fit.file_bytes)
     if fit.verdict == "does_not_fit":
-        return Judgement("does_not_fit", "does not fit", fit.file_bytes, fit.reason)
+        text = "does not fit"
+        if fit.short_by is not None and fit.short_by > 0:
+            text += f": short by {format_bytes(fit.short_by, precision=1)}"
+        return Judgement("does_not_fit", text, fit.file_bytes, fit.reason)
     return Judgement(
         "unknown", f"unknown: {fit.problem or 'no header'}", fit.file_bytes, fit.reason
     )

@@ -12,15 +12,13 @@ from typing import Any
 from textual import work
 from textual.worker import get_current_worker
 
-from homelab.errors import DoesNotFitError, HomelabError, ModelFileError, UsageError
+from homelab.errors import HomelabError, ModelFileError, UsageError
 from homelab.ui import backend
 from homelab.ui.catalog import (
     Judgement,
     ModelEntry,
     Source,
-    judgement_of_error,
     judgement_of_fit,
-    judgement_of_plan,
 )
 from homelab.ui.messages import (
     EngineFailed,
@@ -95,6 +93,7 @@ class ModelsFlow:
 
     @work(thread=True, exclusive=True, group="verdicts", exit_on_error=False)
     def judge_models(self, entries: list[ModelEntry]) -> None:
+        """Presets from their own facts first (instant, offline), then every row for real."""
         worker = get_current_worker()
         try:
             options = self.plan_options()
@@ -104,20 +103,27 @@ class ModelsFlow:
         for entry in entries:
             if worker.is_cancelled:
                 return
+            if entry.preset is not None:
+                fit = backend.judge_preset_from_facts(entry.preset, report, options)
+                self.post_message(ModelJudged(entry.key, judgement_of_fit(fit.fit, fit.source)))
+        for entry in entries:
+            if worker.is_cancelled:
+                return
             self.post_message(ModelJudged(entry.key, self._judge(entry, report, options)))
 
     def _judge(self, entry: ModelEntry, report: Any, options: Any) -> Judgement:
         if entry.preset is not None:
-            return judgement_of_fit(backend.judge_preset(entry.preset, report, options))
+            preset_fit = backend.judge_preset(entry.preset, report, options)
+            return judgement_of_fit(preset_fit.fit, preset_fit.source)
+        model: Any
         try:
             if entry.path is None:  # only presets come without a path
                 raise ModelFileError(f"{entry.name} has no file to read")
-            plan = backend.plan(self._header(entry.path), entry.name, report, options)
-        except DoesNotFitError as error:
-            return judgement_of_error(error, entry.size, does_not_fit=True)
+            model = self._header(entry.path)
         except HomelabError as error:
-            return judgement_of_error(error, entry.size, does_not_fit=False)
-        return judgement_of_plan(plan, entry.size)
+            model = error
+        fit = backend.judge_model(model, entry.name, report, options)
+        return judgement_of_fit(fit)
 
     def _header(self, path: Path) -> Any:
         header = self._headers.get(path)
@@ -161,7 +167,7 @@ class ModelsFlow:
                 default = entry.preset.workload if entry.preset is not None else None
                 plan = backend.plan(self._header(path), str(path), report, options, default)
             else:
-                fit = backend.judge_preset(entry.preset, report, options)
+                fit = backend.judge_preset(entry.preset, report, options).fit
                 if fit.plan is None:
                     raise HomelabError(
                         fit.reason or "its header could not be read",

@@ -224,13 +224,24 @@ def test_workload_option_applies_to_every_preset(
     assert gpt[0]["workload"]["name"] == "agent" and gpt[0]["ctx_per_slot"] > gpt[1]["ctx_per_slot"]
 
 
-def test_offline_without_headers_is_unknown_not_an_error(
+def test_offline_without_headers_plans_from_the_preset_facts_or_says_unknown(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    _user_presets()  # spill and huge: new presets without [facts]
     listed = _presets_json(capsys)
-    assert listed and {e["verdict"] for e in listed.values()} == {"unknown"}
-    for entry in listed.values():
+    shipped = {p.key for p in load_presets(user_dir=None)}
+    assert shipped and set(listed) == shipped | {"spill", "huge"}
+    for key in shipped:
+        entry = listed[key]
+        assert entry["verdict"] != "unknown" and entry["verdict_from"] == "preset", key
+        assert entry["kv_bytes_per_token"] and entry["weights_bytes"], key
+        assert any(
+            w.startswith("planned from the preset's facts: Offline") for w in entry["warnings"]
+        )
+    for key in ("spill", "huge"):
+        entry = listed[key]
+        assert entry["verdict"] == "unknown" and entry["verdict_from"] is None
         assert entry["problem"] == "Offline" and "HF_HUB_OFFLINE" in entry["reason"]
         assert entry["tokens_fit"] is None and entry["parallel"] is None
 
@@ -239,9 +250,13 @@ def test_offline_without_headers_is_unknown_not_an_error(
     assert code == ExitCode.OK
     lines = out.splitlines()
     assert lines[0].startswith("On GPU 0: NVIDIA GeForce RTX 4060 Ti")
-    assert all(" unknown " in line for line in lines[2 : 2 + len(listed)])
+    rows = {line.split()[0].rstrip("*"): line for line in lines[2 : 2 + len(listed)]}
+    assert all(" unknown " in rows[key] for key in ("spill", "huge"))
+    assert not any(" unknown " in rows[key] for key in shipped)
     offline = [line for line in lines if line.startswith("! Offline")]
-    assert len(offline) == 1 and all(key in offline[0] for key in listed)
+    assert len(offline) == 1 and all(key in offline[0] for key in ("spill", "huge"))
+    facts = [line for line in lines if line.startswith("! From the preset's own facts")]
+    assert len(facts) == 1 and all(key in facts[0] for key in shipped)
     assert "Traceback" not in out
 
 
@@ -258,6 +273,7 @@ def test_headers_read_once_serve_the_list_offline(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     offline = _presets_json(capsys)
     for key in served:
+        assert online[key]["verdict_from"] == offline[key]["verdict_from"] == "header", key
         assert {n: offline[key][n] for n in COMPARED} == {n: online[key][n] for n in COMPARED}, key
 
 

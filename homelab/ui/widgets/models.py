@@ -14,7 +14,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Input
 
-from homelab.ui.catalog import Judgement, ModelEntry, matches, size_text
+from homelab.ui.catalog import FROM_PRESET_LEGEND, Judgement, ModelEntry, matches, size_text
 
 VERDICT_STYLE = {
     "fits": "green",
@@ -64,7 +64,6 @@ class ModelsMenu(Vertical):
 
     def set_entries(self, entries: list[ModelEntry]) -> None:
         self.entries = entries
-        self.border_subtitle = f"{len(entries)} models"
         self._fill()
 
     def set_judgement(self, key: str, judgement: Judgement) -> None:
@@ -73,6 +72,14 @@ class ModelsMenu(Vertical):
         if key in table.rows:
             table.update_cell(key, "verdict", self._verdict(key), update_width=True)
             table.update_cell(key, "size", size_text(self._entry_size(key)), update_width=True)
+        self._subtitle()
+
+    def _subtitle(self) -> None:
+        """The count of rows, and what † means while a verdict is from a preset's facts."""
+        subtitle = f"{len(self.entries)} models"
+        if any(j.from_preset for j in self.judgements.values()):
+            subtitle += f" · {FROM_PRESET_LEGEND}"
+        self.border_subtitle = subtitle
 
     def clear_judgements(self) -> None:
         self.judgements.clear()
@@ -115,6 +122,7 @@ class ModelsMenu(Vertical):
                 self._verdict(entry.key),
                 key=entry.key,
             )
+        self._subtitle()
 
     # -- filter and pick -------------------------------------------------------------------
 

@@ -18,8 +18,9 @@ from homelab.gguf.geometry import geometry_of
 from homelab.gguf.header import GgufModel
 from homelab.gpu.report import synthetic_report
 from homelab.hub.preset_facts import stand_in
+from homelab.hub.preset_fields import PresetError
 from homelab.hub.preset_fit import fit_preset, fit_preset_from_facts
-from homelab.hub.presets import PresetError, load_preset_file, load_presets
+from homelab.hub.presets import load_preset_file, load_presets
 from homelab.plan.judge import judge
 from homelab.plan.options import PlanOptions
 

@@ -11,10 +11,8 @@ import pytest
 from homelab.cli import main
 from homelab.errors import ExitCode
 from homelab.gguf.archs import known_architectures
+from homelab.hub.preset_fields import ENGINES, REQUIRED, PresetError
 from homelab.hub.presets import (
-    ENGINES,
-    REQUIRED,
-    PresetError,
     UnknownPresetError,
     find_preset,
     load_preset_file,

@@ -39,7 +39,7 @@ def _partial(stub: HubStub) -> Path:
     strict=False,
 )
 def test_download_cancel_and_resume_then_the_model_plans_from_the_cache(
-    hub_stub,
+    hub_stub,  # noqa: F811
     tiny_gguf,  # noqa: F811
 ) -> None:
     stub = hub_stub({REPO: {NAME: tiny_gguf("stub.gguf", seed=3, n_layer=48)}})

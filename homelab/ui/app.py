@@ -47,6 +47,8 @@ class HomelabApp(ModelsFlow, EngineFlow, App[int]):
         Binding("x", "stop", "stop"),
         Binding("r", "restart", "restart"),
         Binding("l", "focus_log", "log"),
+        Binding("d", "download", "download"),
+        Binding("escape", "cancel_download", "cancel download", show=False),
         Binding("c", "copy_url", "copy URL"),
         Binding("q", "quit_app", "quit"),
     ]
@@ -77,6 +79,9 @@ class HomelabApp(ModelsFlow, EngineFlow, App[int]):
         self.argv: list[str] = []
         self.model_path: Path | None = None
         self.supervisor: Any = None
+        self.session: Any = None
+        self.download_cancel: Any = None
+        self.actuals: Any = None
         self.running: ModelEntry | None = None
         self.running_plan: Any = None
         self.engine_state: str | None = None
@@ -106,7 +111,7 @@ class HomelabApp(ModelsFlow, EngineFlow, App[int]):
         self.list_models()
         self.check_engine()
         if self.adopt:
-            self.adopt_running()
+            self.adopt_running(self.card_options())
 
     def get_system_commands(self, screen: Screen) -> Iterator[SystemCommand]:
         yield from super().get_system_commands(screen)

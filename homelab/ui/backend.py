@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from homelab.engine.session.serve import ServeSession
     from homelab.engine.supervision.state_file import EngineRecord
-    from homelab.engine.supervision.supervisor import Supervisor, Transition
+    from homelab.engine.supervision.supervisor import Supervisor
     from homelab.errors import HomelabError
     from homelab.gguf.header import GgufModel
     from homelab.gpu.report import GpuReport
@@ -96,19 +97,28 @@ def presets() -> list[Preset]:
 
 
 def judge_preset(preset: Preset, report: GpuReport, options: PlanOptions) -> PresetFit:
-    """The preset's verdict from its header (read or cached; its facts when there is none)."""
+    """The preset's verdict from its header (read or cached; its facts when there is none).
+
+    Our own running engine counts as freed (a switch stops it first).
+    """
     from homelab.engine.llamacpp.calibrate import current_engine_version
     from homelab.hub.preset_fit import fit_preset
+    from homelab.plan.own_engine import without_own_engines
 
-    return fit_preset(preset, report, options, engine_version=current_engine_version)
+    return fit_preset(
+        preset, without_own_engines(report), options, engine_version=current_engine_version
+    )
 
 
 def judge_preset_from_facts(preset: Preset, report: GpuReport, options: PlanOptions) -> PresetFit:
     """The preset's verdict from its own facts alone: instant, offline."""
     from homelab.engine.llamacpp.calibrate import current_engine_version
     from homelab.hub.preset_fit import fit_preset_from_facts
+    from homelab.plan.own_engine import without_own_engines
 
-    return fit_preset_from_facts(preset, report, options, engine_version=current_engine_version)
+    return fit_preset_from_facts(
+        preset, without_own_engines(report), options, engine_version=current_engine_version
+    )
 
 
 def judge_model(
@@ -117,8 +127,11 @@ def judge_model(
     """A local GGUF's verdict (never raises for the model's own trouble)."""
     from homelab.engine.llamacpp.calibrate import current_engine_version
     from homelab.plan.judge import judge
+    from homelab.plan.own_engine import without_own_engines
 
-    return judge(model, label, report, options, engine_version=current_engine_version)
+    return judge(
+        model, label, without_own_engines(report), options, engine_version=current_engine_version
+    )
 
 
 def preset_model_path(preset: Preset) -> Path | None:
@@ -172,14 +185,15 @@ def plan(
     options: PlanOptions,
     default_workload: Workload | None = None,
 ) -> Plan:
-    """The one planning path (calibration inside)."""
+    """The one planning path (calibration inside), our own running engine counted as freed."""
     from homelab.engine.llamacpp.calibrate import current_engine_version
+    from homelab.plan.own_engine import without_own_engines
     from homelab.plan.pipeline import plan_model
 
     return plan_model(
         model,
         label,
-        report,
+        without_own_engines(report),
         options,
         default_workload=default_workload,
         engine_version=current_engine_version,
@@ -191,6 +205,13 @@ def argv_for(plan: Plan, port: int, server: str = "llama-server") -> list[str]:
     from homelab.engine.llamacpp.argv import llama_server_argv
 
     return llama_server_argv(plan, server=server, port=port)
+
+
+def own_engine_bytes(report: GpuReport) -> int:
+    """What our own running engine holds (plans count it as freed; 0 when none runs)."""
+    from homelab.plan.own_engine import own_engine_bytes as held
+
+    return held(report)
 
 
 # -- the engine --------------------------------------------------------------------------
@@ -213,75 +234,80 @@ def running_engine() -> EngineRecord | None:
     return StateFile().live()
 
 
-def start_engine(
-    plan: Plan,
-    model_path: Path,
-    port: int | None,
-    on_change: Callable[[Transition], None],
-) -> Supervisor:
-    """Start llama-server for ``plan`` under a supervisor (detached: quitting may leave it).
+def serve_session(
+    model: str,
+    options: PlanOptions,
+    on_event: Callable[[Any], None],
+    *,
+    default_workload: Workload | None = None,
+) -> ServeSession:
+    """The domain's serve session for ``model`` (the path ``homelab serve`` takes too).
 
-    Returns once the process runs; readiness arrives as a transition to ``on_change``.
+    Detached but held: the app keeps supervising it, and quitting may leave it running
+    for the next ``homelab`` to adopt. Its events go to ``on_event`` on a thread of its own.
     """
-    from homelab.engine.llamacpp.diagnose import llama_server_profile
-    from homelab.engine.supervision.ports import LOOPBACK, choose_port
-    from homelab.engine.supervision.state_file import StateFile
-    from homelab.engine.supervision.supervisor import EngineSpec, Supervisor
+    from homelab.engine.session.serve import ServeRequest, ServeSession
 
-    binary = engine_binary()
-    pinned = port is not None
-    choice = choose_port(LOOPBACK, port if port is not None else DEFAULT_PORT, pinned=pinned)
-    argv = argv_for(plan, choice.port, server=str(binary))
-    spec = EngineSpec(
-        argv=tuple(argv),
-        model=str(model_path),
-        host=LOOPBACK,
-        port=choice.port,
-        port_pinned=pinned,
-        detached=True,
+    request = ServeRequest(
+        model, options, detach=True, hold=True, default_workload=default_workload
     )
-    store = StateFile()
-    supervisor = Supervisor(spec, llama_server_profile(plan, model_path.name), state_file=store)
-    supervisor.subscribe(on_change)
-    with store.claim():
-        supervisor.start()
-    return supervisor
+    session = ServeSession(request)
+    session.subscribe(on_event)
+    return session
 
 
-def adopt_engine(record: EngineRecord, on_change: Callable[[Transition], None]) -> Supervisor:
-    """Supervise the engine an earlier homelab left running."""
-    from homelab.engine.llamacpp.diagnose import llama_server_profile
-    from homelab.engine.supervision.state_file import StateFile
-    from homelab.engine.supervision.supervisor import EngineSpec, Supervisor
-
-    spec = EngineSpec(
-        argv=record.argv,
-        model=record.model,
-        host=record.host,
-        port=record.port,
-        port_pinned=True,
-        detached=record.detached,
-    )
-    store = StateFile()
-    supervisor = Supervisor(
-        spec, llama_server_profile(None, Path(record.model).name), state_file=store
-    )
-    supervisor.subscribe(on_change)
-    with store.claim():
-        supervisor.adopt(record)
-    return supervisor
+def start_engine(session: ServeSession) -> Supervisor:
+    """Plan, decide (adopt / replace / refuse) and start or adopt; returns once it runs."""
+    return session.start()
 
 
-def stop_engine(supervisor: Supervisor) -> None:
+def wait_engine_ready(session: ServeSession) -> None:
+    """Wait until it answers; predicted vs actual and calibration follow as events."""
+    session.wait_ready()
+
+
+def adopt_engine(
+    record: EngineRecord, options: PlanOptions, on_event: Callable[[Any], None]
+) -> ServeSession:
+    """A session for the engine an earlier homelab left running (it adopts it on start).
+
+    Its port is whatever it runs on: this app's port setting does not refuse it.
+    """
+    from dataclasses import replace
+
+    return serve_session(record.model, replace(options, port=None), on_event)
+
+
+def stop_engine(session: ServeSession) -> None:
     """Stop it (SIGTERM, wait, SIGKILL) and wait until it is gone."""
-    supervisor.stop()
+    session.stop(let_go=False)
+    session.close()
 
 
-def leave_running(supervisor: Supervisor) -> None:
+def leave_running(session: ServeSession) -> None:
     """Stop supervising; the engine keeps serving (the next homelab adopts it)."""
-    supervisor.release()
+    if not session.let_go() and session.supervisor is not None:
+        session.supervisor.release()
+    session.close()
 
 
 def engine_log(supervisor: Supervisor, n: int) -> list[str]:
     """The engine's last ``n`` log lines."""
     return supervisor.tail(n)
+
+
+# -- downloads ---------------------------------------------------------------------------
+
+
+class DownloadCancelled(Exception):
+    """Raised from the progress callback to stop a pull (the partial file is kept)."""
+
+
+def download(ref: str, progress: Callable[[Any], None]) -> Path:
+    """Pull ``ref`` into the HF cache (resuming a partial file); the model file's path.
+
+    Raising from ``progress`` (e.g. :class:`DownloadCancelled`) stops it, keeping the bytes.
+    """
+    from homelab.hub.download import pull
+
+    return pull(ref, progress=progress, mmproj=False).paths[0]

@@ -10,26 +10,30 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from textual import work
-from textual.widgets import Log
 
 from homelab.errors import HomelabError
 from homelab.ui import backend
 from homelab.ui.catalog import ModelEntry
 from homelab.ui.messages import (
+    DownloadEnded,
+    DownloadProgress,
     EngineChanged,
     EngineFailed,
     EngineMissing,
     EngineStarted,
     EngineStopped,
+    ServeEvent,
     while_mounted,
 )
 from homelab.ui.models_flow import model_name
 from homelab.ui.screens import ConfirmScreen, QuitScreen
+from homelab.ui.widgets.download import DownloadBar
 from homelab.ui.widgets.models import ModelsMenu
 from homelab.ui.widgets.server import ServerPanel, failure_text
 from homelab.units import format_bytes
@@ -54,6 +58,9 @@ class EngineFlow:
     plan: Any
     model_path: Path | None
     supervisor: Any
+    session: Any
+    actuals: Any
+    engine_detail: str | None
     running: ModelEntry | None
     running_plan: Any
     engine_state: str | None
@@ -61,6 +68,10 @@ class EngineFlow:
     restarts: int
     engine_problem: HomelabError | None
     _show_card: Any
+    plan_options: Any
+    card_options: Any
+    plan_picked: Any
+    download_cancel: threading.Event | None
 
     # -- the engine ------------------------------------------------------------------------
 
@@ -79,6 +90,11 @@ class EngineFlow:
             )
             return
         entry, plan, path = self.picked, self.plan, self.model_path
+        try:
+            options = self.plan_options()
+        except HomelabError as error:
+            self.post_message(EngineFailed(error))
+            return
         if self.engine_alive():
             if self.running is not None and self.running.key == entry.key:
                 self.notify(f"{entry.name} is already running.", title="Running")
@@ -91,11 +107,11 @@ class EngineFlow:
 
             def answered(yes: bool | None) -> None:
                 if yes:
-                    self.run_engine(entry, plan, path, stop_first=True)
+                    self.run_engine(entry, plan, path, options, stop_first=True)
 
             self.push_screen(ConfirmScreen(question), answered)
             return
-        self.run_engine(entry, plan, path, stop_first=False)
+        self.run_engine(entry, plan, path, options, stop_first=False)
 
     def running_plan_bytes(self) -> str:
         plan = self.running_plan
@@ -105,24 +121,35 @@ class EngineFlow:
         return f", frees about {format_bytes(held, precision=1)}"
 
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
-    def run_engine(self, entry: ModelEntry, plan: Any, path: Path, *, stop_first: bool) -> None:
+    def run_engine(
+        self, entry: ModelEntry, plan: Any, path: Path, options: Any, *, stop_first: bool
+    ) -> None:
+        """Through the domain's serve session: plan, decide, start, ready, actuals."""
+        session = None
         try:
-            if stop_first and self.supervisor is not None:
-                backend.stop_engine(self.supervisor)
+            if stop_first and self.session is not None:
+                backend.stop_engine(self.session)
                 self.post_message(EngineStopped(released=False))
-            supervisor = backend.start_engine(plan, path, self.port, self._on_transition)
+            default = entry.preset.workload if entry.preset is not None else None
+            session = backend.serve_session(
+                str(path), options, self._serve_event_arrived, default_workload=default
+            )
+            supervisor = backend.start_engine(session)
+            served = session.plan.plan if session.plan is not None else plan
+            self.post_message(EngineStarted(entry.key, (session, supervisor, entry, served)))
+            backend.wait_engine_ready(session)
         except HomelabError as error:
-            self.post_message(EngineFailed(error))
-            return
-        self.post_message(EngineStarted(entry.key, (supervisor, entry, plan)))
+            if session is None or not session.asked_to_stop:
+                self.post_message(EngineFailed(error))
 
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
-    def adopt_running(self) -> None:
+    def adopt_running(self, options: Any) -> None:
         try:
             record = backend.running_engine()
             if record is None or record.supervised_by_other():
                 return
-            supervisor = backend.adopt_engine(record, self._on_transition)
+            session = backend.adopt_engine(record, options, self._serve_event_arrived)
+            supervisor = backend.start_engine(session)
         except HomelabError as error:
             self.post_message(EngineFailed(error))
             return
@@ -130,15 +157,27 @@ class EngineFlow:
         entry = ModelEntry(
             str(path), model_name(path, "dir"), backend.quant_of(path), "dir", path=path
         )
-        self.post_message(EngineStarted(entry.key, (supervisor, entry, None)))
+        self.post_message(EngineStarted(entry.key, (session, supervisor, entry, None)))
 
-    def _on_transition(self, transition: Any) -> None:
-        """Called on the supervisor's thread: hand over, never block it."""
-        self.post_message(EngineChanged(transition))
+    def _serve_event_arrived(self, event: Any) -> None:
+        """Called on the session's delivery thread: hand over, never block it."""
+        from homelab.engine.session import events as ev
+
+        if isinstance(event, ev.EngineChanged):
+            self.post_message(EngineChanged(event.transition))
+        elif isinstance(event, ev.Actuals):
+            self.post_message(ServeEvent(event))
+
+    @while_mounted
+    def on_serve_event(self, message: ServeEvent) -> None:
+        self.actuals = message.event.measured
+        self._show_engine()
 
     @while_mounted
     def on_engine_started(self, message: EngineStarted) -> None:
-        self.supervisor, self.running, self.running_plan = message.supervisor
+        self.session, self.supervisor, self.running, self.running_plan = message.supervisor
+        self.actuals = None
+        self.engine_detail = None
         self.engine_state = self.supervisor.state.value
         self.restarts = 0
         self.ready_at = None
@@ -159,7 +198,12 @@ class EngineFlow:
             self.ready_at = None
         elif transition.state.value == "stopped":
             self.ready_at = None
-        self._show_engine(failure_text(transition.failure))
+        failure = failure_text(transition.failure)
+        if failure is not None:
+            self.engine_detail = failure  # the engine's own error stays until it is ready
+        elif transition.state.value == "ready":
+            self.engine_detail = None
+        self._show_engine()
         if transition.state.value == "ready" and self.supervisor.url:
             self.notify(
                 f"{self.running.name if self.running else 'engine'} is ready at {self.supervisor.url}"
@@ -180,6 +224,7 @@ class EngineFlow:
         self.notify(text, title=error.title, severity="error", timeout=15)
 
     def _show_engine(self, detail: str | None = None) -> None:
+        detail = detail or getattr(self, "engine_detail", None)
         panel = self.query_one("#server", ServerPanel)
         if self.supervisor is None:
             problem = self.engine_problem
@@ -197,6 +242,7 @@ class EngineFlow:
         name = self.running.name if self.running else None
         panel.show_state(self.engine_state, url, uptime, self.restarts, detail, name)
         panel.show_log(backend.engine_log(self.supervisor, LOG_TAIL))
+        panel.show_actuals(self.actuals.rows if self.actuals is not None else None)
 
     @work(thread=True, exclusive=True, group="engine-check", exit_on_error=False)
     def check_engine(self) -> None:
@@ -220,7 +266,7 @@ class EngineFlow:
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
     def stop_running(self, then_exit: bool = False) -> None:
         try:
-            backend.stop_engine(self.supervisor)
+            backend.stop_engine(self.session)
         except HomelabError as error:
             self.post_message(EngineFailed(error))
         self.post_message(EngineStopped(released=False))
@@ -231,15 +277,76 @@ class EngineFlow:
         if not self.engine_alive() or self.running is None or self.running_plan is None:
             self.notify("No engine of this session to restart.", title="Nothing to restart")
             return
+        try:
+            options = self.plan_options()
+        except HomelabError as error:
+            self.post_message(EngineFailed(error))
+            return
         self.run_engine(
-            self.running, self.running_plan, Path(self.supervisor.spec.model), stop_first=True
+            self.running,
+            self.running_plan,
+            Path(self.supervisor.spec.model),
+            options,
+            stop_first=True,
         )
+
+    # -- downloads -------------------------------------------------------------------------
+
+    def action_download(self) -> None:
+        entry = self.picked
+        if entry is None or entry.preset is None:
+            self.notify("Pick a preset (a model from the Hub) first.", title="Nothing to download")
+            return
+        if getattr(self, "download_cancel", None) is not None:
+            self.notify("A download is running (escape cancels it).", title="Downloading")
+            return
+        self.download_cancel = threading.Event()
+        self.query_one("#download", DownloadBar).show_line(f"{entry.preset.ref}: starting…")
+        self.download_model(entry, entry.preset.ref, self.download_cancel)
+
+    def action_cancel_download(self) -> None:
+        cancel = getattr(self, "download_cancel", None)
+        if cancel is not None:
+            cancel.set()
+
+    @work(thread=True, exclusive=True, group="download", exit_on_error=False)
+    def download_model(self, entry: ModelEntry, ref: str, cancel: threading.Event) -> None:
+        def progress(p: Any) -> None:
+            if cancel.is_set() and p.file_done > 0:  # keep what came: the next d resumes
+                raise backend.DownloadCancelled
+            self.post_message(DownloadProgress(p))
+
+        try:
+            path = backend.download(ref, progress)
+        except backend.DownloadCancelled:
+            self.post_message(DownloadEnded(entry.key, cancelled=True))
+        except HomelabError as error:
+            self.post_message(DownloadEnded(entry.key, error=error))
+        else:
+            self.post_message(DownloadEnded(entry.key, path=path))
+
+    @while_mounted
+    def on_download_progress(self, message: DownloadProgress) -> None:
+        self.query_one("#download", DownloadBar).show_progress(message.progress)
+
+    @while_mounted
+    def on_download_ended(self, message: DownloadEnded) -> None:
+        self.download_cancel = None
+        bar = self.query_one("#download", DownloadBar)
+        if message.cancelled:
+            bar.show_line("download cancelled: d resumes it", "yellow")
+        elif message.error is not None:
+            bar.show_line(f"{message.error.title}: {message.error.message}", "red")
+        else:
+            bar.show_line(f"downloaded {message.path}", "green")
+            if self.picked is not None and self.picked.key == message.key:
+                self.plan_picked(self.picked)  # now from the cache
 
     def action_filter(self) -> None:
         self.query_one("#menu", ModelsMenu).open_filter()
 
     def action_focus_log(self) -> None:
-        self.query_one("#log", Log).focus()
+        self.query_one("#server", ServerPanel).focus_search()
 
     def action_copy_url(self) -> None:
         url = self.supervisor.url if self.engine_alive() and self.engine_state == "ready" else None
@@ -269,7 +376,7 @@ class EngineFlow:
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
     def leave_and_exit(self) -> None:
         try:
-            backend.leave_running(self.supervisor)
+            backend.leave_running(self.session)
         except HomelabError as error:
             self.post_message(EngineFailed(error))
             return
@@ -277,9 +384,13 @@ class EngineFlow:
 
     def shutdown_engine(self) -> None:
         """After the app ended: stop an engine still supervised (never left orphaned unasked)."""
-        supervisor = self.supervisor
+        supervisor, session = self.supervisor, self.session
+        if session is None:
+            return
         if supervisor is not None and not supervisor.released and not supervisor.wait_stopped(0):
-            backend.stop_engine(supervisor)
+            backend.stop_engine(session)
+        else:
+            session.close()
 
 
 def _duration(seconds: float) -> str:

@@ -114,3 +114,27 @@ class EngineMissing(Message, bubble=False):
     """No llama-server to run (the error says where it looked and how to get one)."""
 
     error: HomelabError
+
+
+@dataclass
+class ServeEvent(Message, bubble=False):
+    """An event of the domain's serve session (``homelab.engine.session.events``)."""
+
+    event: Any
+
+
+@dataclass
+class DownloadProgress(Message, bubble=False):
+    """Bytes arriving for the picked model (``progress``: the hub's ``PullProgress``)."""
+
+    progress: Any
+
+
+@dataclass
+class DownloadEnded(Message, bubble=False):
+    """The download ended: ``path`` when done, ``error`` when it failed, or cancelled."""
+
+    key: str
+    path: Any = None
+    error: HomelabError | None = None
+    cancelled: bool = False

@@ -191,7 +191,10 @@ class ModelsFlow:
         self.plan, self.argv, self.model_path = message.plan, message.argv, message.model_path
         note = None
         if self.running is not None and self.running.key != message.key:
-            note = f"{self.running.name} runs now; s switches to this plan (it is stopped first)."
+            note = (
+                f"{self.running.name} runs now: planned as if it were stopped (its memory "
+                "counts as freed); s switches to this plan (it is stopped first)."
+            )
         self.query_one("#plan", PlanPanel).show_plan(self.picked.name, self.plan, self.argv, note)
         self._show_card()
 

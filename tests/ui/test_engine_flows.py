@@ -218,3 +218,37 @@ def test_an_engine_killed_from_outside_is_restarted_and_the_panel_says_so(
             await wait_until(pilot, lambda: not app.is_running, timeout=60)
 
     run(drive())
+
+
+def test_the_serve_session_records_the_plan_and_the_panel_shows_actuals_and_a_searchable_log(
+    models_dir: Path, engine_pids
+) -> None:
+    from homelab.ui import backend
+    from homelab.ui.widgets.server import ServerPanel
+
+    async def drive() -> None:
+        app = _app(models_dir, free_port())
+        async with app.run_test(size=(140, 45)) as pilot:
+            await _pick_small_plan(app, pilot)
+            await _start_and_wait_ready(app, pilot, engine_pids)
+            record = backend.running_engine()
+            assert record is not None and record.pid == app.supervisor.pid
+            assert record.facts is not None  # plan facts in the record: the session's path
+            await wait_until(pilot, lambda: app.actuals is not None, timeout=30)
+            actuals = str(app.query_one("#server-actuals").render())
+            assert "predicted → actual" in actuals
+            panel = app.query_one("#server", ServerPanel)
+            await wait_until(pilot, lambda: len(panel.visible_lines) > 5, timeout=30)
+            await pilot.press("l")
+            assert app.focused is not None and app.focused.id == "log-search"
+            await pilot.press(*"slot")
+            shown = panel.visible_lines
+            assert shown and all("slot" in line.lower() for line in shown)
+            await pilot.press("escape")
+            assert len(panel.visible_lines) > len(shown)
+            app.query_one("#models").focus()
+            await pilot.press("x")
+            await wait_until(pilot, lambda: app.engine_state == "stopped", timeout=60)
+            await pilot.press("q")
+
+    run(drive())

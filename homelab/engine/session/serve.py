@@ -47,6 +47,11 @@ class ServeRequest:
     replace: bool = False
     """Stop a running engine first instead of adopting it or refusing."""
     start_timeout_s: float = 600.0
+    hold: bool = False
+    """With ``detach``: spawn detached but keep supervising once ready (a TUI); the
+    front-end ends with :meth:`ServeSession.let_go` (leave it) or ``stop(let_go=False)``."""
+    default_workload: Workload | None = None
+    """The workload when none is asked for (a preset's hint, when the model is its path)."""
 
     def __post_init__(self) -> None:
         if not self.start_timeout_s > 0:
@@ -86,7 +91,7 @@ class ServeSession:
         self.adopted: EngineRecord | None = None
         self._policy = policy
         self._log_dir = log_dir
-        self._default_workload: Workload | None = None
+        self._default_workload: Workload | None = request.default_workload
         self._asked_stop = False
 
     # -- subscribing -------------------------------------------------------------------------
@@ -256,7 +261,7 @@ class ServeSession:
             )
             if measured is not None:
                 self._emit(ev.Actuals(measured))
-        if self.request.detach:
+        if self.request.detach and not self.request.hold:
             supervisor.release()
             self._emit(ev.LeftRunning(_text(supervisor.log_path), adopted=False))
             self._emit(ev.Stopped("released"))
@@ -292,23 +297,29 @@ class ServeSession:
             if self._asked_stop:
                 return
             raise
-        if self.request.detach:
+        if self.request.detach and not self.request.hold:
             return
         supervisor = self._need()
         supervisor.wait_stopped()
         if not self._asked_stop:  # it ended on its own: say why
             self.finish()
 
-    def stop(self) -> None:
-        """Stop the engine (or, for an adopted detached one that is ready, leave it running)."""
+    def stop(self, *, let_go: bool = True) -> None:
+        """Stop the engine (or, for a detached one that is ready, leave it running unless
+        ``let_go`` is False)."""
         supervisor = self.supervisor
         if supervisor is None:
             return
         self._asked_stop = True
-        if self.let_go():
+        if let_go and self.let_go():
             return
         supervisor.stop()
         self._emit(ev.Stopped("stopped"))
+
+    @property
+    def asked_to_stop(self) -> bool:
+        """True once :meth:`stop` was called (a failure after it is the stop, not news)."""
+        return self._asked_stop
 
     def let_go(self) -> bool:
         """Leave a detached, ready engine running and end; True if it was let go."""

@@ -7,7 +7,9 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Log, Static
+from textual.widgets import Input, Log, Static
+
+from homelab.ui.widgets.download import DownloadBar
 
 STATE_STYLE = {
     "stopped": "dim",
@@ -24,16 +26,23 @@ class ServerPanel(Vertical):
     DEFAULT_CSS = """
     ServerPanel { border: round $primary; padding: 0 1; height: 1fr; }
     ServerPanel #server-state { height: auto; }
+    ServerPanel #server-actuals { height: auto; }
+    ServerPanel #log-search { height: 1; border: none; padding: 0; }
     ServerPanel Log { height: 1fr; }
     """
 
     def compose(self) -> ComposeResult:
         yield Static("", id="server-state")
+        yield Static("", id="server-actuals")
+        yield DownloadBar("", id="download")
+        yield Input(placeholder="l: search the log", id="log-search")
         yield Log(id="log", max_lines=LOG_LINES, auto_scroll=True)
 
     def on_mount(self) -> None:
         self.border_title = "server"
         self._shown: list[str] = []
+        self._all: list[str] = []
+        self._needle = ""
         self.show_state(None, None, None, 0, None)
 
     def show_state(
@@ -60,21 +69,66 @@ class ServerPanel(Vertical):
             text.append(f"\n{detail}", style="red")
         self.query_one("#server-state", Static).update(text)
 
+    def show_actuals(self, rows: Any) -> None:
+        """Predicted vs actual memory after boot, one line per part (the session's Actuals)."""
+        text = Text()
+        if rows:
+            text.append("predicted → actual", style="bold")
+            for row in rows:
+                text.append(f"\n{row.name}: {_size(row.predicted)} → {_size(row.actual)}")
+        self.query_one("#server-actuals", Static).update(text)
+
     def show_log(self, lines: list[str]) -> None:
         """Append what is new in the engine's tail (the tail is a sliding window)."""
-        if lines == self._shown:
+        if lines == self._all:
             return
-        log = self.query_one("#log", Log)
-        new = _new_lines(self._shown, lines)
-        if new is None:
-            log.clear()
-            new = lines
-        log.write_lines(new)
+        new = _new_lines(self._all, lines)
+        self._all = list(lines)
+        if new is None or self._needle:
+            self._redraw()
+            return
+        self.query_one("#log", Log).write_lines(new)
         self._shown = list(lines)
+
+    def search(self, query: str) -> None:
+        """Show only the lines containing ``query`` (case-insensitive); "" shows all."""
+        self._needle = query
+        self._redraw()
+
+    def _redraw(self) -> None:
+        needle = self._needle.lower()
+        lines = [line for line in self._all if needle in line.lower()]
+        log = self.query_one("#log", Log)
+        log.clear()
+        log.write_lines(lines)
+        self._shown = lines
+
+    @property
+    def visible_lines(self) -> list[str]:
+        """The log lines on show (after the search)."""
+        return list(self._shown)
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "log-search":
+            event.stop()
+            self.search(event.value)
+
+    def on_key(self, event: Any) -> None:
+        search = self.query_one("#log-search", Input)
+        if event.key == "escape" and (search.has_focus or self._needle):
+            event.stop()
+            search.value = ""
+            self.search("")
+            self.query_one("#log", Log).focus()
+
+    def focus_search(self) -> None:
+        self.query_one("#log-search", Input).focus()
 
     def clear_log(self) -> None:
         self._shown = []
+        self._all = []
         self.query_one("#log", Log).clear()
+        self.query_one("#server-actuals", Static).update("")
 
 
 def _new_lines(old: list[str], new: list[str]) -> list[str] | None:
@@ -86,6 +140,12 @@ def _new_lines(old: list[str], new: list[str]) -> list[str] | None:
         if new[: len(overlap)] == overlap:
             return new[len(overlap) :]
     return None
+
+
+def _size(value: int | None) -> str:
+    from homelab.units import format_bytes
+
+    return "—" if value is None else format_bytes(value, precision=1)
 
 
 def failure_text(failure: Any) -> str | None:

@@ -1,0 +1,68 @@
+"""The download bar: the picked model arriving in the HF cache, with speed and ETA."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from rich.text import Text
+from textual.widgets import Static
+
+from homelab.units import format_bytes
+
+BAR = 30
+WINDOW_S = 5.0
+"""Speed is the bytes fetched over the last few seconds (not since the start)."""
+
+
+class Rate:
+    """Bytes per second over a sliding window of (time, fetched) samples."""
+
+    def __init__(self, window_s: float = WINDOW_S) -> None:
+        self.window_s = window_s
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def add(self, at: float, fetched: int) -> float | None:
+        """Record ``fetched`` bytes so far at ``at``; the speed, or None until two samples."""
+        self._samples.append((at, fetched))
+        while len(self._samples) > 2 and at - self._samples[0][0] > self.window_s:
+            self._samples.popleft()
+        (t0, f0), (t1, f1) = self._samples[0], self._samples[-1]
+        if t1 <= t0:
+            return None
+        return (f1 - f0) / (t1 - t0)
+
+
+def progress_text(name: str, done: int, total: int, speed: float | None) -> Text:
+    """``name ▕████░░░░▏ 42 %  12.0 MiB of 28.5 MiB  3.1 MiB/s  ETA 6 s``."""
+    share = done / total if total > 0 else 0.0
+    filled = round(BAR * share)
+    text = Text(f"{name} ")
+    text.append("█" * filled, style="green")
+    text.append("░" * (BAR - filled), style="dim")
+    text.append(f" {share * 100:.0f} %  {format_bytes(done)} of {format_bytes(total)}")
+    if speed is not None and speed > 0:
+        text.append(f"  {format_bytes(int(speed))}/s  ETA {_eta((total - done) / speed)}")
+    text.append("  (escape cancels)", style="dim italic")
+    return text
+
+
+def _eta(seconds: float) -> str:
+    seconds = int(seconds + 0.5)
+    if seconds < 60:
+        return f"{seconds} s"
+    return f"{seconds // 60} min {seconds % 60} s"
+
+
+class DownloadBar(Static):
+    DEFAULT_CSS = "DownloadBar { height: auto; }"
+
+    def on_mount(self) -> None:
+        self.rate = Rate()
+
+    def show_progress(self, progress, at: float | None = None) -> None:
+        speed = self.rate.add(time.monotonic() if at is None else at, progress.fetched)
+        self.update(progress_text(progress.filename, progress.done, progress.total, speed))
+
+    def show_line(self, words: str, style: str = "") -> None:
+        self.update(Text(words, style=style))

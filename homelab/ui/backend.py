@@ -14,15 +14,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from homelab.engine.llamacpp.client import LiveStatus
+    from homelab.engine.llamacpp.reuse_alarm import Reprocessed
+    from homelab.engine.llamacpp.status_poller import StatusPoller
     from homelab.engine.supervision.state_file import EngineRecord
     from homelab.engine.supervision.supervisor import Supervisor, Transition
     from homelab.gguf.header import GgufModel
     from homelab.gpu.report import GpuReport
+    from homelab.gpu.telemetry import TelemetryPoller
     from homelab.hub.presets import Preset
+    from homelab.plan.budget import DeviceBudget
+    from homelab.plan.headroom import DesktopGrowth
     from homelab.plan.judge import Fit
     from homelab.plan.options import PlanOptions
     from homelab.plan.planner import Plan
     from homelab.plan.workload import Workload
+    from homelab.polling import Clock
 
 
 # -- settings ----------------------------------------------------------------------------
@@ -276,3 +283,38 @@ def leave_running(supervisor: Supervisor) -> None:
 def engine_log(supervisor: Supervisor, n: int) -> list[str]:
     """The engine's last ``n`` log lines."""
     return supervisor.tail(n)
+
+
+# -- live telemetry (the card panel, the growth warning, the metrics panel) ---------------
+
+
+def gpu_poller(
+    snapshot: Path | None, interval_s: float, clock: Clock | None = None
+) -> TelemetryPoller:
+    """A GPU telemetry poller (not started): the recording played in time, or the driver."""
+    from homelab.gpu.telemetry import TelemetryPoller
+
+    return TelemetryPoller(snapshot=snapshot, interval_s=interval_s, clock=clock)
+
+
+def desktop_growth(
+    budget: DeviceBudget, now: GpuReport, planned_on: GpuReport | None
+) -> DesktopGrowth | None:
+    """How far the desktop grew past the plan's figure (pure)."""
+    from homelab.plan.headroom import desktop_growth as growth
+
+    return growth(budget, now, planned_on)
+
+
+def status_poller(url: Callable[[], str | None], interval_s: float) -> StatusPoller:
+    """A llama-server status poller (not started) asking ``url()`` each round."""
+    from homelab.engine.llamacpp.status_poller import StatusPoller
+
+    return StatusPoller(url, interval_s=interval_s)
+
+
+def reprocessed_prompt(previous: LiveStatus | None, status: LiveStatus) -> Reprocessed | None:
+    """The prompt-cache alarm of the latest status (pure)."""
+    from homelab.engine.llamacpp.reuse_alarm import reprocessed_prompt as alarm
+
+    return alarm(previous, status)

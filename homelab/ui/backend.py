@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from homelab.engine.llamacpp.client import LiveStatus
-    from homelab.engine.llamacpp.reuse_alarm import Reprocessed
+    from homelab.engine.llamacpp.reuse_alarm import ReuseWatch
     from homelab.engine.llamacpp.status_poller import StatusPoller
     from homelab.engine.supervision.state_file import EngineRecord
     from homelab.engine.supervision.supervisor import Supervisor, Transition
@@ -313,8 +312,8 @@ def status_poller(url: Callable[[], str | None], interval_s: float) -> StatusPol
     return StatusPoller(url, interval_s=interval_s)
 
 
-def reprocessed_prompt(previous: LiveStatus | None, status: LiveStatus) -> Reprocessed | None:
-    """The prompt-cache alarm of the latest status (pure)."""
-    from homelab.engine.llamacpp.reuse_alarm import reprocessed_prompt as alarm
+def reuse_watch() -> ReuseWatch:
+    """The prompt-cache alarm's rule, fed each engine status in order (no I/O)."""
+    from homelab.engine.llamacpp.reuse_alarm import ReuseWatch
 
-    return alarm(previous, status)
+    return ReuseWatch()

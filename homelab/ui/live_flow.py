@@ -176,8 +176,6 @@ class LiveFlow:
                 self.query_one("#metrics", MetricsPanel).clear()
             except NoMatches:  # the panel is gone: the app is closing
                 pass
-        else:
-            self._status_previous = None
 
     @work(thread=True, exclusive=False, group="status", exit_on_error=False)
     def swap_status_poller(self, url: str | None) -> None:
@@ -188,7 +186,8 @@ class LiveFlow:
         if url is None:
             return
         poller: Any = backend.status_poller(lambda: url, self.refresh_s or 1.0)
-        poller.subscribe(self._on_status)
+        watch = backend.reuse_watch()  # one per engine life: its cache, its alarm
+        poller.subscribe(lambda status: self._on_status(watch, status))
         poller.start()
         with self._live_lock:
             keep = not self._live_closed and self._status_url == url
@@ -197,11 +196,9 @@ class LiveFlow:
         if not keep:  # quit, or the engine moved on, while it started
             poller.stop()
 
-    def _on_status(self, status: Any) -> None:
+    def _on_status(self, watch: Any, status: Any) -> None:
         """On the subscription's thread: the alarm rule (pure), then hand it over."""
-        previous = getattr(self, "_status_previous", None)
-        self._status_previous = status
-        _post(self, StatusRead(status, backend.reprocessed_prompt(previous, status)))
+        _post(self, StatusRead(status, watch.update(status)))
 
     @while_mounted
     def on_status_read(self, message: StatusRead) -> None:

@@ -3,13 +3,14 @@
 llama-server reuses the KV cells of a prompt's common prefix with what a slot already
 holds; an agent whose prompt changes early (a timestamp in the system prompt, tools
 reordered, a context shift) makes every turn re-process the whole conversation, which
-is slow and easy to miss. From two consecutive :class:`LiveStatus` readings:
+is slow and easy to miss. :class:`ReuseWatch` reads the engine status poller's
+:class:`LiveStatus` readings in order.
 
-The rule, stated: alarm when, in the latest window that processed a prompt, at least
-:data:`MIN_TOKENS` prompt tokens were processed and they were more than
-:data:`SHARE` of that window's prompt tokens (processed + reused from the cache),
-although the slots already held at least :data:`MIN_TOKENS` tokens before it (a
-conversation was in the cache). A first turn on an empty cache never alarms. Pure.
+The rule, stated: alarm when, in a window that processed a prompt, at least
+:data:`MIN_TOKENS` prompt tokens were processed and they were more than :data:`SHARE`
+of that window's prompt tokens (processed + reused from the cache), although the slots
+held at least :data:`MIN_TOKENS` tokens the last time they were all idle (a conversation
+was in the cache before the turn). A first turn on an empty cache never alarms. No I/O.
 """
 
 from __future__ import annotations
@@ -29,24 +30,32 @@ class Reprocessed:
     processed: int
     cached: int
     held_before: int
-    """KV cells the slots held before the window."""
+    """KV cells the slots held the last time they were all idle before the window."""
 
     @property
     def share(self) -> float:
         return self.processed / (self.processed + self.cached)
 
 
-def reprocessed_prompt(previous: LiveStatus | None, status: LiveStatus) -> Reprocessed | None:
-    """The alarm of ``status``'s window (see the module docstring), or None."""
-    window = status.window
-    if previous is None or previous.kv_tokens is None or window is None:
-        return None
-    reuse = window.cache_reuse
-    if reuse is None:
-        return None
-    cached, processed = reuse
-    if processed < MIN_TOKENS or processed <= SHARE * (processed + cached):
-        return None
-    if previous.kv_tokens < MIN_TOKENS:
-        return None
-    return Reprocessed(processed, cached, previous.kv_tokens)
+class ReuseWatch:
+    """Feed it every status in order; :meth:`update` answers that status's alarm."""
+
+    def __init__(self) -> None:
+        self.held_idle = 0
+        """KV cells held when no slot was processing, at the latest such reading."""
+
+    def update(self, status: LiveStatus) -> Reprocessed | None:
+        alarm = None
+        reuse = status.window.cache_reuse if status.window is not None else None
+        if reuse is not None:
+            cached, processed = reuse
+            if (
+                processed >= MIN_TOKENS
+                and processed > SHARE * (processed + cached)
+                and self.held_idle >= MIN_TOKENS
+            ):
+                alarm = Reprocessed(processed, cached, self.held_idle)
+        slots = status.slots
+        if slots is not None and not any(s.is_processing for s in slots):
+            self.held_idle = sum(s.tokens for s in slots)
+        return alarm

@@ -73,6 +73,7 @@ class LiveFlow:
     engine_state: str | None
     telemetry_clock: Any
     probe_card: Any
+    _show_engine: Any
 
     def _live_init(self) -> None:
         self._live_lock = threading.Lock()
@@ -205,6 +206,7 @@ class LiveFlow:
         if self._status_url is None or message.status.url != self._status_url.rstrip("/"):
             return  # a reading of an engine that is gone
         self.query_one("#metrics", MetricsPanel).show(message.status, message.alarm)
+        self._show_engine()  # uptime and log tail, also once a replayed card has ended
 
     # -- the end ---------------------------------------------------------------------------
 

@@ -4,7 +4,8 @@
 tests; :func:`run_app` runs it and makes sure no engine is left supervised by a dead app.
 Blocking work (the card probe, header reads, plans, starting and stopping the engine)
 runs in thread workers that post the past-tense messages of :mod:`homelab.ui.messages`;
-the card refresh re-arms itself with ``set_timer`` after each probe, so probes never pile up.
+the card follows the domain's GPU telemetry and the metrics panel the engine's status
+(both in :mod:`homelab.ui.live_flow`), stopped and joined when the app unmounts.
 """
 
 from __future__ import annotations
@@ -25,18 +26,20 @@ from homelab.errors import HomelabError
 from homelab.ui import backend
 from homelab.ui.catalog import ModelEntry
 from homelab.ui.engine_flow import EngineFlow
+from homelab.ui.live_flow import LiveFlow
 from homelab.ui.messages import CardFailed, CardRead, while_mounted
 from homelab.ui.models_flow import ModelsFlow
 from homelab.ui.widgets.card import CardPanel
+from homelab.ui.widgets.metrics import MetricsPanel
 from homelab.ui.widgets.models import ModelsMenu
 from homelab.ui.widgets.plan import PlanPanel
 from homelab.ui.widgets.server import ServerPanel
 
 REFRESH_S = 1.0
-"""How often the card is read again (after the previous read finished)."""
+"""How often the card is sampled (and the engine asked); 0: the card is read once."""
 
 
-class HomelabApp(ModelsFlow, EngineFlow, App[int]):
+class HomelabApp(ModelsFlow, EngineFlow, LiveFlow, App[int]):
     """See the module docstring."""
 
     TITLE = "homelab"
@@ -63,8 +66,10 @@ class HomelabApp(ModelsFlow, EngineFlow, App[int]):
         refresh_s: float = REFRESH_S,
         blink: bool = True,
         adopt: bool = True,
+        telemetry_clock: Any = None,
     ) -> None:
         super().__init__()
+        self.telemetry_clock = telemetry_clock
         self.gpu_snapshot = gpu_snapshot
         self.vram = vram
         self.models_dirs = tuple(models_dirs)
@@ -89,12 +94,14 @@ class HomelabApp(ModelsFlow, EngineFlow, App[int]):
         self.restarts = 0
         self.engine_problem: HomelabError | None = None
         self._headers: dict[Path, Any] = {}
+        self._live_init()
 
     # -- layout ----------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         with Vertical(id="left"):
             yield CardPanel(id="card")
+            yield MetricsPanel(id="metrics")
             yield ServerPanel(id="server")
         with Vertical(id="right"):
             yield ModelsMenu(id="menu")
@@ -106,8 +113,11 @@ class HomelabApp(ModelsFlow, EngineFlow, App[int]):
         self.query_one("#filter").cursor_blink = self.blink
         self.call_after_refresh(self._start_work)  # the first frame first, then the imports
 
+    def on_unmount(self) -> None:
+        self.stop_live()  # the pollers' threads joined before the loop closes
+
     def _start_work(self) -> None:
-        self.probe_card()
+        self.start_card()
         self.list_models()
         self.check_engine()
         if self.adopt:
@@ -179,16 +189,10 @@ class HomelabApp(ModelsFlow, EngineFlow, App[int]):
             self._show_engine()
         if first and self.query_one("#menu", ModelsMenu).entries:
             self.judge_models(self.query_one("#menu", ModelsMenu).entries)
-        self._rearm()
 
     @while_mounted
     def on_card_failed(self, message: CardFailed) -> None:
         self.query_one("#card", CardPanel).show_error(message.error)
-        self._rearm()
-
-    def _rearm(self) -> None:
-        if self.refresh_s > 0:
-            self.set_timer(self.refresh_s, self.probe_card)
 
     def _show_card(self) -> None:
         if self.report is None:
@@ -204,8 +208,6 @@ class HomelabApp(ModelsFlow, EngineFlow, App[int]):
         if event.state != WorkerState.ERROR:
             return
         error = event.worker.error
-        if event.worker.group == "card":
-            self._rearm()
         self.notify(
             f"{type(error).__name__}: {error}",
             title=f"Internal error in {event.worker.group}",
@@ -223,8 +225,12 @@ def make_app(
     refresh_s: float = REFRESH_S,
     blink: bool = True,
     adopt: bool = True,
+    telemetry_clock: Any = None,
 ) -> HomelabApp:
-    """The app the command line runs and the tests drive (same construction for both)."""
+    """The app the command line runs and the tests drive (same construction for both).
+
+    ``telemetry_clock``: a :class:`~homelab.polling.ManualClock` decides when a replayed
+    card's next sample is taken (tests); default real time."""
     return HomelabApp(
         gpu_snapshot=gpu_snapshot,
         vram=vram,
@@ -233,6 +239,7 @@ def make_app(
         refresh_s=refresh_s,
         blink=blink,
         adopt=adopt,
+        telemetry_clock=telemetry_clock,
     )
 
 

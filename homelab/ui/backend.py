@@ -14,18 +14,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from homelab.engine.llamacpp.reuse_alarm import ReuseWatch
+    from homelab.engine.llamacpp.status_poller import StatusPoller
     from homelab.engine.session.serve import ServeSession
     from homelab.engine.supervision.state_file import EngineRecord
     from homelab.engine.supervision.supervisor import Supervisor
     from homelab.errors import HomelabError
     from homelab.gguf.header import GgufModel
     from homelab.gpu.report import GpuReport
+    from homelab.gpu.telemetry import TelemetryPoller
     from homelab.hub.preset_fit import PresetFit
     from homelab.hub.presets import Preset
+    from homelab.plan.budget import DeviceBudget
+    from homelab.plan.headroom import DesktopGrowth
     from homelab.plan.judge import Fit
     from homelab.plan.options import PlanOptions
     from homelab.plan.planner import Plan
     from homelab.plan.workload import Workload
+    from homelab.polling import Clock
 
 
 # -- settings ----------------------------------------------------------------------------
@@ -311,3 +317,38 @@ def download(ref: str, progress: Callable[[Any], None]) -> Path:
     from homelab.hub.download import pull
 
     return pull(ref, progress=progress, mmproj=False).paths[0]
+
+
+# -- live telemetry (the card panel, the growth warning, the metrics panel) ---------------
+
+
+def gpu_poller(
+    snapshot: Path | None, interval_s: float, clock: Clock | None = None
+) -> TelemetryPoller:
+    """A GPU telemetry poller (not started): the recording played in time, or the driver."""
+    from homelab.gpu.telemetry import TelemetryPoller
+
+    return TelemetryPoller(snapshot=snapshot, interval_s=interval_s, clock=clock)
+
+
+def desktop_growth(
+    budget: DeviceBudget, now: GpuReport, planned_on: GpuReport | None
+) -> DesktopGrowth | None:
+    """How far the desktop grew past the plan's figure (pure)."""
+    from homelab.plan.headroom import desktop_growth as growth
+
+    return growth(budget, now, planned_on)
+
+
+def status_poller(url: Callable[[], str | None], interval_s: float) -> StatusPoller:
+    """A llama-server status poller (not started) asking ``url()`` each round."""
+    from homelab.engine.llamacpp.status_poller import StatusPoller
+
+    return StatusPoller(url, interval_s=interval_s)
+
+
+def reuse_watch() -> ReuseWatch:
+    """The prompt-cache alarm's rule, fed each engine status in order (no I/O)."""
+    from homelab.engine.llamacpp.reuse_alarm import ReuseWatch
+
+    return ReuseWatch()

@@ -92,10 +92,12 @@ class CardPanel(Vertical):
     CardPanel { height: auto; border: round $primary; padding: 0 1; }
     CardPanel #card-text { height: auto; }
     CardPanel DataTable { height: auto; max-height: 9; }
+    CardPanel #growth { height: auto; display: none; color: $warning; text-style: bold; }
     """
 
     def compose(self) -> ComposeResult:
         yield Static("probing the card…", id="card-text")
+        yield Static("", id="growth")
         table: DataTable = DataTable(id="processes", cursor_type="none", show_cursor=False)
         table.add_columns("GPU", "pid", "name", "class", "VRAM")
         yield table
@@ -128,6 +130,15 @@ class CardPanel(Vertical):
         self.query_one("#card-text", Static).update(text)
         self._processes(report)
 
+    def show_growth(self, growth: Any | None) -> None:
+        """The compositor growth warning (``homelab.plan.headroom.DesktopGrowth``), or hide it."""
+        box = self.query_one("#growth", Static)
+        if growth is None or not growth.alarming:
+            box.display = False
+            return
+        box.update(growth_text(growth))
+        box.display = True
+
     def show_error(self, error: Any) -> None:
         text = Text(f"{error.title}: {error.message}", style="bold red")
         if error.hint:
@@ -154,6 +165,35 @@ class CardPanel(Vertical):
         table.clear()
         for row in rows:
             table.add_row(*row)
+
+
+RE_PLAN_KEYS = "x stop, enter on the model to re-plan, s start"
+"""What to press to plan around the bigger desktop (the plan is made on the card now)."""
+
+
+def growth_text(growth: Any) -> Text:
+    """The warning: what grew, by how much since the plan, what is left, what to do."""
+    culprit = growth.culprit
+    what = "the desktop"
+    if culprit is not None:
+        name = _short(culprit.name)
+        what = f"{name} (pid {culprit.pid})"
+        if culprit.grown is not None and culprit.grown > 0:
+            what += f" +{format_bytes(culprit.grown, precision=0)}"
+    gone = growth.exhausted
+    text = Text("⚠ ", style="bold red" if gone else "bold yellow")
+    text.append(
+        f"The desktop grew +{format_bytes(growth.grown, precision=0)} since the plan "
+        f"({format_bytes(growth.planned_desktop, precision=1)} → "
+        f"{format_bytes(growth.desktop_peak, precision=1)}): {what}. "
+    )
+    if gone:
+        text.append("The headroom is gone; the engine is next. ", style="bold red")
+    else:
+        left = format_bytes(growth.headroom_left, precision=0)
+        text.append(f"{left} of {format_bytes(growth.headroom, precision=0)} headroom left. ")
+    text.append(f"Close it, or re-plan and restart ({RE_PLAN_KEYS}).", style="italic")
+    return text
 
 
 def _short(name: str | None) -> str:

@@ -1,0 +1,123 @@
+"""The live metrics panel while an engine serves: speeds, requests, KV per slot, cache reuse.
+
+Rates are the engine status poller's (deltas of llama-server's counters); the sparklines
+keep the last :data:`HISTORY` readings (about one a second) of the prompt and generation
+speed of each window (0 when a window generated nothing). The alarm line is the domain's
+prompt-cache rule (``homelab.engine.llamacpp.reuse_alarm``), shown until a later prompt
+reuses its cache well.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Sparkline, Static
+
+HISTORY = 180
+"""Readings the sparklines keep (three minutes at one a second)."""
+
+
+def tps(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def window_rates(status: Any) -> tuple[float, float]:
+    """(prompt, generation) tokens/s of the status's window; 0 for a window without any."""
+    window = status.window
+    if window is None:
+        return 0.0, 0.0
+    return window.prompt_tps or 0.0, window.gen_tps or 0.0
+
+
+class MetricsPanel(Vertical):
+    """Hidden until ``show`` gets a status; ``clear`` hides it again (engine gone)."""
+
+    DEFAULT_CSS = """
+    MetricsPanel { height: auto; border: round $primary; padding: 0 1; display: none; }
+    MetricsPanel #metrics-text { height: auto; }
+    MetricsPanel #metrics-alarm { height: auto; color: $error; text-style: bold; display: none; }
+    MetricsPanel Sparkline { height: 1; margin-bottom: 0; }
+    MetricsPanel .spark-label { height: 1; color: $text-muted; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="metrics-text")
+        yield Static("prompt tok/s", classes="spark-label", id="prompt-label")
+        yield Sparkline([], id="prompt-spark")
+        yield Static("gen tok/s", classes="spark-label", id="gen-label")
+        yield Sparkline([], id="gen-spark")
+        yield Static("", id="metrics-alarm")
+
+    def on_mount(self) -> None:
+        self.border_title = "live"
+        self.prompt_history: deque[float] = deque(maxlen=HISTORY)
+        self.gen_history: deque[float] = deque(maxlen=HISTORY)
+        self.last: Any = None
+
+    def clear(self) -> None:
+        self.prompt_history.clear()
+        self.gen_history.clear()
+        self.last = None
+        self.query_one("#metrics-alarm", Static).display = False
+        self.display = False
+
+    def show(self, status: Any, alarm: Any | None) -> None:
+        """Render one status; ``alarm`` is a ``Reprocessed`` (or None: keep or clear the last)."""
+        self.display = True
+        self.last = status
+        prompt, gen = window_rates(status)
+        self.prompt_history.append(prompt)
+        self.gen_history.append(gen)
+        self.query_one("#prompt-spark", Sparkline).data = list(self.prompt_history)
+        self.query_one("#gen-spark", Sparkline).data = list(self.gen_history)
+        peak_p, peak_g = max(self.prompt_history), max(self.gen_history)
+        self.query_one("#prompt-label", Static).update(f"prompt tok/s (peak {tps(peak_p)})")
+        self.query_one("#gen-label", Static).update(f"gen tok/s (peak {tps(peak_g)})")
+        self.query_one("#metrics-text", Static).update(self._text(status))
+        box = self.query_one("#metrics-alarm", Static)
+        if alarm is not None:
+            box.update(
+                f"⚠ a turn re-processed {alarm.share:.0%} of its prompt "
+                f"({alarm.processed} tokens, {alarm.cached} from the cache) although the "
+                f"cache held {alarm.held_before}: the client changes the start of its prompt."
+            )
+            box.display = True
+        elif status.window is not None and status.window.cache_reuse is not None:
+            box.display = False  # a later prompt: the alarm was about an earlier turn
+
+    def _text(self, status: Any) -> Text:
+        text = Text()
+        if not status.health.ready:
+            text.append(f"{status.health.state.value}: {status.health.detail}\n", style="yellow")
+        text.append("prompt ", style="dim")
+        text.append(f"{tps(status.prompt_tps)} tok/s", style="bold")
+        text.append("   gen ", style="dim")
+        text.append(f"{tps(status.gen_tps)} tok/s\n", style="bold")
+        processing, deferred = status.processing, status.deferred
+        text.append(
+            f"requests {'?' if processing is None else processing} running · "
+            f"{'?' if deferred is None else deferred} deferred\n"
+        )
+        for slot, held, n_ctx in status.kv_per_slot or ():
+            share = f" ({held / n_ctx:.0%})" if n_ctx else ""
+            text.append(f"KV slot {slot}: {held}/{n_ctx} cells{share}\n")
+        reuse = status.cache_reuse
+        if reuse is not None:
+            cached, processed = reuse
+            total = cached + processed
+            text.append(
+                f"cache reuse (latest prompt): {cached / total:.0%} of {total} tokens"
+                if total
+                else "cache reuse: –"
+            )
+        else:
+            text.append("cache reuse: no prompt yet", style="dim")
+        for note in status.notes:
+            text.append(f"\n{note}", style="dim")
+        return text

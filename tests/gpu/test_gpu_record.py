@@ -16,7 +16,9 @@ from homelab.gpu.record import host_info, record_snapshot, write_snapshot
 from homelab.gpu.replay import ReplayNvml
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
-ALL = sorted(p.name for p in FIXTURES.glob("*.json"))
+ALL = sorted(p.name for p in FIXTURES.glob("*.json") if not p.name.startswith("constructed_"))
+"""Every fixture in the recorder's own shape (0.25 s samples); ``constructed_*`` ones play
+slower scenarios (1 s apart) for the telemetry tests, so a 0.25 s re-recording differs."""
 
 
 def raw(name: str) -> dict[str, Any]:

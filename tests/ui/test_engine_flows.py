@@ -68,6 +68,14 @@ def _chat(url: str) -> str:
     return response.json()["choices"][0]["message"]["content"]
 
 
+async def _quit_stopping_the_engine(app, pilot) -> None:
+    """``q``, then "stop it" on the quit screen; the app ends."""
+    await pilot.press("q")
+    await wait_until(pilot, lambda: app.screen.__class__.__name__ == "QuitScreen")
+    await pilot.press("s")
+    await wait_until(pilot, lambda: not app.is_running, timeout=60)
+
+
 def test_start_answers_a_chat_then_stop(models_dir: Path, engine_pids) -> None:
     port = free_port()
 
@@ -104,10 +112,7 @@ def test_quit_with_an_engine_running_can_stop_it(models_dir: Path, engine_pids) 
             await _pick_small_plan(app, pilot)
             await _start_and_wait_ready(app, pilot, engine_pids)
             pid = app.supervisor.pid
-            await pilot.press("q")
-            await wait_until(pilot, lambda: app.screen.__class__.__name__ == "QuitScreen")
-            await pilot.press("s")
-            await wait_until(pilot, lambda: not app.is_running, timeout=60)
+            await _quit_stopping_the_engine(app, pilot)
         assert not alive(pid)
 
     run(drive())
@@ -179,10 +184,7 @@ def test_switch_stops_the_first_engine_and_starts_the_second(
             assert not alive(first_pid)
             assert app.running.name == "second-copy"
             assert isinstance(_chat(app.supervisor.url), str)
-            await pilot.press("q")
-            await wait_until(pilot, lambda: app.screen.__class__.__name__ == "QuitScreen")
-            await pilot.press("s")
-            await wait_until(pilot, lambda: not app.is_running, timeout=60)
+            await _quit_stopping_the_engine(app, pilot)
 
     run(drive())
 
@@ -212,10 +214,7 @@ def test_an_engine_killed_from_outside_is_restarted_and_the_panel_says_so(
             engine_pids.add(app.supervisor.pid)
             assert "restarts 1" in str(app.query_one("#server-state").render())
             assert isinstance(_chat(app.supervisor.url), str)
-            await pilot.press("q")
-            await wait_until(pilot, lambda: app.screen.__class__.__name__ == "QuitScreen")
-            await pilot.press("s")
-            await wait_until(pilot, lambda: not app.is_running, timeout=60)
+            await _quit_stopping_the_engine(app, pilot)
 
     run(drive())
 

@@ -25,6 +25,7 @@ from textual.worker import Worker, WorkerState
 from homelab.errors import HomelabError
 from homelab.ui import backend
 from homelab.ui.catalog import ModelEntry
+from homelab.ui.download_flow import DownloadFlow
 from homelab.ui.engine_flow import EngineFlow
 from homelab.ui.live_flow import LiveFlow
 from homelab.ui.messages import CardFailed, CardRead, while_mounted
@@ -39,7 +40,7 @@ REFRESH_S = 1.0
 """How often the card is sampled (and the engine asked); 0: the card is read once."""
 
 
-class HomelabApp(ModelsFlow, EngineFlow, LiveFlow, App[int]):
+class HomelabApp(ModelsFlow, EngineFlow, DownloadFlow, LiveFlow, App[int]):
     """See the module docstring."""
 
     TITLE = "homelab"

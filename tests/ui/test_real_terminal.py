@@ -109,6 +109,9 @@ def test_homelab_in_a_real_terminal(tmux: Tmux, models_dir: Path, engine_pids) -
     screen = tmux.wait_for(lambda s: re.search(r"URL http://127\.0\.0\.1:\d+", s), timeout=120)
     url = re.search(r"URL (http://127\.0\.0\.1:\d+)", screen).group(1)
     assert url == f"http://127.0.0.1:{port}"
+    # the live panel (32 agent slots) must not push the server panel off the screen
+    screen = tmux.wait_for(lambda s: "over 32 slots" in s, timeout=60)
+    assert f"URL {url}" in screen, screen
     record = StateFile().live()
     assert record is not None
     engine_pids.add(record.pid)

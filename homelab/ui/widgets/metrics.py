@@ -35,6 +35,42 @@ def window_rates(status: Any) -> tuple[float, float]:
     return window.prompt_tps or 0.0, window.gen_tps or 0.0
 
 
+LISTED_SLOTS = 4
+"""Up to this many slots get a line each; more get a total and one fill glyph per slot."""
+
+FILL_GLYPHS = " ▁▂▃▄▅▆▇█"
+
+
+def fill_glyph(held: int, n_ctx: int) -> str:
+    """One character for how full a slot's KV is: blank empty, a full block full."""
+    if n_ctx <= 0:
+        return "?"
+    step = round(min(held / n_ctx, 1.0) * (len(FILL_GLYPHS) - 1))
+    if held and step == 0:
+        step = 1  # a slot holding anything is never drawn empty
+    return FILL_GLYPHS[step]
+
+
+def kv_lines(text: Text, slots: tuple[tuple[int, int, int], ...]) -> None:
+    """KV held per slot: a line each for a few slots; for many (an agent plan's 32) a total,
+    the fullest slot and a row of fill glyphs, so the panel keeps its height."""
+    if len(slots) <= LISTED_SLOTS:
+        for slot, held, n_ctx in slots:
+            share = f" ({held / n_ctx:.0%})" if n_ctx else ""
+            text.append(f"KV slot {slot}: {held:,}/{n_ctx:,} cells{share}\n")
+        return
+    held_all = sum(held for _, held, _ in slots)
+    cells_all = sum(n_ctx for _, _, n_ctx in slots)
+    share = f" ({held_all / cells_all:.0%})" if cells_all else ""
+    text.append(f"KV {held_all:,}/{cells_all:,} cells{share} over {len(slots)} slots\n")
+    slot, held, n_ctx = max(slots, key=lambda s: (s[1] / s[2]) if s[2] else 0.0)
+    if held:
+        text.append(f"fullest: slot {slot}, {held:,}/{n_ctx:,} cells\n")
+    glyphs = "".join(fill_glyph(held, n_ctx) for _, held, n_ctx in slots)
+    text.append("slots ", style="dim")
+    text.append(f"[{glyphs}]\n", style="bold")
+
+
 class MetricsPanel(Vertical):
     """Hidden until ``show`` gets a status; ``clear`` hides it again (engine gone)."""
 
@@ -104,9 +140,7 @@ class MetricsPanel(Vertical):
             f"requests {'?' if processing is None else processing} running · "
             f"{'?' if deferred is None else deferred} deferred\n"
         )
-        for slot, held, n_ctx in status.kv_per_slot or ():
-            share = f" ({held / n_ctx:.0%})" if n_ctx else ""
-            text.append(f"KV slot {slot}: {held}/{n_ctx} cells{share}\n")
+        kv_lines(text, status.kv_per_slot or ())
         reuse = status.cache_reuse
         if reuse is not None:
             cached, processed = reuse

@@ -24,7 +24,7 @@ LOG_LINES = 500
 
 class ServerPanel(Vertical):
     DEFAULT_CSS = """
-    ServerPanel { border: round $primary; padding: 0 1; height: 1fr; }
+    ServerPanel { border: round $primary; padding: 0 1; height: 1fr; min-height: 10; }
     ServerPanel #server-state { height: auto; }
     ServerPanel #server-actuals { height: auto; }
     ServerPanel #log-search { height: 1; border: none; padding: 0; }

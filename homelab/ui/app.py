@@ -52,7 +52,7 @@ class HomelabApp(ModelsFlow, EngineFlow, DownloadFlow, LiveFlow, App[int]):
         Binding("r", "restart", "restart"),
         Binding("l", "focus_log", "log"),
         Binding("d", "download", "download"),
-        Binding("escape", "cancel_download", "cancel download", show=False),
+        Binding("escape", "cancel_download", "cancel download", show=False, priority=True),
         Binding("c", "copy_url", "copy URL"),
         Binding("q", "quit_app", "quit"),
     ]
@@ -116,6 +116,7 @@ class HomelabApp(ModelsFlow, EngineFlow, DownloadFlow, LiveFlow, App[int]):
 
     def on_unmount(self) -> None:
         self.stop_live()  # the pollers' threads joined before the loop closes
+        self.stop_download()  # a download stops at its next chunk; the partial file stays
 
     def _start_work(self) -> None:
         self.start_card()

@@ -101,6 +101,13 @@ def test_start_answers_a_chat_then_stop(models_dir: Path, engine_pids) -> None:
     run(drive())
 
 
+def _another_ready(app, old_pid: int) -> bool:
+    """A new engine (not ``old_pid``) is ready."""
+    return (
+        app.supervisor is not None and app.supervisor.pid != old_pid and app.engine_state == "ready"
+    )
+
+
 def _log_text(app) -> str:
     return "\n".join(app.query_one("#log").lines)
 
@@ -171,15 +178,7 @@ def test_switch_stops_the_first_engine_and_starts_the_second(
             await wait_until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
             assert f"pid {first_pid}" in str(app.screen.question)
             await pilot.press("y")
-            await wait_until(
-                pilot,
-                lambda: (
-                    app.supervisor is not None
-                    and app.supervisor.pid != first_pid
-                    and app.engine_state == "ready"
-                ),
-                timeout=120,
-            )
+            await wait_until(pilot, lambda: _another_ready(app, first_pid), timeout=120)
             engine_pids.add(app.supervisor.pid)
             assert not alive(first_pid)
             assert app.running.name == "second-copy"

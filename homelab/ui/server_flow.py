@@ -122,7 +122,8 @@ class ServerFlow:
             failure_past=self.failure_past,
             note=self.engine_note,
         )
-        panel.show_actuals(self.actuals.rows if self.actuals is not None else None)
+        running = self.actuals is not None and self.engine_state != "stopped"
+        panel.show_actuals(self.actuals.rows if running else None)  # room for the failure
 
     @work(thread=True, exclusive=True, group="engine-check", exit_on_error=False)
     def check_engine(self) -> None:

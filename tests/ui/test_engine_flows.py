@@ -92,6 +92,12 @@ def test_start_answers_a_chat_then_stop(models_dir: Path, engine_pids) -> None:
             await wait_until(
                 pilot, lambda: "new prompt" in _log_text(app), timeout=10
             )  # the chat, in the log tail
+            lines = app.query_one("#log").lines
+            # the seed: the tail read when the app subscribed (pushed lines carry no marker)
+            assert lines[0].startswith("---- homelab ") and " attempt 1: " in lines[0]
+            # then the pushed lines, none twice at the seam: the serving line once
+            assert sum("listening on http" in line for line in lines) == 1
+            assert "── ready: ready in" in _log_text(app)  # the supervisor's transition
             await pilot.press("x")
             await wait_until(pilot, lambda: app.engine_state == "stopped", timeout=60)
             assert not alive(pid)
@@ -211,7 +217,13 @@ def test_an_engine_killed_from_outside_is_restarted_and_the_panel_says_so(
                 timeout=120,
             )
             engine_pids.add(app.supervisor.pid)
-            assert "restarts 1" in str(app.query_one("#server-state").render())
+            server = str(app.query_one("#server-state").render())
+            assert "restarts 1" in server
+            # why it restarted stays on the panel: the supervisor's explained failure
+            assert "last crash: llama-server stopped: llama-server was killed by SIGKILL" in server
+            log = _log_text(app)  # the supervisor's transitions, pushed with the lines
+            assert "── crashed: llama-server stopped" in log
+            assert log.index("── crashed") < log.index("── restarting") < log.rindex("── ready")
             assert isinstance(_chat(app.supervisor.url), str)
             await _quit_stopping_the_engine(app, pilot)
 

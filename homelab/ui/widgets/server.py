@@ -45,6 +45,7 @@ class ServerPanel(Vertical):
     def on_mount(self) -> None:
         self.border_title = "server"
         self._all: deque[str] = deque(maxlen=LOG_LINES)
+        self._state_text: Text | None = None
         self._needle = ""
         self.show_state(None, None, None, 0, None)
 
@@ -79,11 +80,16 @@ class ServerPanel(Vertical):
             text.append(f"\n{note}", style="cyan")
         if failure is not None:
             text.append("\n")
-            past = failure_past
-            text.append_text(past_failure_text(failure) if past else error_text(failure.to_error()))
+            text.append_text(failure_text(failure, failure_past))
         if detail:
             text.append(f"\n{detail}", style="red")
+        if text == self._state_text:
+            return
+        self._state_text = text
         self.query_one("#server-state", Static).update(text)
+        log = self.query_one("#log", Log)
+        if log.is_vertical_scroll_end:  # the panel's height changes: keep the newest in view
+            self.call_after_refresh(log.scroll_end, animate=False)
 
     def show_actuals(self, rows: Any) -> None:
         """Predicted vs actual memory after boot, one line per part (the session's Actuals)."""
@@ -145,20 +151,22 @@ def _size(value: int | None) -> str:
     return "—" if value is None else format_bytes(value, precision=1)
 
 
-def error_text(error: Any) -> Text:
-    """A ``HomelabError`` as a person reads it: title, message (with the engine's own
-    lines), hint."""
-    text = Text(error.title, style="bold red")
-    text.append(f": {error.message}", style="red")
-    if error.hint:
-        text.append(f"\n{error.hint}", style="italic")
-    return text
+QUOTED_SHOWN = 2
+"""The engine's own lines a failure shows on the panel (all of them are in the log below)."""
 
 
-def past_failure_text(failure: Any) -> Text:
-    """The last crash (an ``EngineFailure``), once the engine came back: its title, what
-    happened and the engine's first words."""
-    text = Text(f"last crash: {failure.title}: {failure.message}", style="dim")
-    if failure.quoted:
-        text.append(f"\n  the engine said: {failure.quoted[0]}", style="dim")
+def failure_text(failure: Any, past: bool = False) -> Text:
+    """An ``EngineFailure`` as a person reads it: title, what happened, the engine's own
+    first lines, the next step; ``past``: the last crash, once the engine came back."""
+    if past:
+        text = Text(f"last crash: {failure.title}: {failure.message}", style="dim")
+        if failure.quoted:
+            text.append(f"\n  the engine said: {failure.quoted[0]}", style="dim")
+        return text
+    text = Text(failure.title, style="bold red")
+    text.append(f": {failure.message}", style="red")
+    for i, line in enumerate(failure.quoted[:QUOTED_SHOWN]):
+        text.append(f"\n  {'the engine said: ' if i == 0 else ''}{line}", style="red")
+    if failure.hint:
+        text.append(f"\n{failure.hint}", style="italic")
     return text

@@ -21,8 +21,10 @@ from tests.ui.helpers import run, wait_until
 from tests.ui.test_engine_flows import (
     _another_ready,
     _app,
+    _chat,
     _log_text,
     _pick_small_plan,
+    _quit_stopping_the_engine,
     _start_and_wait_ready,
 )
 
@@ -81,6 +83,37 @@ def test_a_damaged_model_file_at_the_restart_shows_the_engines_own_words_and_giv
     run(drive())
 
 
+async def _killed_and_back(app, pilot, engine_pids, restarts: int) -> None:
+    """SIGKILL the engine; the supervisor restarts it and the panel says why it did."""
+    pid = app.supervisor.pid
+    os.kill(pid, signal.SIGKILL)
+    await wait_until(pilot, lambda: _another_ready(app, pid), timeout=120)
+    engine_pids.add(app.supervisor.pid)
+    assert app.restarts == restarts
+    server = _server_text(app)
+    assert f"restarts {restarts}" in server
+    # why it restarted stays on the panel: the supervisor's explained failure
+    assert "last crash: llama-server stopped: llama-server was killed by SIGKILL" in server
+    log = _log_text(app)  # the supervisor's transitions, pushed with the lines
+    assert log.rindex("── crashed: llama-server stopped") < log.rindex("── restarting")
+    assert log.rindex("── restarting") < log.rindex("── ready")
+
+
+def test_an_engine_killed_from_outside_is_restarted_and_the_panel_says_so(
+    models_dir: Path, engine_pids
+) -> None:
+    async def drive() -> None:
+        app = _app(models_dir, free_port())
+        async with app.run_test(size=(140, 45)) as pilot:
+            await _pick_small_plan(app, pilot)
+            await _start_and_wait_ready(app, pilot, engine_pids)
+            await _killed_and_back(app, pilot, engine_pids, 1)
+            assert isinstance(_chat(app.supervisor.url), str)
+            await _quit_stopping_the_engine(app, pilot)
+
+    run(drive())
+
+
 def test_a_crash_loop_is_stopped_by_the_supervisor_and_the_panel_says_so(
     models_dir: Path, engine_pids
 ) -> None:
@@ -91,15 +124,9 @@ def test_a_crash_loop_is_stopped_by_the_supervisor_and_the_panel_says_so(
         async with app.run_test(size=(140, 45)) as pilot:
             await _pick_small_plan(app, pilot)
             await _start_and_wait_ready(app, pilot, engine_pids)
-            for crash in range(1, 6):
-                pid = app.supervisor.pid
-                os.kill(pid, signal.SIGKILL)
-                if crash < 5:
-                    await wait_until(pilot, lambda pid=pid: _another_ready(app, pid), timeout=120)
-                    engine_pids.add(app.supervisor.pid)
-                    assert f"restarts {crash}" in _server_text(app)
-                    last = "last crash: llama-server stopped: llama-server was killed by SIGKILL"
-                    assert last in _server_text(app)
+            for restarts in range(1, 5):
+                await _killed_and_back(app, pilot, engine_pids, restarts)
+            os.kill(app.supervisor.pid, signal.SIGKILL)  # the fifth crash in the window
             await wait_until(
                 pilot, lambda: app.engine_state == "stopped" and app.gave_up, timeout=60
             )

@@ -194,42 +194,6 @@ def test_switch_stops_the_first_engine_and_starts_the_second(
     run(drive())
 
 
-def test_an_engine_killed_from_outside_is_restarted_and_the_panel_says_so(
-    models_dir: Path, engine_pids
-) -> None:
-    import os
-    import signal
-
-    async def drive() -> None:
-        app = _app(models_dir, free_port())
-        async with app.run_test(size=(140, 45)) as pilot:
-            await _pick_small_plan(app, pilot)
-            await _start_and_wait_ready(app, pilot, engine_pids)
-            first_pid = app.supervisor.pid
-            os.kill(first_pid, signal.SIGKILL)
-            await wait_until(
-                pilot,
-                lambda: (
-                    app.restarts == 1
-                    and app.engine_state == "ready"
-                    and app.supervisor.pid != first_pid
-                ),
-                timeout=120,
-            )
-            engine_pids.add(app.supervisor.pid)
-            server = str(app.query_one("#server-state").render())
-            assert "restarts 1" in server
-            # why it restarted stays on the panel: the supervisor's explained failure
-            assert "last crash: llama-server stopped: llama-server was killed by SIGKILL" in server
-            log = _log_text(app)  # the supervisor's transitions, pushed with the lines
-            assert "── crashed: llama-server stopped" in log
-            assert log.index("── crashed") < log.index("── restarting") < log.rindex("── ready")
-            assert isinstance(_chat(app.supervisor.url), str)
-            await _quit_stopping_the_engine(app, pilot)
-
-    run(drive())
-
-
 def test_the_serve_session_records_the_plan_and_the_panel_shows_actuals_and_a_searchable_log(
     models_dir: Path, engine_pids
 ) -> None:

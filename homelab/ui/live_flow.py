@@ -218,7 +218,8 @@ class LiveFlow:
     # -- the end ---------------------------------------------------------------------------
 
     def stop_live(self) -> None:
-        """Stop both pollers and join their threads (idempotent; on unmount)."""
+        """Stop both pollers and join their threads, and close the log feed (idempotent; on
+        unmount)."""
         with self._live_lock:
             self._live_closed = True
             pollers = [self.gpu_poller, self.status_poller]
@@ -226,3 +227,6 @@ class LiveFlow:
         for poller in pollers:
             if poller is not None:
                 poller.stop()
+        feed = getattr(self, "log_feed", None)
+        if feed is not None:  # the engine's pushed log: unsubscribed with the rest
+            feed.close()

@@ -90,21 +90,28 @@ class ReplanFlow:
 
 
 def plan_figures(plan: Any) -> str:
-    """``1 slot × 8,192 tokens (-c 8,192), 1,433,600 fit``."""
+    """``1 slot × 8,192 tokens, 1,433,600 fit``."""
     slots, alloc = plan.settings.n_seq, plan.candidate.allocation
-    return (
-        f"{slots} slot{'s' if slots != 1 else ''} × {alloc.ctx_per_slot:,} tokens "
-        f"(-c {alloc.n_ctx:,}), {plan.tokens_fit:,} fit"
-    )
+    return f"{slots} slot{'s' if slots != 1 else ''} × {alloc.ctx_per_slot:,} tokens, {plan.tokens_fit:,} fit"
+
+
+def plan_flags(plan: Any) -> str:
+    """``-c 8192 -np 1`` (as the command line has them)."""
+    return f"-c {plan.candidate.allocation.n_ctx} -np {plan.settings.n_seq}"
 
 
 def replan_note(old: Any, new: Any) -> str:
     """What a re-plan changed, old → new, for the server panel."""
-    desktop = (
-        f"desktop {format_bytes(old.budget.desktop, precision=1)} → "
-        f"{format_bytes(new.budget.desktop, precision=1)}"
+    grown = new.budget.desktop - old.budget.desktop
+    if grown:
+        sign = "+" if grown > 0 else "−"
+        desktop = f"desktop {sign}{format_bytes(abs(grown), precision=0)}"
+    else:
+        desktop = "desktop unchanged"
+    flags = f"{plan_flags(old)} → {plan_flags(new)}"
+    if plan_flags(old) == plan_flags(new):
+        flags += " (unchanged)"
+    return (
+        f"re-planned on the card now ({desktop}):\n"
+        f"  was {plan_figures(old)}\n  now {plan_figures(new)}\n  flags {flags}"
     )
-    a, b = old.candidate.allocation, new.candidate.allocation
-    flags = (a.n_ctx, old.settings.n_seq) == (b.n_ctx, new.settings.n_seq)
-    same = " (same -c and -np)" if flags else ""
-    return f"re-planned on the card now, {desktop}:\n  was {plan_figures(old)}\n  now {plan_figures(new)}{same}"

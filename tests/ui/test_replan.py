@@ -92,12 +92,21 @@ def test_R_after_the_desktop_grew_restarts_with_a_plan_made_on_the_card_now(
             assert _flag(argv, "-np") == 1
 
             server = str(app.query_one("#server-state").render())
-            assert "re-planned on the card now" in server
-            assert f"was 1 slot × 8,192 tokens (-c 8,192), {old.tokens_fit:,} fit" in server
-            assert f"now 1 slot × 8,192 tokens (-c 8,192), {new.tokens_fit:,} fit" in server
+            assert "re-planned on the card now (desktop +700 MiB)" in server
+            assert f"was 1 slot × 8,192 tokens, {old.tokens_fit:,} fit" in server
+            assert f"now 1 slot × 8,192 tokens, {new.tokens_fit:,} fit" in server
+            assert "flags -c 8192 -np 1 → -c 8192 -np 1 (unchanged)" in server
             assert "restarts 0" in server  # a new engine, not a crash
             await wait_until(pilot, lambda: _growth_text(app) == "", WAIT_S)  # planned for it
             assert isinstance(_chat(app.supervisor.url), str)
+
+            replanned = app.supervisor.pid  # r: restart as it is, the same flags
+            await pilot.press("r")
+            await wait_until(pilot, lambda: _another_ready(app, replanned), 120)
+            engine_pids.add(app.supervisor.pid)
+            assert app.supervisor.spec.argv == argv
+            assert app.running_plan.tokens_fit == new.tokens_fit
+            assert "re-planned" not in str(app.query_one("#server-state").render())
             await _quit_stopping_the_engine(app, pilot)
 
     run(drive())

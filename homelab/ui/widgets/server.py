@@ -1,4 +1,5 @@
-"""The server panel: the supervisor's state, the URL, uptime, restarts, and the log tail."""
+"""The server panel: the supervisor's state, the URL, uptime, restarts, the engine's failure in its
+own words, a re-plan's old vs new, and the log (lines the supervisor pushes; bounded, searchable)."""
 
 from __future__ import annotations
 

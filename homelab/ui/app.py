@@ -30,6 +30,8 @@ from homelab.ui.engine_flow import EngineFlow
 from homelab.ui.live_flow import LiveFlow
 from homelab.ui.messages import CardFailed, CardRead, while_mounted
 from homelab.ui.models_flow import ModelsFlow
+from homelab.ui.replan_flow import ReplanFlow
+from homelab.ui.server_flow import ServerFlow
 from homelab.ui.widgets.card import CardPanel
 from homelab.ui.widgets.metrics import MetricsPanel
 from homelab.ui.widgets.models import ModelsMenu
@@ -40,7 +42,7 @@ REFRESH_S = 1.0
 """How often the card is sampled (and the engine asked); 0: the card is read once."""
 
 
-class HomelabApp(ModelsFlow, EngineFlow, DownloadFlow, LiveFlow, App[int]):
+class HomelabApp(ModelsFlow, EngineFlow, ServerFlow, ReplanFlow, DownloadFlow, LiveFlow, App[int]):
     """See the module docstring."""
 
     TITLE = "homelab"
@@ -50,6 +52,7 @@ class HomelabApp(ModelsFlow, EngineFlow, DownloadFlow, LiveFlow, App[int]):
         Binding("s", "start", "start/switch"),
         Binding("x", "stop", "stop"),
         Binding("r", "restart", "restart"),
+        Binding("R", "replan", "re-plan"),
         Binding("l", "focus_log", "log"),
         Binding("d", "download", "download"),
         Binding("escape", "cancel_download", "cancel download", show=False, priority=True),
@@ -95,6 +98,7 @@ class HomelabApp(ModelsFlow, EngineFlow, DownloadFlow, LiveFlow, App[int]):
         self.restarts = 0
         self.engine_problem: HomelabError | None = None
         self._headers: dict[Path, Any] = {}
+        self._engine_init()
         self._live_init()
 
     # -- layout ----------------------------------------------------------------------------
@@ -132,6 +136,11 @@ class HomelabApp(ModelsFlow, EngineFlow, DownloadFlow, LiveFlow, App[int]):
         yield SystemCommand("Stop the engine", "Stop the running engine (x)", self.action_stop)
         yield SystemCommand(
             "Restart the engine", "Stop and start it again (r)", self.action_restart
+        )
+        yield SystemCommand(
+            "Re-plan and restart",
+            "Plan the running model on the card now, restart with it (R)",
+            self.action_replan,
         )
         yield SystemCommand("Focus the log", "The engine's log (l)", self.action_focus_log)
         yield SystemCommand(

@@ -262,6 +262,33 @@ def serve_session(
     return session
 
 
+def serve_session_on(
+    model: str,
+    options: PlanOptions,
+    report: GpuReport,
+    on_event: Callable[[Any], None],
+    *,
+    default_workload: Workload | None = None,
+) -> ServeSession:
+    """:func:`serve_session`, planned on ``report``: the card as the app last saw it (its
+    telemetry window), our own running engine counted as freed. The plan the app shows
+    (or re-plans on the card now) is then the plan that runs."""
+    from homelab.engine.session.serve import ServeRequest, ServeSession
+    from homelab.plan.own_engine import without_own_engines
+
+    request = ServeRequest(
+        model,
+        options,
+        detach=True,
+        hold=True,
+        default_workload=default_workload,
+        report=without_own_engines(report),
+    )
+    session = ServeSession(request)
+    session.subscribe(on_event)
+    return session
+
+
 def start_engine(session: ServeSession) -> Supervisor:
     """Plan, decide (adopt / replace / refuse) and start or adopt; returns once it runs."""
     return session.start()
@@ -300,6 +327,14 @@ def leave_running(session: ServeSession) -> None:
 def engine_log(supervisor: Supervisor, n: int) -> list[str]:
     """The engine's last ``n`` log lines."""
     return supervisor.tail(n)
+
+
+def follow_engine_log(
+    supervisor: Supervisor, on_event: Callable[[Any], None]
+) -> Callable[[], None]:
+    """Every later transition and engine log line to ``on_event``, pushed on a thread of its
+    own (never polled); returns the function that unsubscribes."""
+    return supervisor.subscribe(on_event, log_lines=True)
 
 
 # -- downloads ---------------------------------------------------------------------------

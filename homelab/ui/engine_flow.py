@@ -1,4 +1,4 @@
-"""The server panel's side of the app: start, switch, stop, restart, adopt, copy, quit.
+"""The engine's controls: start, switch, stop, adopt, copy the URL, quit.
 
 A mixin of :class:`homelab.ui.app.HomelabApp`. The engine is started detached, so
 quitting may leave it running for the next ``homelab`` to adopt; supervisor transitions
@@ -10,19 +10,19 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 from textual import work
+from textual.message import Message
 
 from homelab.errors import HomelabError
 from homelab.ui import backend
 from homelab.ui.catalog import ModelEntry
+from homelab.ui.log_feed import LogFeed
 from homelab.ui.messages import (
     EngineChanged,
     EngineFailed,
-    EngineMissing,
     EngineStarted,
     EngineStopped,
     ServeEvent,
@@ -31,10 +31,9 @@ from homelab.ui.messages import (
 from homelab.ui.models_flow import model_name
 from homelab.ui.screens import ConfirmScreen, QuitScreen
 from homelab.ui.widgets.models import ModelsMenu
-from homelab.ui.widgets.server import ServerPanel, failure_text
+from homelab.ui.widgets.server import ServerPanel
 from homelab.units import format_bytes
 
-LOG_TAIL = 200
 CLIPBOARD_TOOLS = (["wl-copy"], ["xclip", "-selection", "clipboard"], ["xsel", "-ib"])
 """Linux clipboards Textual's OSC 52 does not reach, tried in order."""
 
@@ -56,7 +55,7 @@ class EngineFlow:
     supervisor: Any
     session: Any
     actuals: Any
-    engine_detail: str | None
+    report: Any
     running: ModelEntry | None
     running_plan: Any
     engine_state: str | None
@@ -64,9 +63,20 @@ class EngineFlow:
     restarts: int
     engine_problem: HomelabError | None
     _show_card: Any
+    _show_engine: Any
     plan_options: Any
     card_options: Any
     plan_picked: Any
+
+    def _engine_init(self) -> None:
+        self.engine_failure: Any = None
+        """The last ``EngineFailure`` of this engine (kept, as "last crash", once ready again)."""
+        self.failure_past = False
+        self.gave_up = False
+        self.crashes = 0
+        self.engine_note: str | None = None
+        self.running_options: Any = None
+        self.log_feed: LogFeed | None = None
 
     # -- the engine ------------------------------------------------------------------------
 
@@ -100,13 +110,15 @@ class EngineFlow:
                 f"(pid {self.supervisor.pid}{frees}) and start {entry.name}?"
             )
 
+            report = self.report
+
             def answered(yes: bool | None) -> None:
                 if yes:
-                    self.run_engine(entry, plan, path, options, stop_first=True)
+                    self.run_engine(entry, plan, path, options, stop_first=True, report=report)
 
             self.push_screen(ConfirmScreen(question), answered)
             return
-        self.run_engine(entry, plan, path, options, stop_first=False)
+        self.run_engine(entry, plan, path, options, stop_first=False, report=self.report)
 
     def running_plan_bytes(self) -> str:
         plan = self.running_plan
@@ -115,27 +127,67 @@ class EngineFlow:
         held = plan.weights_on_device + plan.candidate.cost
         return f", frees about {format_bytes(held, precision=1)}"
 
-    @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
-    def run_engine(
-        self, entry: ModelEntry, plan: Any, path: Path, options: Any, *, stop_first: bool
+    def serve(
+        self,
+        entry: ModelEntry,
+        plan: Any,
+        path: Path,
+        options: Any,
+        *,
+        stop_first: bool,
+        report: Any = None,
+        note: str | None = None,
     ) -> None:
-        """Through the domain's serve session: plan, decide, start, ready, actuals."""
+        """Through the domain's serve session: plan (on ``report``, the card as the app saw
+        it, when given), decide, start, ready, actuals. On a worker thread."""
         session = None
         try:
             if stop_first and self.session is not None:
                 backend.stop_engine(self.session)
                 self.post_message(EngineStopped(released=False))
             default = entry.preset.workload if entry.preset is not None else None
-            session = backend.serve_session(
-                str(path), options, self._serve_event_arrived, default_workload=default
-            )
+            if report is None:
+                session = backend.serve_session(
+                    str(path), options, self._serve_event_arrived, default_workload=default
+                )
+            else:
+                session = backend.serve_session_on(
+                    str(path), options, report, self._serve_event_arrived, default_workload=default
+                )
             supervisor = backend.start_engine(session)
             served = session.plan.plan if session.plan is not None else plan
-            self.post_message(EngineStarted(entry.key, (session, supervisor, entry, served)))
+            self._started(entry, session, supervisor, served, report, options, note)
             backend.wait_engine_ready(session)
         except HomelabError as error:
             if session is None or not session.asked_to_stop:
                 self.post_message(EngineFailed(error))
+
+    run_engine = work(thread=True, exclusive=True, group="engine", exit_on_error=False)(serve)
+    """:meth:`serve` on a worker thread (the start, switch and restart keys)."""
+
+    def _started(
+        self,
+        entry: ModelEntry,
+        session: Any,
+        supervisor: Any,
+        served: Any,
+        report: Any = None,
+        options: Any = None,
+        note: str | None = None,
+    ) -> None:
+        """Tell the app, then follow the engine's log (its lines pushed, from now on)."""
+        feed = LogFeed(supervisor, self._post_log)
+        started = EngineStarted(
+            entry.key, (session, supervisor, entry, served), report, options, note, feed
+        )
+        self.post_message(started)
+        feed.start()
+
+    def _post_log(self, message: Message) -> None:
+        try:
+            self.post_message(message)
+        except RuntimeError:  # the app's loop has closed (quit under way)
+            pass
 
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
     def adopt_running(self, options: Any) -> None:
@@ -152,7 +204,7 @@ class EngineFlow:
         entry = ModelEntry(
             str(path), model_name(path, "dir"), backend.quant_of(path), "dir", path=path
         )
-        self.post_message(EngineStarted(entry.key, (session, supervisor, entry, None)))
+        self._started(entry, session, supervisor, None)
 
     def _serve_event_arrived(self, event: Any) -> None:
         """Called on the session's delivery thread: hand over, never block it."""
@@ -164,45 +216,22 @@ class EngineFlow:
             self.post_message(ServeEvent(event))
 
     @while_mounted
-    def on_serve_event(self, message: ServeEvent) -> None:
-        self.actuals = message.event.measured
-        self._show_engine()
-
-    @while_mounted
     def on_engine_started(self, message: EngineStarted) -> None:
         self.session, self.supervisor, self.running, self.running_plan = message.supervisor
+        self.running_options = message.options
         self.actuals = None
-        self.engine_detail = None
+        self.engine_failure, self.failure_past, self.gave_up = None, False, False
+        self.crashes = 0
+        self.engine_note = message.note
         self.engine_state = self.supervisor.state.value
         self.restarts = 0
         self.ready_at = None
+        if self.log_feed is not None:
+            self.log_feed.close()
+        self.log_feed = message.log_feed
         self.query_one("#server", ServerPanel).clear_log()
         self._show_engine()
         self._show_card()
-
-    @while_mounted
-    def on_engine_changed(self, message: EngineChanged) -> None:
-        transition = message.transition
-        if self.supervisor is None:
-            return
-        self.engine_state = transition.state.value
-        if transition.state.value == "ready":
-            self.ready_at = transition.monotonic
-        elif transition.state.value == "restarting":
-            self.restarts += 1
-            self.ready_at = None
-        elif transition.state.value == "stopped":
-            self.ready_at = None
-        failure = failure_text(transition.failure)
-        if failure is not None:
-            self.engine_detail = failure  # the engine's own error stays until it is ready
-        elif transition.state.value == "ready":
-            self.engine_detail = None
-        self._show_engine()
-        if transition.state.value == "ready" and self.supervisor.url:
-            self.notify(
-                f"{self.running.name if self.running else 'engine'} is ready at {self.supervisor.url}"
-            )
 
     @while_mounted
     def on_engine_stopped(self, message: EngineStopped) -> None:
@@ -211,46 +240,6 @@ class EngineFlow:
         self.running_plan = None
         self._show_engine()
         self._show_card()
-
-    @while_mounted
-    def on_engine_failed(self, message: EngineFailed) -> None:
-        error = message.error
-        text = error.message + (f"\n{error.hint}" if error.hint else "")
-        self.notify(text, title=error.title, severity="error", timeout=15)
-
-    def _show_engine(self, detail: str | None = None) -> None:
-        detail = detail or getattr(self, "engine_detail", None)
-        panel = self.query_one("#server", ServerPanel)
-        if self.supervisor is None:
-            problem = self.engine_problem
-            words = None
-            if problem is not None:
-                words = f"{problem.title}: {problem.message}" + (
-                    f"\n{problem.hint}" if problem.hint else ""
-                )
-            panel.show_state(None, None, None, 0, words)
-            return
-        uptime = None
-        if self.ready_at is not None:
-            uptime = _duration(time.monotonic() - self.ready_at)
-        url = self.supervisor.url if self.engine_state == "ready" else None
-        name = self.running.name if self.running else None
-        panel.show_state(self.engine_state, url, uptime, self.restarts, detail, name)
-        panel.show_log(backend.engine_log(self.supervisor, LOG_TAIL))
-        panel.show_actuals(self.actuals.rows if self.actuals is not None else None)
-
-    @work(thread=True, exclusive=True, group="engine-check", exit_on_error=False)
-    def check_engine(self) -> None:
-        """Say at once when there is no llama-server to run (and how to get one)."""
-        try:
-            backend.engine_binary()
-        except HomelabError as error:
-            self.post_message(EngineMissing(error))
-
-    @while_mounted
-    def on_engine_missing(self, message: EngineMissing) -> None:
-        self.engine_problem = message.error
-        self._show_engine()
 
     def action_stop(self) -> None:
         if not self.engine_alive():
@@ -267,23 +256,6 @@ class EngineFlow:
         self.post_message(EngineStopped(released=False))
         if then_exit:
             self.call_from_thread(self.exit, 0)
-
-    def action_restart(self) -> None:
-        if not self.engine_alive() or self.running is None or self.running_plan is None:
-            self.notify("No engine of this session to restart.", title="Nothing to restart")
-            return
-        try:
-            options = self.plan_options()
-        except HomelabError as error:
-            self.post_message(EngineFailed(error))
-            return
-        self.run_engine(
-            self.running,
-            self.running_plan,
-            Path(self.supervisor.spec.model),
-            options,
-            stop_first=True,
-        )
 
     def action_filter(self) -> None:
         self.query_one("#menu", ModelsMenu).open_filter()
@@ -330,16 +302,9 @@ class EngineFlow:
         supervisor, session = self.supervisor, self.session
         if session is None:
             return
+        if self.log_feed is not None:
+            self.log_feed.close()
         if supervisor is not None and not supervisor.released and not supervisor.wait_stopped(0):
             backend.stop_engine(session)
         else:
             session.close()
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60} min"

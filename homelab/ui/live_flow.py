@@ -150,18 +150,25 @@ class LiveFlow:
             planned_on = next((r for p, r in self._planned_on if p is plan), None)
             growth = backend.desktop_growth(plan.budget, self.report, planned_on)
         self.growth = growth
-        self.query_one("#card", CardPanel).show_growth(growth)
+        self.query_one("#card", CardPanel).show_growth(growth, self.running_plan is not None)
 
     # -- the engine's metrics --------------------------------------------------------------
 
+    @while_mounted
     def on_engine_started(self, message: EngineStarted) -> None:
+        """After the engine flow took it: the report its plan was made on, and the metrics."""
+        if self.running_plan is not None and message.planned_on is not None:
+            self._planned_on = [*self._planned_on[-3:], (self.running_plan, message.planned_on)]
         self._sync_status()
+        self._show_growth()  # the warning follows the plan now running
 
     def on_engine_changed(self, message: EngineChanged) -> None:
         self._sync_status()
 
+    @while_mounted
     def on_engine_stopped(self, message: EngineStopped) -> None:
         self._sync_status()
+        self._show_growth()
 
     def _sync_status(self) -> None:
         """A status poller exactly while an engine is ready (a new one for a new URL)."""
@@ -211,7 +218,8 @@ class LiveFlow:
     # -- the end ---------------------------------------------------------------------------
 
     def stop_live(self) -> None:
-        """Stop both pollers and join their threads (idempotent; on unmount)."""
+        """Stop both pollers and join their threads, and close the log feed (idempotent; on
+        unmount)."""
         with self._live_lock:
             self._live_closed = True
             pollers = [self.gpu_poller, self.status_poller]
@@ -219,3 +227,6 @@ class LiveFlow:
         for poller in pollers:
             if poller is not None:
                 poller.stop()
+        feed = getattr(self, "log_feed", None)
+        if feed is not None:  # the engine's pushed log: unsubscribed with the rest
+            feed.close()

@@ -91,10 +91,19 @@ class EngineChanged(Message, bubble=False):
 
 @dataclass
 class EngineStarted(Message, bubble=False):
-    """A supervisor now runs (or adopted) an engine for ``key``."""
+    """A supervisor now runs (or adopted) an engine for ``key``.
+
+    ``supervisor``: (session, supervisor, entry, the plan it serves). ``planned_on``: the
+    card report it was planned on; ``options``: the plan request; ``note``: what a re-plan
+    changed (old vs new); ``log_feed``: its pushed log (``homelab.ui.log_feed.LogFeed``).
+    """
 
     key: str
     supervisor: Any
+    planned_on: Any = None
+    options: Any = None
+    note: str | None = None
+    log_feed: Any = None
 
 
 @dataclass

@@ -67,6 +67,7 @@ def test_growth_warning_names_kwin_and_its_mib(models_dir: Path) -> None:
             assert "+700 MiB" in text
             assert "since the plan" in text
             assert "Close it, or re-plan" in text
+            assert "enter on the model re-plans on the card now" in text  # no engine yet
             assert app.growth.planned_desktop == steady
             assert app.growth.desktop_peak == steady + 700 * 2**20
             await pilot.press("q")

@@ -31,6 +31,7 @@ from homelab.engine.supervision.state_file import StateFile
 from homelab.engine.supervision.states import EngineSpec, RestartPolicy, State
 from homelab.engine.supervision.supervisor import Supervisor
 from homelab.errors import HomelabError, UsageError
+from homelab.gpu.report import GpuReport
 from homelab.plan.options import PlanOptions
 from homelab.plan.workload import Workload
 
@@ -52,6 +53,9 @@ class ServeRequest:
     front-end ends with :meth:`ServeSession.let_go` (leave it) or ``stop(let_go=False)``."""
     default_workload: Workload | None = None
     """The workload when none is asked for (a preset's hint, when the model is its path)."""
+    report: GpuReport | None = None
+    """Plan on this look at the card (a front-end that follows the card's telemetry);
+    None: read the card as ``options`` say."""
 
     def __post_init__(self) -> None:
         if not self.start_timeout_s > 0:
@@ -176,7 +180,8 @@ class ServeSession:
         pinned = options.port is not None
         wanted = options.port if options.port is not None else kind.default_port
         choice = choose_port(LOOPBACK, wanted, pinned=pinned)
-        plan = kind.plan(model, card_for(options), options, default_workload=self._default_workload)
+        report = self.request.report if self.request.report is not None else card_for(options)
+        plan = kind.plan(model, report, options, default_workload=self._default_workload)
         self.plan = plan
         argv = kind.argv(plan, choice.port, executable)
         self._emit(ev.Planned(plan, tuple(argv), choice.note()))

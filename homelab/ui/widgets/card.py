@@ -130,13 +130,14 @@ class CardPanel(Vertical):
         self.query_one("#card-text", Static).update(text)
         self._processes(report)
 
-    def show_growth(self, growth: Any | None) -> None:
-        """The compositor growth warning (``homelab.plan.headroom.DesktopGrowth``), or hide it."""
+    def show_growth(self, growth: Any | None, serving: bool = False) -> None:
+        """The compositor growth warning (``homelab.plan.headroom.DesktopGrowth``), or hide it
+        (``serving``: it is about the running engine's plan)."""
         box = self.query_one("#growth", Static)
         if growth is None or not growth.alarming:
             box.display = False
             return
-        box.update(growth_text(growth))
+        box.update(growth_text(growth, serving))
         box.display = True
 
     def show_error(self, error: Any) -> None:
@@ -167,12 +168,15 @@ class CardPanel(Vertical):
             table.add_row(*row)
 
 
-RE_PLAN_KEYS = "x stop, enter on the model to re-plan, s start"
-"""What to press to plan around the bigger desktop (the plan is made on the card now)."""
+RE_PLAN_KEY = "R: re-plan on the card now and restart"
+"""What to press, while serving, to plan around the bigger desktop and restart."""
+RE_PLAN_PICKED = "enter on the model re-plans on the card now"
+"""What to press when the warning is about the picked (not yet running) model's plan."""
 
 
-def growth_text(growth: Any) -> Text:
-    """The warning: what grew, by how much since the plan, what is left, what to do."""
+def growth_text(growth: Any, serving: bool = False) -> Text:
+    """The warning: what grew, by how much since the plan, what is left, what to do
+    (``serving``: the plan is the running engine's, so the key re-plans and restarts)."""
     culprit = growth.culprit
     what = "the desktop"
     if culprit is not None:
@@ -192,7 +196,10 @@ def growth_text(growth: Any) -> Text:
     else:
         left = format_bytes(growth.headroom_left, precision=0)
         text.append(f"{left} of {format_bytes(growth.headroom, precision=0)} headroom left. ")
-    text.append(f"Close it, or re-plan and restart ({RE_PLAN_KEYS}).", style="italic")
+    if serving:
+        text.append(f"Close it, or re-plan and restart ({RE_PLAN_KEY}).", style="italic")
+    else:
+        text.append(f"Close it, or re-plan ({RE_PLAN_PICKED}).", style="italic")
     return text
 
 

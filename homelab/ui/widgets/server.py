@@ -1,7 +1,9 @@
-"""The server panel: the supervisor's state, the URL, uptime, restarts, and the log tail."""
+"""The server panel: the supervisor's state, the URL, uptime, restarts, the engine's failure in its
+own words, a re-plan's old vs new, and the log (lines the supervisor pushes; bounded, searchable)."""
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from rich.text import Text
@@ -18,8 +20,11 @@ STATE_STYLE = {
     "crashed": "bold red",
     "restarting": "yellow",
     "stopping": "yellow",
+    "gave up": "bold red",
+    "failed": "bold red",
 }
 LOG_LINES = 500
+"""Log lines kept (and shown); older ones drop out."""
 
 
 class ServerPanel(Vertical):
@@ -40,8 +45,8 @@ class ServerPanel(Vertical):
 
     def on_mount(self) -> None:
         self.border_title = "server"
-        self._shown: list[str] = []
-        self._all: list[str] = []
+        self._all: deque[str] = deque(maxlen=LOG_LINES)
+        self._state_text: Text | None = None
         self._needle = ""
         self.show_state(None, None, None, 0, None)
 
@@ -53,7 +58,14 @@ class ServerPanel(Vertical):
         restarts: int,
         detail: str | None,
         model: str | None = None,
+        *,
+        failure: Any = None,
+        failure_past: bool = False,
+        note: str | None = None,
     ) -> None:
+        """The state line, the URL, and below them: ``detail`` (a problem before any engine),
+        ``failure`` (the engine's explained ``EngineFailure``: now, or with ``failure_past``
+        the last crash before it came back) and ``note`` (a re-plan, old vs new)."""
         text = Text()
         if state is None:
             text.append("no engine running", style="dim")
@@ -65,9 +77,20 @@ class ServerPanel(Vertical):
             text.append("\n")
             text.append(f"URL {url or '—'}", style="bold" if url else "dim")
             text.append(f"  up {uptime or '—'}  restarts {restarts}")
+        if note:
+            text.append(f"\n{note}", style="cyan")
+        if failure is not None:
+            text.append("\n")
+            text.append_text(failure_text(failure, failure_past))
         if detail:
             text.append(f"\n{detail}", style="red")
+        if text == self._state_text:
+            return
+        self._state_text = text
         self.query_one("#server-state", Static).update(text)
+        log = self.query_one("#log", Log)
+        if log.is_vertical_scroll_end:  # the panel's height changes: keep the newest in view
+            self.call_after_refresh(log.scroll_end, animate=False)
 
     def show_actuals(self, rows: Any) -> None:
         """Predicted vs actual memory after boot, one line per part (the session's Actuals)."""
@@ -78,35 +101,28 @@ class ServerPanel(Vertical):
                 text.append(f"\n{row.name}: {_size(row.predicted)} → {_size(row.actual)}")
         self.query_one("#server-actuals", Static).update(text)
 
-    def show_log(self, lines: list[str]) -> None:
-        """Append what is new in the engine's tail (the tail is a sliding window)."""
-        if lines == self._all:
+    def append_log(self, lines: list[str]) -> None:
+        """Add lines the supervisor pushed (the oldest drop out past ``LOG_LINES``)."""
+        if not lines:
             return
-        new = _new_lines(self._all, lines)
-        self._all = list(lines)
-        if new is None or self._needle:
-            self._redraw()
-            return
-        self.query_one("#log", Log).write_lines(new)
-        self._shown = list(lines)
+        self._all.extend(lines)
+        needle = self._needle.lower()
+        shown = [line for line in lines if needle in line.lower()] if needle else lines
+        if shown:
+            self.query_one("#log", Log).write_lines(shown)
 
     def search(self, query: str) -> None:
         """Show only the lines containing ``query`` (case-insensitive); "" shows all."""
         self._needle = query
-        self._redraw()
-
-    def _redraw(self) -> None:
-        needle = self._needle.lower()
-        lines = [line for line in self._all if needle in line.lower()]
         log = self.query_one("#log", Log)
         log.clear()
-        log.write_lines(lines)
-        self._shown = lines
+        log.write_lines(self.visible_lines)
 
     @property
     def visible_lines(self) -> list[str]:
         """The log lines on show (after the search)."""
-        return list(self._shown)
+        needle = self._needle.lower()
+        return [line for line in self._all if needle in line.lower()]
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "log-search":
@@ -125,21 +141,9 @@ class ServerPanel(Vertical):
         self.query_one("#log-search", Input).focus()
 
     def clear_log(self) -> None:
-        self._shown = []
-        self._all = []
+        self._all.clear()
         self.query_one("#log", Log).clear()
         self.query_one("#server-actuals", Static).update("")
-
-
-def _new_lines(old: list[str], new: list[str]) -> list[str] | None:
-    """The lines of ``new`` after the overlap with the end of ``old``; None: no overlap."""
-    if not old:
-        return new
-    for start in range(len(old)):
-        overlap = old[start:]
-        if new[: len(overlap)] == overlap:
-            return new[len(overlap) :]
-    return None
 
 
 def _size(value: int | None) -> str:
@@ -148,9 +152,22 @@ def _size(value: int | None) -> str:
     return "—" if value is None else format_bytes(value, precision=1)
 
 
-def failure_text(failure: Any) -> str | None:
-    """One line on why the engine stopped or crashed (the engine's own words when known)."""
-    if failure is None:
-        return None
-    error = failure.to_error()
-    return f"{error.title}: {error.message}"
+QUOTED_SHOWN = 2
+"""The engine's own lines a failure shows on the panel (all of them are in the log below)."""
+
+
+def failure_text(failure: Any, past: bool = False) -> Text:
+    """An ``EngineFailure`` as a person reads it: title, what happened, the engine's own
+    first lines, the next step; ``past``: the last crash, once the engine came back."""
+    if past:
+        text = Text(f"last crash: {failure.title}: {failure.message}", style="dim")
+        if failure.quoted:
+            text.append(f"\n  the engine said: {failure.quoted[0]}", style="dim")
+        return text
+    text = Text(failure.title, style="bold red")
+    text.append(f": {failure.message}", style="red")
+    for i, line in enumerate(failure.quoted[:QUOTED_SHOWN]):
+        text.append(f"\n  {'the engine said: ' if i == 0 else ''}{line}", style="red")
+    if failure.hint:
+        text.append(f"\n{failure.hint}", style="italic")
+    return text

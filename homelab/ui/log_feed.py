@@ -1,0 +1,126 @@
+"""The engine's log for the server panel, as the supervisor pushes it (no polling).
+
+A :class:`LogFeed` subscribes to the supervisor's live events (its transitions and every
+engine log line, on a delivery thread of the supervisor's event hub), then seeds itself
+with the log's tail: the lines read before the subscription (an engine that started a
+moment ago, or one adopted from an earlier homelab). Pushed lines read before the seed
+was taken are in the seed already and are skipped (each line carries the wall-clock time
+it was read). Transitions become one line each (``── crashed: …``), so the log reads as
+one story and the search finds them too.
+
+The delivery thread only appends to a bounded buffer and, when the app has not been told
+yet, posts one :class:`LogArrived`; the app takes everything buffered at once, so a burst
+of lines (llama-server at ``-lv 4``) costs one message, not one per line.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from textual.message import Message
+
+from homelab.ui import backend
+
+LOG_KEPT = 500
+"""Lines the feed (and the panel) keep; older ones are dropped."""
+
+
+@dataclass
+class LogArrived(Message, bubble=False):
+    """New lines wait in ``feed`` (take them with :meth:`LogFeed.take`)."""
+
+    feed: Any
+
+
+class LogFeed:
+    """One supervisor's pushed log lines (see the module docstring)."""
+
+    def __init__(
+        self, supervisor: Any, post: Callable[[Message], None], keep: int = LOG_KEPT
+    ) -> None:
+        self.supervisor = supervisor
+        self._post = post
+        self._keep = keep
+        self._lock = threading.Lock()
+        self._pending: deque[str] = deque(maxlen=keep)
+        self._told = False
+        self._since: float | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+        self._closed = False
+
+    def start(self) -> LogFeed:
+        """Subscribe, then seed with the tail (called on a worker thread: it may block)."""
+        unsubscribe = backend.follow_engine_log(self.supervisor, self._arrived)
+        with self._lock:
+            self._since = time.time()  # pushed lines read before this are in the seed
+        seed = backend.engine_log(self.supervisor, self._keep)
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._unsubscribe = unsubscribe
+                early = list(self._pending)
+                self._pending.clear()
+                self._pending.extend(seed)
+                self._pending.extend(early[_overlap(seed, early) :])
+        if closed:  # closed while it started
+            unsubscribe()
+            return self
+        self._tell()
+        return self
+
+    def _arrived(self, event: Any) -> None:
+        """On the delivery thread: buffer the line (or the transition's line); never block."""
+        from homelab.engine.supervision.attempt_log import LogLine
+
+        with self._lock:
+            if self._closed:
+                return
+            if isinstance(event, LogLine):
+                if self._since is None or event.at <= self._since:
+                    return  # read before the seed was taken: the seed has it
+                self._pending.append(event.text)
+            else:
+                self._pending.append(transition_line(event))
+        self._tell()
+
+    def _tell(self) -> None:
+        with self._lock:
+            if self._told or not self._pending:
+                return
+            self._told = True
+        self._post(LogArrived(self))
+
+    def take(self) -> list[str]:
+        """Everything buffered since the last take (on the app's thread)."""
+        with self._lock:
+            lines = list(self._pending)
+            self._pending.clear()
+            self._told = False
+        return lines
+
+    def close(self) -> None:
+        """Unsubscribe (idempotent); lines still queued are dropped."""
+        with self._lock:
+            self._closed = True
+            unsubscribe, self._unsubscribe = self._unsubscribe, None
+            self._pending.clear()
+        if unsubscribe is not None:
+            unsubscribe()
+
+
+def transition_line(transition: Any) -> str:
+    """``── crashed: llama-server stopped`` (the supervisor's word for the change)."""
+    return f"── {transition.state.value}: {transition.reason}"
+
+
+def _overlap(seed: list[str], early: list[str]) -> int:
+    """How many of ``early``'s first lines end ``seed`` too (read in the instant between)."""
+    for k in range(min(len(seed), len(early)), 0, -1):
+        if seed[-k:] == early[:k]:
+            return k
+    return 0

@@ -1,0 +1,136 @@
+"""``R`` answers the compositor growth warning: re-plan on the card now, restart with it.
+
+The card is the constructed growth recording (``constructed_desktop_growth.json``: three
+steady samples, then kwin_wayland +700 MiB) played through the real telemetry poller on a
+:class:`ManualClock`; the engine is the real llama-server serving the real SmolLM2 (the
+CPU build runs the 3090 plan's flags). SmolLM2 on a 24 GiB card is capped by its trained
+context, not by memory, so the -c flag stays; what the growth changes is what fits
+(``tokens_fit``) and the desktop the plan counts, and both must move by the growth.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from textual.widgets._footer import FooterKey
+
+from homelab.engine.supervision.process import alive
+from homelab.polling import ManualClock
+from homelab.ui.app import make_app
+from homelab.ui.widgets.models import ModelsMenu
+from tests.factory.server_log import free_port
+from tests.ui.helpers import run, wait_until
+from tests.ui.test_engine_flows import _another_ready, _chat, _quit_stopping_the_engine
+from tests.ui.test_live_growth import GROWTH, WAIT_S, _advance_to, _growth_text
+
+pytestmark = pytest.mark.engine
+
+GROWN = 700 * 2**20
+"""What kwin_wayland grows by in the recording."""
+
+
+def _flag(argv: tuple[str, ...] | list[str], name: str) -> int:
+    return int(argv[list(argv).index(name) + 1])
+
+
+def test_R_after_the_desktop_grew_restarts_with_a_plan_made_on_the_card_now(
+    models_dir: Path, engine_pids
+) -> None:
+    clock = ManualClock()
+
+    async def drive() -> None:
+        app = make_app(
+            gpu_snapshot=GROWTH,
+            models_dirs=[models_dir],
+            port=free_port(),
+            refresh_s=1.0,
+            blink=False,
+            adopt=False,
+            telemetry_clock=clock,
+        )
+        async with app.run_test(size=(140, 45)) as pilot:
+            menu = app.query_one("#menu", ModelsMenu)
+            await wait_until(pilot, lambda: app.report is not None and len(menu.entries) > 0)
+            app.query_one("#slots").focus()
+            await pilot.press("1")  # one slot: a small KV for the CPU engine
+            app.query_one("#models").focus()
+            await pilot.press("slash", *"smollm2", "enter")
+            await wait_until(
+                pilot, lambda: app.plan is not None and app.plan.settings.n_seq == 1, WAIT_S
+            )
+            shown = app.plan
+            await pilot.press("s")
+            await wait_until(pilot, lambda: app.supervisor is not None, WAIT_S)
+            engine_pids.add(app.supervisor.pid)
+            await wait_until(pilot, lambda: app.engine_state == "ready", 120)
+            old, old_pid = app.running_plan, app.supervisor.pid
+            # the engine runs the plan made on the card the app showed (steady desktop)
+            assert old.budget.desktop == shown.budget.desktop
+            assert old.tokens_fit == shown.tokens_fit
+
+            await _advance_to(app, pilot, clock, 3)  # kwin_wayland +700 MiB
+            await wait_until(pilot, lambda: _growth_text(app) != "", WAIT_S)
+            warning = _growth_text(app)
+            assert "kwin_wayland" in warning and "+700 MiB" in warning
+            assert "R: re-plan on the card now and restart" in warning
+            footer = {(k.key, k.description) for k in app.query(FooterKey)}
+            assert ("R", "re-plan") in footer  # the key is in the footer too
+
+            await pilot.press("R")
+            await wait_until(pilot, lambda: _another_ready(app, old_pid), 120)
+            engine_pids.add(app.supervisor.pid)
+            assert not alive(old_pid)
+            new = app.running_plan
+            assert new.budget.desktop == old.budget.desktop + GROWN
+            assert new.tokens_fit < old.tokens_fit
+            # the 700 MiB the desktop took are tokens the KV can no longer hold
+            per_token = GROWN / (old.tokens_fit - new.tokens_fit)
+            assert 12_000 < per_token < 14_000, per_token  # SmolLM2 q8_0: 12,240 B + FA copy
+            argv = app.supervisor.spec.argv
+            assert _flag(argv, "-c") == new.candidate.allocation.n_ctx
+            assert _flag(argv, "-np") == 1
+
+            server = str(app.query_one("#server-state").render())
+            assert "re-planned on the card now (desktop +700 MiB)" in server
+            assert f"was 1 slot × 8,192 tokens, {old.tokens_fit:,} fit" in server
+            assert f"now 1 slot × 8,192 tokens, {new.tokens_fit:,} fit" in server
+            assert "flags -c 8192 -np 1 → -c 8192 -np 1 (unchanged)" in server
+            assert "restarts 0" in server  # a new engine, not a crash
+            await wait_until(pilot, lambda: _growth_text(app) == "", WAIT_S)  # planned for it
+            assert isinstance(_chat(app.supervisor.url), str)
+
+            replanned = app.supervisor.pid  # r: restart as it is, the same flags
+            await pilot.press("r")
+            await wait_until(pilot, lambda: _another_ready(app, replanned), 120)
+            engine_pids.add(app.supervisor.pid)
+            assert app.supervisor.spec.argv == argv
+            assert app.running_plan.tokens_fit == new.tokens_fit
+            assert "re-planned" not in str(app.query_one("#server-state").render())
+            await _quit_stopping_the_engine(app, pilot)
+
+    run(drive())
+
+
+def test_R_without_an_engine_of_this_app_says_there_is_nothing_to_re_plan(
+    models_dir: Path,
+) -> None:
+    async def drive() -> None:
+        app = make_app(
+            gpu_snapshot=GROWTH,
+            models_dirs=[models_dir],
+            refresh_s=0,
+            blink=False,
+            adopt=False,
+        )
+        async with app.run_test(size=(140, 45)) as pilot:
+            await wait_until(pilot, lambda: app.report is not None)
+            await pilot.press("R")
+            await wait_until(pilot, lambda: len(app._notifications) > 0)
+            titles = [n.title for n in app._notifications]
+            assert "Nothing to re-plan" in titles
+            assert app.supervisor is None
+            await pilot.press("q")
+        assert app.return_code == 0
+
+    run(drive())

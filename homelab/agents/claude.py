@@ -43,14 +43,14 @@ def warnings(target: AgentTarget) -> tuple[str, ...]:
         return (
             f"Claude Code cannot work in {window:,} tokens per request: it compacts at "
             f"window − min(output {out:,}, 20,000) − 13,000 = {point:,}, i.e. at once. "
-            "Give each request more context (a larger `ctx`, fewer `slots`).",
+            f"Give each request more context ({target.context.remedy}).",
         )
     if window < USABLE_WINDOW:
         return (
             f"Claude Code compacts this conversation at {point:,} tokens (window {window:,} "
             f"− output {min(out, OUTPUT_RESERVE_LIMIT):,} − 13,000 buffer): below ~64k tokens "
-            "per request it has little room left. Give each request more context (a larger "
-            "`ctx`, fewer `slots`).",
+            "per request it has little room left. Give each request more context "
+            f"({target.context.remedy}).",
         )
     return ()
 

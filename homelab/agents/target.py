@@ -33,6 +33,13 @@ class RequestContext:
     """``per-slot share of 4 × 1024`` and the like; shown beside the number."""
     shared_pool: bool = False
     """True when no ceiling bounds a request below the unified pool (no gate in front)."""
+    unified: bool = False
+    """The engine's slots share one KV pool (more context comes from a larger ``ctx`` only)."""
+
+    @property
+    def remedy(self) -> str:
+        """The settings that give one request more context (hint words, in backquotes)."""
+        return "a larger `ctx`" if self.unified else "a larger `ctx`, fewer `slots`"
 
 
 def request_context(
@@ -61,13 +68,16 @@ def request_context(
     if gated and gate_budget_tokens is not None:
         tokens = min(gate_budget_tokens, pool)
         return RequestContext(
-            tokens, f"the gate's ceiling on a unified pool of {facts.kv_tokens:,} tokens"
+            tokens,
+            f"the gate's ceiling on a unified pool of {facts.kv_tokens:,} tokens",
+            unified=True,
         )
     return RequestContext(
         pool,
         f"a unified pool of {facts.kv_tokens:,} tokens shared by {slots} "
         f"slot{'s' if slots != 1 else ''}, no ceiling in front",
         shared_pool=True,
+        unified=True,
     )
 
 

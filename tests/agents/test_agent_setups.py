@@ -18,8 +18,8 @@ from homelab.agents import aider, claude, codex, continue_dev, opencode
 from homelab.agents.catalog import AGENTS, prepare
 from homelab.agents.launch import write_files
 from homelab.agents.setup import AgentSetup, shell_lines
-from homelab.agents.target import AgentTarget
-from tests.agents.conftest import gate_ceiling, split_target, unified_target
+from homelab.agents.target import AgentTarget, target_for
+from tests.agents.conftest import gate_ceiling, plan_facts, split_target, unified_target
 
 PLANS = ["smol_split", "llama_split", "smol_unified", "llama_unified"]
 
@@ -155,8 +155,9 @@ def test_claude_codes_compaction_point_matches_the_published_rule() -> None:
     assert claude.compaction_point(200_000, 64_000) == 167_000  # output reserve capped at 20k
 
 
-def test_claude_code_is_warned_below_64k_per_request(smol_split, llama_split, llama8b_gguf) -> None:
-    from tests.agents.conftest import plan_facts
+def test_claude_code_is_warned_below_64k_per_request(
+    smol_split, smol_unified, llama_split, llama8b_gguf
+) -> None:
 
     tiny = prepare("claude", split_target(smol_split))  # 1,024 per slot
     assert len(tiny.warnings) == 1 and "cannot work in 1,024 tokens" in tiny.warnings[0]
@@ -167,13 +168,14 @@ def test_claude_code_is_warned_below_64k_per_request(smol_split, llama_split, ll
     assert "little room" in small.warnings[0] and "`slots`" in small.warnings[0]
     roomy = prepare("claude", split_target(llama_split))  # 65,536 per slot
     assert llama_split.ctx_per_slot == 65536 and roomy.warnings == ()
+    # on a unified pool only a larger pool helps: fewer slots would not
+    pooled = prepare("claude", unified_target(smol_unified))
+    assert "`ctx`" in pooled.warnings[0] and "`slots`" not in pooled.warnings[0]
     # the rule is Claude Code's: the other agents get no such warning
     assert prepare("opencode", split_target(smol_split)).warnings == ()
 
 
 def test_a_unified_pool_without_a_gate_warns_every_agent(smol_unified) -> None:
-    from homelab.agents.target import target_for
-
     target = target_for(smol_unified, base_url="http://127.0.0.1:8080", model="m", gated=False)
     for name in AGENTS:
         warnings = prepare(name, target).warnings

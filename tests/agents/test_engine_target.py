@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from homelab.agents.engine_target import GATE_KEY_FILE, NoEngineError, gate_key, local_url
+from homelab.agents.engine_target import (
+    GATE_KEY_FILE,
+    NoEngineError,
+    gate_key,
+    local_url,
+    running_target,
+)
 from homelab.engine.supervision.state_file import StateFile
 from homelab.errors import ExitCode
 
@@ -24,8 +30,6 @@ def test_a_gate_on_every_address_is_reached_on_loopback() -> None:
 
 
 def test_no_live_record_is_the_no_engine_error(tmp_path) -> None:
-    from homelab.agents.engine_target import running_target
-
     with pytest.raises(NoEngineError) as raised:
         running_target(StateFile(tmp_path / "engine.json"))
     assert raised.value.exit_code == ExitCode.ENGINE

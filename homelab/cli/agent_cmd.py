@@ -15,7 +15,7 @@ import os
 import sys
 
 from homelab.cli.stop_status import word, worded
-from homelab.errors import HomelabError, UsageError
+from homelab.errors import ExitCode, HomelabError, UsageError
 
 CONTINUE_NOTE = (
     "# Paste the model into your Continue config.yaml, or save this as "
@@ -96,11 +96,11 @@ def run(args: argparse.Namespace) -> int:
         if setup.config_block is not None:  # it says what it points at in its first line
             print(CONTINUE_NOTE)
             sys.stdout.write(setup.config_block)
-            return 0
+            return int(ExitCode.OK)
         print(f"# {kind.title} → {target.describe()}")
         for line in shell_lines(setup, state):
             print(line)
-        return 0
+        return int(ExitCode.OK)
     argv = setup.argv(state, extra)
     env = setup.environment(dict(os.environ))
     sys.stdout.flush()
@@ -113,4 +113,4 @@ def run(args: argparse.Namespace) -> int:
             hint=f"check that {program} runs on its own",
             title=f"{kind.title} did not start",
         ) from None
-    return 0  # pragma: no cover - execve does not return
+    return int(ExitCode.OK)  # pragma: no cover - execve does not return

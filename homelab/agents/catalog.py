@@ -78,8 +78,9 @@ def agent_kind(name: str) -> AgentKind:
 
 
 def target_warnings(target: AgentTarget) -> tuple[str, ...]:
-    """Warnings about the target itself, whatever the agent."""
-    if target.context.shared_pool:
+    """Warnings about the target itself, whatever the agent (vLLM schedules its pooled
+    cache itself: only llama.cpp fails a request the pool cannot hold)."""
+    if target.context.shared_pool and target.engine == "llama.cpp":
         return (
             f"no gate in front of a unified KV pool: one request may use up to "
             f"{target.context_tokens:,} tokens only while no other request holds cells; "

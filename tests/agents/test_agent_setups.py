@@ -180,6 +180,10 @@ def test_a_unified_pool_without_a_gate_warns_every_agent(smol_unified) -> None:
     for name in AGENTS:
         warnings = prepare(name, target).warnings
         assert any("no gate in front of a unified KV pool" in w for w in warnings), name
+    vllm = target_for(
+        smol_unified, base_url="http://127.0.0.1:8000", model="m", gated=False, engine="vllm"
+    )
+    assert prepare("opencode", vllm).warnings == ()  # vLLM schedules its own pool
 
 
 def test_printed_lines_set_exactly_the_agents_environment_in_a_real_shell(

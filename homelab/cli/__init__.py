@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "serve_cmd",
     "engine_cmd",
     "ui_cmd",
+    "agent_cmd",
 )
 """Subcommand modules in help order; each has ``register(subparsers)``."""
 
@@ -39,6 +40,7 @@ COMMAND_OWNERS = {
     "status": "serve_cmd",
     "engine": "engine_cmd",
     "ui": "ui_cmd",
+    "agent": "agent_cmd",
 }
 """The module that registers each command: ``homelab plan ...`` imports and registers only
 ``plan_cmd``, not every subcommand's imports (start-up time); anything else builds the tree."""

@@ -1,0 +1,152 @@
+"""What an agent is pointed at, and how much context one request can use there.
+
+A llama.cpp engine with split slots gives each conversation its share of ``-c``
+(``ctx_per_slot``): one request can never hold more. With a unified pool (``-kvu``) one
+request could grow to the whole pool, but only while nobody else holds cells, so the gate
+admits a request only under its ceiling (``gate_budget_tokens`` in the engine record) and
+that ceiling is what an agent may plan on. Without the gate on a unified pool nothing
+bounds a request but the pool, shared by every slot: a request that fits alone can then
+fail with llama-server's "Context size has been exceeded" (measured in issue 9).
+
+The output cap: the gate writes ``min(max_tokens, 8192)`` into each request it forwards
+(:data:`DEFAULT_MAX_OUTPUT_TOKENS`). An agent is told at most half its window for output,
+so that a prompt still fits beside a full answer under the same ceiling (a request is
+charged prompt + output; one asking for the whole window could never be admitted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from homelab.engine.supervision.facts import PlanFacts
+
+DEFAULT_MAX_OUTPUT_TOKENS = 8192
+"""The gate's cap on the tokens one request generates (``GateSettings.max_tokens_cap``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """The tokens one request can use, and where that number comes from (for a person)."""
+
+    tokens: int
+    source: str
+    """``per-slot share of 4 × 1024`` and the like; shown beside the number."""
+    shared_pool: bool = False
+    """True when no ceiling bounds a request below the unified pool (no gate in front)."""
+    unified: bool = False
+    """The engine's slots share one KV pool (more context comes from a larger ``ctx`` only)."""
+
+    @property
+    def remedy(self) -> str:
+        """The settings that give one request more context (hint words, in backquotes)."""
+        return "a larger `ctx`" if self.unified else "a larger `ctx`, fewer `slots`"
+
+
+def request_context(
+    facts: PlanFacts, *, gated: bool, gate_budget_tokens: int | None = None
+) -> RequestContext:
+    """The context one request can really use on an engine planned as ``facts``.
+
+    Args:
+        facts: what the plan gave the engine (slots, per-slot context, KV cells, unified).
+        gated: the gate stands in front of the engine.
+        gate_budget_tokens: the gate's per-request ceiling (the engine record's
+            ``gate_budget_tokens``); None when there is no gate or the record does not say.
+
+    Returns:
+        Split slots: the per-slot share (or the gate's ceiling when that is lower). A
+        unified pool: the gate's ceiling; without one, the per-sequence context (the
+        whole pool), flagged ``shared_pool`` so the caller warns.
+    """
+    slots = facts.slots
+    pool = facts.ctx_per_slot
+    if not facts.unified:
+        share = f"per-slot share: {slots} slot{'s' if slots != 1 else ''} × {pool:,} tokens"
+        if gated and gate_budget_tokens is not None and gate_budget_tokens < pool:
+            return RequestContext(gate_budget_tokens, f"the gate's ceiling ({share})")
+        return RequestContext(pool, share)
+    if gated and gate_budget_tokens is not None:
+        tokens = min(gate_budget_tokens, pool)
+        return RequestContext(
+            tokens,
+            f"the gate's ceiling on a unified pool of {facts.kv_tokens:,} tokens",
+            unified=True,
+        )
+    return RequestContext(
+        pool,
+        f"a unified pool of {facts.kv_tokens:,} tokens shared by {slots} "
+        f"slot{'s' if slots != 1 else ''}, no ceiling in front",
+        shared_pool=True,
+        unified=True,
+    )
+
+
+def output_tokens(context_tokens: int, cap: int = DEFAULT_MAX_OUTPUT_TOKENS) -> int:
+    """The most tokens an agent should ask one answer for: the gate's cap, never more than
+    half the window (see the module docstring)."""
+    return max(1, min(cap, context_tokens // 2))
+
+
+@dataclass(frozen=True, slots=True)
+class AgentTarget:
+    """Where an agent sends its requests and what one request can hold there."""
+
+    base_url: str
+    """The gate (or the engine with ``--no-gate``), without ``/v1``: ``http://127.0.0.1:8080``."""
+    model: str
+    """The model id the server reports in ``/v1/models``."""
+    context: RequestContext
+    """The tokens one request can use (prompt and answer together)."""
+    max_output_tokens: int
+    """The most tokens one answer may ask for (:func:`output_tokens`)."""
+    api_key: str | None = None
+    """The gate's key when it has one; None: the server checks none."""
+    gated: bool = True
+    """True when ``base_url`` is the gate."""
+    engine: str = "llama.cpp"
+
+    @property
+    def context_tokens(self) -> int:
+        return self.context.tokens
+
+    @property
+    def openai_base(self) -> str:
+        """The OpenAI-style base URL (``…/v1``)."""
+        return f"{self.base_url.rstrip('/')}/v1"
+
+    @property
+    def input_tokens(self) -> int:
+        """The most prompt tokens that still leave room for a full answer."""
+        return max(self.context_tokens - self.max_output_tokens, 0)
+
+    def describe(self) -> str:
+        """``http://127.0.0.1:8080 (gate) · SmolLM2 · 1,024 tokens per request (per-slot …)``."""
+        where = "gate" if self.gated else "engine, no gate"
+        return (
+            f"{self.base_url} ({where}) · {self.model} · {self.context_tokens:,} tokens per "
+            f"request ({self.context.source}) · answers up to {self.max_output_tokens:,}"
+        )
+
+
+def target_for(
+    facts: PlanFacts,
+    *,
+    base_url: str,
+    model: str,
+    gated: bool,
+    gate_budget_tokens: int | None = None,
+    api_key: str | None = None,
+    max_output_cap: int = DEFAULT_MAX_OUTPUT_TOKENS,
+    engine: str = "llama.cpp",
+) -> AgentTarget:
+    """The target of an engine planned as ``facts`` (see :func:`request_context`)."""
+    context = request_context(facts, gated=gated, gate_budget_tokens=gate_budget_tokens)
+    return AgentTarget(
+        base_url=base_url.rstrip("/"),
+        model=model,
+        context=context,
+        max_output_tokens=output_tokens(context.tokens, max_output_cap),
+        api_key=api_key,
+        gated=gated,
+        engine=engine,
+    )

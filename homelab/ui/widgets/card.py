@@ -127,8 +127,21 @@ class CardPanel(Vertical):
             text.append("\n")
             text.append_text(legend(parts, planned and mine))
             text.append("\n")
-        self.query_one("#card-text", Static).update(text)
+        self._update_text(text)
         self._processes(report)
+
+    def _update_text(self, text: Text) -> None:
+        """A new reading usually changes figures, not the shape: the screen is laid out
+        again only when the wrapped height changes (a layout a second was most of the idle
+        CPU, measured by bench/bench_tui_startup.py)."""
+        box = self.query_one("#card-text", Static)
+        if text == getattr(self, "_text", None):
+            return
+        width = box.content_region.width or box.size.width
+        height = len(text.wrap(self.app.console, width)) if width > 0 else None
+        same_shape = height is not None and height == getattr(self, "_height", None)
+        self._text, self._height = text, height
+        box.update(text, layout=not same_shape)
 
     def show_growth(self, growth: Any | None, serving: bool = False) -> None:
         """The compositor growth warning (``homelab.plan.headroom.DesktopGrowth``), or hide it
@@ -144,7 +157,7 @@ class CardPanel(Vertical):
         text = Text(f"{error.title}: {error.message}", style="bold red")
         if error.hint:
             text.append(f"\n{error.hint}", style="italic")
-        self.query_one("#card-text", Static).update(text)
+        self._update_text(text)
 
     def _processes(self, report: Any) -> None:
         table = self.query_one("#processes", DataTable)

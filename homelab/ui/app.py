@@ -27,12 +27,16 @@ from homelab.ui import backend
 from homelab.ui.catalog import ModelEntry
 from homelab.ui.download_flow import DownloadFlow
 from homelab.ui.engine_flow import EngineFlow
+from homelab.ui.engine_setup_flow import EngineSetupFlow
 from homelab.ui.live_flow import LiveFlow
 from homelab.ui.messages import CardFailed, CardRead, while_mounted
 from homelab.ui.models_flow import ModelsFlow
+from homelab.ui.offline_flow import OfflineFlow
 from homelab.ui.widgets.card import CardPanel
+from homelab.ui.widgets.engine_setup import EngineSetupPanel
 from homelab.ui.widgets.metrics import MetricsPanel
 from homelab.ui.widgets.models import ModelsMenu
+from homelab.ui.widgets.offline import OfflineBanner
 from homelab.ui.widgets.plan import PlanPanel
 from homelab.ui.widgets.server import ServerPanel
 
@@ -40,7 +44,9 @@ REFRESH_S = 1.0
 """How often the card is sampled (and the engine asked); 0: the card is read once."""
 
 
-class HomelabApp(ModelsFlow, EngineFlow, DownloadFlow, LiveFlow, App[int]):
+class HomelabApp(
+    ModelsFlow, EngineFlow, DownloadFlow, LiveFlow, EngineSetupFlow, OfflineFlow, App[int]
+):
     """See the module docstring."""
 
     TITLE = "homelab"
@@ -52,6 +58,9 @@ class HomelabApp(ModelsFlow, EngineFlow, DownloadFlow, LiveFlow, App[int]):
         Binding("r", "restart", "restart"),
         Binding("l", "focus_log", "log"),
         Binding("d", "download", "download"),
+        Binding("b", "build_engine", "build engine"),
+        Binding("e", "choose_engine", "use engine…"),
+        Binding("escape", "cancel_build", "cancel build", priority=True),  # while one runs
         Binding("escape", "cancel_download", "cancel download", show=False),
         Binding("c", "copy_url", "copy URL"),
         Binding("q", "quit_app", "quit"),
@@ -96,6 +105,8 @@ class HomelabApp(ModelsFlow, EngineFlow, DownloadFlow, LiveFlow, App[int]):
         self.engine_problem: HomelabError | None = None
         self._headers: dict[Path, Any] = {}
         self._live_init()
+        self._engine_setup_init()
+        self._offline_init()
 
     # -- layout ----------------------------------------------------------------------------
 
@@ -103,10 +114,12 @@ class HomelabApp(ModelsFlow, EngineFlow, DownloadFlow, LiveFlow, App[int]):
         with Vertical(id="left"):
             yield CardPanel(id="card")
             yield MetricsPanel(id="metrics")
+            yield EngineSetupPanel(id="engine-setup")
             yield ServerPanel(id="server")
         with Vertical(id="right"):
             yield ModelsMenu(id="menu")
             yield PlanPanel(id="plan", blink=self.blink)
+        yield OfflineBanner(id="offline")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -131,6 +144,12 @@ class HomelabApp(ModelsFlow, EngineFlow, DownloadFlow, LiveFlow, App[int]):
         yield SystemCommand("Stop the engine", "Stop the running engine (x)", self.action_stop)
         yield SystemCommand(
             "Restart the engine", "Stop and start it again (r)", self.action_restart
+        )
+        yield SystemCommand(
+            "Build llama-server", "homelab engine build, in the app (b)", self.action_build_engine
+        )
+        yield SystemCommand(
+            "Use a llama-server binary", "Point to one you have (e)", self.action_choose_engine
         )
         yield SystemCommand("Focus the log", "The engine's log (l)", self.action_focus_log)
         yield SystemCommand(

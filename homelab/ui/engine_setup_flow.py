@@ -142,7 +142,8 @@ class EngineSetupFlow:
         except HomelabError as error:
             self.post_message(EngineSetupFailed(error))
         else:
-            self.post_message(EngineFound(path, origin, f"built: {built}"))
+            how = "built" if built == path else f"built {built}, but {origin} wins"
+            self.post_message(EngineFound(path, origin, how))
 
     @work(thread=True, exclusive=True, group="engine-build", exit_on_error=False)
     def use_chosen_engine(self, text: str) -> None:
@@ -180,7 +181,11 @@ class EngineSetupFlow:
 
     @while_mounted
     def on_engine_missing(self, message: EngineMissing) -> None:
-        self.query_one("#engine-setup", EngineSetupPanel).show_missing()
+        panel = self.query_one("#engine-setup", EngineSetupPanel)
+        if self.engine_setup_error is not None:  # the settings file's trouble stays in view
+            panel.show_error(self.engine_setup_error)
+        else:
+            panel.show_missing()
         self.refresh_bindings()
 
     @while_mounted

@@ -227,3 +227,21 @@ def test_escape_cancels_a_build(no_engine: Path, no_package_index: None) -> None
                 assert app.engine_problem is not None
 
     run(drive())
+
+
+def test_a_bad_llama_server_setting_is_shown_and_the_rules_go_on_without_it(
+    no_engine: Path,
+) -> None:
+    from homelab.ui.settings import settings_path
+
+    settings_path().write_text("llama_server = 3\n")
+
+    async def drive() -> None:
+        app = _app(refresh_s=0)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await wait_until(pilot, lambda: app.engine_problem is not None)
+            text = _setup_text(app)
+            assert "Bad settings file" in text and str(settings_path()) in text
+            assert locate.configured_llama_server() is None
+
+    run(drive())

@@ -19,7 +19,7 @@ TAIL_LINES = 8
 """An error's message (a failed build carries its log tail) is cut to its first line and
 its last lines."""
 OFFER = (
-    "\n b  build it here (`homelab engine build`: once, some minutes)"
+    "\n b  build it here (`homelab engine build`, once)"
     "\n e  use a llama-server you have (give its path)"
 )
 

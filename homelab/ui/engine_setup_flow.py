@@ -75,6 +75,7 @@ class EngineSetupFlow:
     notify: Any
     push_screen: Any
     refresh_bindings: Any
+    screen_stack: Any
     engine_problem: HomelabError | None
     _show_engine: Any
 
@@ -96,8 +97,8 @@ class EngineSetupFlow:
         build only while one runs (otherwise it cancels a download)."""
         if action in SETUP_ACTIONS:
             return self.engine_problem is not None or self.build_cancel is not None
-        if action == "cancel_build":
-            return self.build_cancel is not None
+        if action == "cancel_build":  # not in a dialog: there escape closes the dialog
+            return self.build_cancel is not None and len(self.screen_stack) == 1
         return super().check_action(action, parameters)  # type: ignore[misc]
 
     def action_build_engine(self) -> None:

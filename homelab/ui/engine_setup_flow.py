@@ -146,7 +146,7 @@ class EngineSetupFlow:
             how = "built" if built == path else f"built {built}, but {origin} wins"
             self.post_message(EngineFound(path, origin, how))
 
-    @work(thread=True, exclusive=True, group="engine-build", exit_on_error=False)
+    @work(thread=True, exclusive=True, group="engine-choose", exit_on_error=False)
     def use_chosen_engine(self, text: str) -> None:
         path = Path(text).expanduser().absolute()
         try:

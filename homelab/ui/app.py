@@ -61,7 +61,7 @@ class HomelabApp(
         Binding("b", "build_engine", "build engine"),
         Binding("e", "choose_engine", "use engine…"),
         Binding("escape", "cancel_build", "cancel build", priority=True),  # while one runs
-        Binding("escape", "cancel_download", "cancel download", show=False),
+        Binding("escape", "cancel_download", "cancel download", show=False, priority=True),
         Binding("c", "copy_url", "copy URL"),
         Binding("q", "quit_app", "quit"),
     ]
@@ -129,6 +129,7 @@ class HomelabApp(
 
     def on_unmount(self) -> None:
         self.stop_live()  # the pollers' threads joined before the loop closes
+        self.stop_download()  # a download stops at its next chunk; the partial file stays
 
     def _start_work(self) -> None:
         self.start_card()

@@ -132,9 +132,16 @@ class DownloadProgress(Message, bubble=False):
 
 @dataclass
 class DownloadEnded(Message, bubble=False):
-    """The download ended: ``path`` when done, ``error`` when it failed, or cancelled."""
+    """The download ended: ``path`` when done, ``error`` when it failed, or cancelled.
+
+    ``fetched``: bytes came over the network (their checksum was verified); False when the
+    file was already in the cache. ``kept`` of ``total`` bytes: what a cancelled download
+    left on disk for the next one to resume from."""
 
     key: str
     path: Any = None
     error: HomelabError | None = None
     cancelled: bool = False
+    fetched: bool = False
+    kept: int | None = None
+    total: int | None = None

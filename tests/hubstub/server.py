@@ -64,6 +64,8 @@ class HubStub:
         gated: repos whose files need :meth:`require_token`'s token (metadata stays public).
         private: repos invisible without that token.
         revision_sha: the commit every repo is at (``main`` resolves to it).
+        throttle_bps: send file bytes at most this fast (bytes per second); None: as fast
+            as the socket takes them (the default). :meth:`throttle` changes it any time.
     """
 
     def __init__(
@@ -73,6 +75,7 @@ class HubStub:
         gated: set[str] | frozenset[str] = frozenset(),
         private: set[str] | frozenset[str] = frozenset(),
         revision_sha: str = DEFAULT_REVISION_SHA,
+        throttle_bps: int | None = None,
     ) -> None:
         if not re.fullmatch(r"[0-9a-f]{40}", revision_sha):
             raise ValueError(f"revision_sha must be 40 lowercase hex digits, got {revision_sha!r}")
@@ -91,6 +94,8 @@ class HubStub:
         self._after: dict[str, list[tuple[int, Callable[[], None]]]] = {}
         self._corrupt: dict[str, int | None] = {}
         self._token: str | None = None
+        self._throttle_bps: int | None = None
+        self.throttle(throttle_bps)
         self._servers: list[StubServer] = []
         self._threads: list[threading.Thread] = []
         self.endpoint = ""
@@ -153,6 +158,16 @@ class HubStub:
         """Serve ``filename`` with one byte flipped (sha256 no longer matches); ``times`` GETs or always."""
         with self._lock:
             self._corrupt[filename] = times
+
+    def throttle(self, bytes_per_second: int | None) -> None:
+        """Send file bodies (resolve and CDN GETs) at most ``bytes_per_second``; None: unthrottled.
+
+        Read before every chunk, so it also slows down or frees a transfer under way: a
+        test can keep a download slow enough to cancel it, then let the resume run fast.
+        """
+        if bytes_per_second is not None and bytes_per_second <= 0:
+            raise ValueError(f"bytes_per_second must be positive or None, got {bytes_per_second}")
+        self._throttle_bps = bytes_per_second
 
     def require_token(self, token: str) -> None:
         """Gated and private repos answer only requests with ``Authorization: Bearer <token>``."""
@@ -395,7 +410,16 @@ class HubStub:
         if method == "HEAD":
             return status, 0
         cut, flip, after = self._take_faults(stub_file.path)
-        return status, write_body(handler, stub_file, start, end, cut=cut, flip=flip, after=after)
+        return status, write_body(
+            handler,
+            stub_file,
+            start,
+            end,
+            cut=cut,
+            flip=flip,
+            after=after,
+            rate=lambda: self._throttle_bps,
+        )
 
     def _take_faults(
         self, filename: str

@@ -12,6 +12,7 @@ import re
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from .repo import StubFile
 
 CHUNK = 64 * 1024
+PACED_WRITES_PER_S = 20
+"""A throttled body goes out in chunks of about 1/20 s of its rate (at least 1 KiB)."""
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
@@ -200,9 +203,11 @@ def write_body(
     cut: int | None,
     flip: bool,
     after: tuple[int, Callable[[], None]] | None = None,
+    rate: Callable[[], int | None] = lambda: None,
 ) -> int:
     """Send bytes ``[start, end)`` (one byte flipped if ``flip``); after ``cut`` bytes drop the
-    connection instead; ``after = (n, action)`` calls ``action()`` once ``n`` bytes are sent.
+    connection instead; ``after = (n, action)`` calls ``action()`` once ``n`` bytes are sent;
+    ``rate()``, asked before each chunk, caps the pace in bytes per second (None: no cap).
     Returns the body bytes written."""
     limit = end - start if cut is None else min(cut, end - start)
     sent = 0
@@ -213,13 +218,18 @@ def write_body(
             after[1]()
             after = None
         stop = start + limit if after is None else min(start + limit, start + after[0])
-        chunk = stub_file.read(position, min(position + CHUNK, stop))
+        bps = rate()
+        size = CHUNK if bps is None else max(1024, min(CHUNK, bps // PACED_WRITES_PER_S))
+        chunk = stub_file.read(position, min(position + size, stop))
         if flip and position <= stub_file.size // 2 < position + len(chunk):
             i = stub_file.size // 2 - position
             chunk = chunk[:i] + bytes([chunk[i] ^ 0xFF]) + chunk[i + 1 :]
         handler.wfile.write(chunk)
         sent += len(chunk)
         position += len(chunk)
+        if bps is not None:
+            handler.wfile.flush()  # on the wire now, then wait out this chunk's share of time
+            time.sleep(len(chunk) / bps)
     handler.wfile.flush()
     if limit < end - start:
         handler.close_connection = True

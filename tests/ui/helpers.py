@@ -20,5 +20,21 @@ async def wait_until(pilot, predicate: Callable[[], bool], timeout: float = 60.0
         await pilot.pause(0.05)
 
 
+async def pick_smollm2(pilot) -> None:
+    """Every verdict in, then ``/ smollm2 enter``: SmolLM2 picked, its plan shown, workers done
+    (the screen the snapshot tests and tools/screenshot.py capture)."""
+    from homelab.ui.widgets.models import ModelsMenu
+
+    app = pilot.app
+    menu = app.query_one("#menu", ModelsMenu)
+    await wait_until(pilot, lambda: app.report is not None and len(menu.entries) > 0)
+    await wait_until(pilot, lambda: len(menu.judgements) == len(menu.entries))
+    await pilot.press("slash", *"smollm2", "enter")
+    await wait_until(pilot, lambda: app.plan is not None)
+    await app.workers.wait_for_complete()
+    await wait_until(pilot, lambda: len(menu.judgements) == len(menu.entries))
+    await pilot.pause()
+
+
 def run(coro) -> None:
     asyncio.run(coro)

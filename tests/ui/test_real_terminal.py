@@ -47,12 +47,19 @@ class Tmux:
             raise AssertionError(f"tmux {' '.join(args)}: {result.stderr}")
         return result.stdout
 
-    def keys(self, *keys: str) -> None:
-        """One key (or literal text) at a time, as a person types: escape sequences such as
-        shift+tab must not arrive glued to the next key."""
-        for key in keys:
-            self.run("send-keys", "-t", self.session, key)
-            time.sleep(0.15)
+    def key(self, key: str, then: Callable[[str], object], timeout: float = 60.0) -> str:
+        """Press one key (a tmux key name: ``/``, ``Enter``, ``s``), then wait until the
+        screen shows its effect (``then(screen)``) before anything else is sent: no key
+        lands on a screen that has not caught up with the one before, and nothing sleeps
+        a fixed time."""
+        self.run("send-keys", "-t", self.session, key)
+        return self.wait_for(then, timeout)
+
+    def type(self, text: str, then: Callable[[str], object], timeout: float = 60.0) -> str:
+        """Type ``text`` literally (``send-keys -l``: never read as key names), then wait
+        for ``then(screen)``."""
+        self.run("send-keys", "-t", self.session, "-l", text)
+        return self.wait_for(then, timeout)
 
     def screen(self) -> str:
         return self.run("capture-pane", "-p", "-t", self.session)
@@ -98,19 +105,26 @@ def test_homelab_in_a_real_terminal(tmux: Tmux, models_dir: Path, engine_pids) -
         f"TERM={env['TERM']}",
         command,
     )
-    tmux.wait_for(lambda s: "SmolLM2-135M-Instruct" in s and "models" in s)
-    tmux.keys("/")
-    tmux.wait_for(lambda s: "filter models" in s)  # focus moved: now type
-    tmux.keys("smollm2")
-    tmux.wait_for(lambda s: "smollm2" in s and "gemma" not in s)
-    tmux.keys("Enter")
-    tmux.wait_for(lambda s: "Model: llama, 30 layers" in s)  # the plan is shown
-    tmux.keys("s")
-    screen = tmux.wait_for(lambda s: re.search(r"URL http://127\.0\.0\.1:\d+", s), timeout=120)
+    screen = tmux.wait_for(
+        lambda s: "SmolLM2-135M-Instruct" in s and re.search(r"─ (\d+) models", s)
+    )
+    listed = int(re.search(r"─ (\d+) models", screen).group(1))  # presets + the models dir
+    tmux.key("/", lambda s: "filter models" in s)  # the filter shown, and focused
+    # typing narrows the menu to the one match; the input shows all the text typed
+    tmux.type(
+        "smollm2", lambda s: _menu_rows(s) == ["SmolLM2-135M-Instruct.Q4_1"] and "smollm2" in s
+    )
+    # enter picks the first match and closes the filter: the whole menu again,
+    # the plan of the picked model shown under it
+    screen = tmux.key(
+        "Enter", lambda s: "Model: llama, 30 layers" in s and len(_menu_rows(s)) == listed, 120
+    )
+    assert "SmolLM2-135M-Instruct.Q4_1" in _plan_title(screen), screen
+    screen = tmux.key("s", lambda s: re.search(r"URL http://127\.0\.0\.1:\d+", s), timeout=120)
     url = re.search(r"URL (http://127\.0\.0\.1:\d+)", screen).group(1)
     assert url == f"http://127.0.0.1:{port}"
     # the live panel (32 agent slots) must not push the server panel off the screen
-    screen = tmux.wait_for(lambda s: "over 32 slots" in s, timeout=60)
+    screen = tmux.wait_for(lambda s: "over 32 slots" in s and _server_state(s) == "ready", 120)
     assert f"URL {url}" in screen, screen
     record = StateFile().live()
     assert record is not None
@@ -121,11 +135,43 @@ def test_homelab_in_a_real_terminal(tmux: Tmux, models_dir: Path, engine_pids) -
             json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
         )
     assert answer.status_code == 200
-    tmux.keys("x")
-    tmux.wait_for(lambda s: "stopped" in s, timeout=60)
+    tmux.key("x", lambda s: _server_state(s) == "stopped", timeout=60)
     assert not alive(record.pid)
-    tmux.keys("q")
-    tmux.wait_for(lambda s: "homelab-exited-0" in s, timeout=30)
+    tmux.key("q", lambda s: "homelab-exited-0" in s, timeout=30)
     after = tmux.run("capture-pane", "-p", "-S", "-", "-t", tmux.session)
     before_exit = after.split("homelab-exited-0")[0]
     assert "Traceback" not in after and before_exit.strip() == "", after
+
+
+def _menu_rows(screen: str) -> list[str]:
+    """The first word of each row of the models table (the box at the top right)."""
+    rows: list[str] = []
+    in_table = False
+    for line in screen.splitlines():
+        right = line.split("││", 1)[1] if "││" in line else line.split("│", 1)[-1]
+        if "╰" in line.split("│")[-1] or "─╯" in right:
+            if in_table:
+                break
+            continue
+        words = right.strip(" │▍").split()
+        if words[:4] == ["model", "quant", "size", "verdict"]:
+            in_table = True
+        elif in_table and words:
+            rows.append(words[0])
+    return rows
+
+
+def _plan_title(screen: str) -> str:
+    """The plan panel's bottom border, which names the picked model."""
+    bottoms = [line for line in screen.splitlines() if "╰" in line and "─╯" in line]
+    return bottoms[-1] if bottoms else ""
+
+
+def _server_state(screen: str) -> str | None:
+    """The first word of the server panel's state line (``ready``, ``stopped`` ...)."""
+    lines = screen.splitlines()
+    for i, line in enumerate(lines):
+        if "╭─ server" in line and i + 1 < len(lines):
+            match = re.match(r"│ (\w+)", lines[i + 1])
+            return match.group(1) if match else None
+    return None

@@ -17,9 +17,8 @@ import pytest
 from homelab.gpu import cpu
 from homelab.gpu.report import CpuMemory
 from homelab.ui.app import make_app
-from homelab.ui.widgets.models import ModelsMenu
 from homelab.units import GiB
-from tests.ui.helpers import GPU_FIXTURES, wait_until
+from tests.ui.helpers import GPU_FIXTURES, pick_smollm2
 
 SIZE = (140, 45)
 
@@ -28,18 +27,6 @@ SIZE = (140, 45)
 def relative_models(models_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(models_dir.parent)
     return Path("models")
-
-
-async def _pick_smollm2(pilot) -> None:
-    app = pilot.app
-    menu = app.query_one("#menu", ModelsMenu)
-    await wait_until(pilot, lambda: app.report is not None and len(menu.entries) > 0)
-    await wait_until(pilot, lambda: len(menu.judgements) == len(menu.entries))
-    await pilot.press("slash", *"smollm2", "enter")
-    await wait_until(pilot, lambda: app.plan is not None)
-    await app.workers.wait_for_complete()
-    await wait_until(pilot, lambda: len(menu.judgements) == len(menu.entries))
-    await pilot.pause()
 
 
 @pytest.mark.parametrize("fixture", ["rtx3090_wayland", "rtx4060ti16_xorg", "two_gpus", "no_gpu"])
@@ -57,4 +44,4 @@ def test_main_screen(
         blink=False,
         adopt=False,
     )
-    assert snap_compare(app, terminal_size=SIZE, run_before=_pick_smollm2)
+    assert snap_compare(app, terminal_size=SIZE, run_before=pick_smollm2)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from pathlib import Path
+from typing import Any
 
 from rich.text import Text
 from textual.widgets import Static
@@ -55,14 +57,40 @@ def _eta(seconds: float) -> str:
 
 
 class DownloadBar(Static):
+    """One line: the bar while bytes arrive, then what came of it (done, cancelled, failed)."""
+
     DEFAULT_CSS = "DownloadBar { height: auto; }"
 
     def on_mount(self) -> None:
         self.rate = Rate()
+        self.progress: Any = None
+        """The last progress shown (the hub's ``PullProgress``), None before the first."""
 
-    def show_progress(self, progress, at: float | None = None) -> None:
+    def start(self, words: str) -> None:
+        """A new download: its first line; the speed starts afresh."""
+        self.rate = Rate()
+        self.progress = None
+        self.show_line(words)
+
+    def show_progress(self, progress: Any, at: float | None = None) -> None:
+        self.progress = progress
         speed = self.rate.add(time.monotonic() if at is None else at, progress.fetched)
         self.update(progress_text(progress.filename, progress.done, progress.total, speed))
 
+    def show_cancelled(self, kept: int, total: int) -> None:
+        self.show_line(cancelled_text(kept, total), "yellow")
+
+    def show_done(self, path: Path, *, verified: bool) -> None:
+        how = "downloaded, checksum verified" if verified else "already in the cache"
+        self.show_line(f"{how}: {path}", "green")
+
     def show_line(self, words: str, style: str = "") -> None:
         self.update(Text(words, style=style))
+
+
+def cancelled_text(kept: int, total: int) -> str:
+    """``cancelled, 1,048,576 of 9,961,472 bytes kept (1.0 MiB of 9.5 MiB): d resumes``."""
+    return (
+        f"cancelled, {kept:,} of {total:,} bytes kept "
+        f"({format_bytes(kept)} of {format_bytes(total)}): d resumes"
+    )

@@ -219,6 +219,11 @@ def test_escape_cancels_a_build(no_engine: Path, no_package_index: None) -> None
                 await pilot.press("b")
                 await wait_until(pilot, lambda: "waiting for another" in _setup_text(app))
                 assert "escape cancels" in _setup_text(app)
+                await pilot.press("e")  # a dialog up: escape closes it, the build goes on
+                await wait_until(pilot, lambda: len(app.screen_stack) == 2)
+                await pilot.press("escape")
+                await wait_until(pilot, lambda: len(app.screen_stack) == 1)
+                assert "cancelling" not in _setup_text(app) and not app.build_cancel.is_set()
                 await pilot.press("escape")
                 assert "cancelling" in _setup_text(app)
                 fcntl.flock(lock, fcntl.LOCK_UN)

@@ -27,14 +27,18 @@ from homelab.ui import backend
 from homelab.ui.catalog import ModelEntry
 from homelab.ui.download_flow import DownloadFlow
 from homelab.ui.engine_flow import EngineFlow
+from homelab.ui.engine_setup_flow import EngineSetupFlow
 from homelab.ui.live_flow import LiveFlow
 from homelab.ui.messages import CardFailed, CardRead, while_mounted
 from homelab.ui.models_flow import ModelsFlow
+from homelab.ui.offline_flow import OfflineFlow
 from homelab.ui.replan_flow import ReplanFlow
 from homelab.ui.server_flow import ServerFlow
 from homelab.ui.widgets.card import CardPanel
+from homelab.ui.widgets.engine_setup import EngineSetupPanel
 from homelab.ui.widgets.metrics import MetricsPanel
 from homelab.ui.widgets.models import ModelsMenu
+from homelab.ui.widgets.offline import OfflineBanner
 from homelab.ui.widgets.plan import PlanPanel
 from homelab.ui.widgets.server import ServerPanel
 
@@ -42,7 +46,17 @@ REFRESH_S = 1.0
 """How often the card is sampled (and the engine asked); 0: the card is read once."""
 
 
-class HomelabApp(ModelsFlow, EngineFlow, ServerFlow, ReplanFlow, DownloadFlow, LiveFlow, App[int]):
+class HomelabApp(
+    ModelsFlow,
+    EngineFlow,
+    ServerFlow,
+    ReplanFlow,
+    DownloadFlow,
+    LiveFlow,
+    EngineSetupFlow,
+    OfflineFlow,
+    App[int],
+):
     """See the module docstring."""
 
     TITLE = "homelab"
@@ -55,6 +69,9 @@ class HomelabApp(ModelsFlow, EngineFlow, ServerFlow, ReplanFlow, DownloadFlow, L
         Binding("R", "replan", "re-plan"),
         Binding("l", "focus_log", "log"),
         Binding("d", "download", "download"),
+        Binding("b", "build_engine", "build engine"),
+        Binding("e", "choose_engine", "use engine…"),
+        Binding("escape", "cancel_build", "cancel build", priority=True),  # while one runs
         Binding("escape", "cancel_download", "cancel download", show=False, priority=True),
         Binding("c", "copy_url", "copy URL"),
         Binding("q", "quit_app", "quit"),
@@ -100,6 +117,8 @@ class HomelabApp(ModelsFlow, EngineFlow, ServerFlow, ReplanFlow, DownloadFlow, L
         self._headers: dict[Path, Any] = {}
         self._engine_init()
         self._live_init()
+        self._engine_setup_init()
+        self._offline_init()
 
     # -- layout ----------------------------------------------------------------------------
 
@@ -107,10 +126,12 @@ class HomelabApp(ModelsFlow, EngineFlow, ServerFlow, ReplanFlow, DownloadFlow, L
         with Vertical(id="left"):
             yield CardPanel(id="card")
             yield MetricsPanel(id="metrics")
+            yield EngineSetupPanel(id="engine-setup")
             yield ServerPanel(id="server")
         with Vertical(id="right"):
             yield ModelsMenu(id="menu")
             yield PlanPanel(id="plan", blink=self.blink)
+        yield OfflineBanner(id="offline")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -141,6 +162,12 @@ class HomelabApp(ModelsFlow, EngineFlow, ServerFlow, ReplanFlow, DownloadFlow, L
             "Re-plan and restart",
             "Plan the running model on the card now, restart with it (R)",
             self.action_replan,
+        )
+        yield SystemCommand(
+            "Build llama-server", "homelab engine build, in the app (b)", self.action_build_engine
+        )
+        yield SystemCommand(
+            "Use a llama-server binary", "Point to one you have (e)", self.action_choose_engine
         )
         yield SystemCommand("Focus the log", "The engine's log (l)", self.action_focus_log)
         yield SystemCommand(

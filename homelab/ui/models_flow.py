@@ -14,6 +14,7 @@ from textual.worker import get_current_worker
 
 from homelab.errors import HomelabError, ModelFileError, UsageError
 from homelab.ui import backend
+from homelab.ui.backend_first_run import judge_preset_seeing_hub
 from homelab.ui.catalog import (
     Judgement,
     ModelEntry,
@@ -49,6 +50,7 @@ class ModelsFlow:
     _show_card: Any
     card_options: Any
     plan_options: Any
+    hub_seen: Any
 
     # -- models ----------------------------------------------------------------------------
 
@@ -113,7 +115,7 @@ class ModelsFlow:
 
     def _judge(self, entry: ModelEntry, report: Any, options: Any) -> Judgement:
         if entry.preset is not None:
-            preset_fit = backend.judge_preset(entry.preset, report, options)
+            preset_fit = judge_preset_seeing_hub(entry.preset, report, options, self.hub_seen)
             return judgement_of_fit(preset_fit.fit, preset_fit.source)
         model: Any
         try:

@@ -1,4 +1,5 @@
-"""The app's two dialogs: confirm a switch, and what to do with a running engine on quit."""
+"""The app's dialogs: confirm a switch, what to do with a running engine on quit, and the
+path of a llama-server to use."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Static
+from textual.widgets import Button, Input, Static
 
 _CSS = """
 {name} {{ align: center middle; }}
@@ -75,3 +76,45 @@ class QuitScreen(ModalScreen[str]):
 
     def action_answer(self, answer: str) -> None:
         self.dismiss(answer)
+
+
+class EnginePathScreen(ModalScreen[str | None]):
+    """Ask for the path of a llama-server the user has: enter gives it, escape cancels."""
+
+    DEFAULT_CSS = _CSS.format(name="EnginePathScreen")
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def __init__(self, value: str = "") -> None:
+        super().__init__()
+        self.value = value
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(
+                "The llama-server to run (a path; it is checked, then kept in the TUI "
+                "settings for the next start):"
+            )
+            yield Input(self.value, placeholder="/path/to/llama-server", id="engine-path")
+            with Horizontal():
+                yield Button("Use it (enter)", id="use", variant="primary")
+                yield Button("Cancel (esc)", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#engine-path", Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self._answer()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "use":
+            self._answer()
+        else:
+            self.dismiss(None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    def _answer(self) -> None:
+        value = self.query_one("#engine-path", Input).value.strip()
+        self.dismiss(value or None)

@@ -3,8 +3,10 @@
 Resolution order of :func:`find_llama_server`:
 
 1. ``HOMELAB_LLAMA_SERVER`` (a path; it must exist and be executable),
-2. homelab's own build under ``data_dir()/engine`` (the CUDA build before the CPU one),
-3. ``llama-server`` on ``PATH``.
+2. the binary a front-end was told to use (:func:`configure_llama_server`: the TUI's
+   saved setting, after :func:`check_llama_server` accepted it),
+3. homelab's own build under ``data_dir()/engine`` (the CUDA build before the CPU one),
+4. ``llama-server`` on ``PATH``.
 
 The pinned engine identity (llama.cpp release build number and commit) lives here
 too, because both this module (which cached build to look for) and
@@ -39,6 +41,10 @@ BUILD_HINT = (
     "run `homelab engine build` (builds llama.cpp from source once, ~7 min on 2 cores), "
     f"or set {ENV_VAR}=/path/to/llama-server"
 )
+
+SERVER_ONLY_OPTION = "--slots"
+"""An option only llama-server's ``--help`` lists (llama-cli, llama-bench... print the same
+``--version`` line), used to tell that a binary someone points to really is llama-server."""
 
 _VERSION_NEW = re.compile(r"version:\s*(\S+)\s*\(build\s+(\d+),\s*commit\s+([0-9A-Za-z]+)\)")
 _VERSION_OLD = re.compile(r"version:\s*(\d+)\s*\(([0-9A-Za-z]+)\)")
@@ -103,22 +109,53 @@ def cached_build(variant: str) -> Path | None:
     return None
 
 
+@dataclass(frozen=True)
+class _Configured:
+    path: Path
+    setting: str
+
+
+_configured: _Configured | None = None
+
+
+def configure_llama_server(
+    path: Path | None, *, setting: str = "the configured llama-server"
+) -> None:
+    """Run ``path`` from now on in this process (rule 2 of the module docstring): a
+    front-end's saved choice. ``setting`` names where it is kept, for the errors when it is
+    gone. None forgets it. ``HOMELAB_LLAMA_SERVER`` still wins over it."""
+    global _configured
+    _configured = None if path is None else _Configured(Path(path).expanduser(), setting)
+
+
+def configured_llama_server() -> tuple[Path, str] | None:
+    """What :func:`configure_llama_server` was last given: (path, setting), or None."""
+    return None if _configured is None else (_configured.path, _configured.setting)
+
+
+def _usable(path: Path, setting: str, points: str) -> Path:
+    """``path`` resolved, or EngineError naming ``setting`` when it is missing or not executable."""
+    if not path.exists():
+        raise EngineError(
+            f"{points} {path}, which does not exist",
+            hint=f"fix or unset {setting}, or run `homelab engine build`",
+        )
+    if not is_executable_file(path):
+        raise EngineError(
+            f"{points} {path}, which is not an executable file",
+            hint=f"chmod +x it, or fix or unset {setting}",
+        )
+    return path.resolve()
+
+
 def locate_llama_server() -> Located:
     """Find the llama-server to run and say which rule found it (see module docstring)."""
     override = os.environ.get(ENV_VAR, "").strip()
     if override:
-        path = Path(override).expanduser()
-        if not path.exists():
-            raise EngineError(
-                f"{ENV_VAR} points to {path}, which does not exist",
-                hint=f"fix or unset {ENV_VAR}, or run `homelab engine build`",
-            )
-        if not is_executable_file(path):
-            raise EngineError(
-                f"{ENV_VAR} points to {path}, which is not an executable file",
-                hint=f"chmod +x it, or fix or unset {ENV_VAR}",
-            )
-        return Located(path.resolve(), "env")
+        return Located(_usable(Path(override).expanduser(), ENV_VAR, f"{ENV_VAR} points to"), "env")
+    if _configured is not None:
+        where = _configured.setting
+        return Located(_usable(_configured.path, where, f"{where} points to"), "setting")
     for variant in VARIANTS:
         found = cached_build(variant)
         if found is not None:
@@ -153,9 +190,14 @@ def parse_version_output(text: str) -> EngineVersion | None:
 
 def run_version(path: Path, timeout: float = 60.0) -> str | None:
     """Raw ``path --version`` output (stdout + stderr), or None when it cannot run."""
+    return _run_flag(path, "--version", timeout)
+
+
+def _run_flag(path: Path, flag: str, timeout: float = 60.0) -> str | None:
+    """Raw ``path FLAG`` output (stdout + stderr), or None when it cannot run."""
     try:
         done = subprocess.run(
-            [str(path), "--version"],
+            [str(path), flag],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -165,6 +207,38 @@ def run_version(path: Path, timeout: float = 60.0) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.decode("utf-8", "replace")
+
+
+def check_llama_server(path: Path, *, setting: str = "the llama-server path") -> EngineVersion:
+    """Is ``path`` a llama-server this machine runs? Its version when it is.
+
+    Checks that it exists, is an executable file, answers ``--version`` like llama.cpp and
+    lists :data:`SERVER_ONLY_OPTION` in its ``--help`` (so not llama-cli or another tool).
+
+    Raises:
+        EngineError: which of these failed, with what it said; the hint names ``setting``.
+    """
+    path = _usable(Path(path).expanduser(), setting, f"{setting} is")
+    output = run_version(path)
+    parsed = parse_version_output(output) if output is not None else None
+    if parsed is None:
+        said = (output or "").strip().splitlines()[:3]
+        raise EngineError(
+            f"{path} does not answer `--version` like llama.cpp's llama-server"
+            + (f"; it said: {' / '.join(said)}" if said else " (it could not be run)"),
+            hint=f"point {setting} at a llama-server binary (llama.cpp's `build/bin/llama-server`), "
+            "or run `homelab engine build`",
+            title="Not llama-server",
+        )
+    usage = _run_flag(path, "--help")
+    if usage is None or SERVER_ONLY_OPTION not in usage:
+        raise EngineError(
+            f"{path} is llama.cpp {parsed.tag} but not its server: its `--help` lists no "
+            f"{SERVER_ONLY_OPTION}",
+            hint=f"point {setting} at llama-server (not llama-cli or another llama.cpp tool)",
+            title="Not llama-server",
+        )
+    return parsed
 
 
 def engine_version(path: Path) -> str | None:

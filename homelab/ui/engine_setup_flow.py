@@ -1,0 +1,219 @@
+"""First run: no llama-server found, and getting one without leaving the app.
+
+A mixin of :class:`homelab.ui.app.HomelabApp`. When the engine check at start finds no
+llama-server (:class:`~homelab.ui.messages.EngineMissing`; the server panel says where it
+looked), the engine-setup panel offers two ways, by key and in the command palette:
+
+- ``b`` builds it: ``homelab engine build`` in a thread worker, its lines and progress
+  in the panel; escape cancels it at its next line (raised from the progress callback,
+  so the domain's build stops and keeps what it built for the next try); an error is
+  shown as its title, message and hint. Already built, it returns at once.
+- ``e`` asks for the path of one the user has; it is checked (exists, executable, answers
+  like llama.cpp's llama-server), kept in the TUI settings (``llama_server`` in
+  ``ui.toml``) and handed to the domain's locate rules, so ``s`` runs it at once and the
+  next start finds it.
+
+The saved binary is handed to the domain when the app is made and forgotten again when it
+unmounts (a process running several apps, as the tests do, carries none into the next).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from textual import work
+from textual.message import Message
+
+from homelab.errors import EngineError, HomelabError
+from homelab.ui import backend_first_run as first_run
+from homelab.ui.messages import EngineMissing, while_mounted
+from homelab.ui.screens import EnginePathScreen
+from homelab.ui.settings import llama_server_setting, save_llama_server, saved_llama_server
+from homelab.ui.widgets.engine_setup import EngineSetupPanel
+
+CHOSEN = "the llama-server path (e)"
+"""How errors name the path typed into the dialog (before it is saved)."""
+SETUP_ACTIONS = ("build_engine", "choose_engine")
+
+
+class BuildCancelled(Exception):
+    """Raised from the build's progress callback to stop it (escape)."""
+
+
+@dataclass
+class BuildLine(Message, bubble=False):
+    """One progress line of the build: how far (0..1, or None when the line does not say)."""
+
+    fraction: float | None
+    line: str
+
+
+@dataclass
+class EngineFound(Message, bubble=False):
+    """There is a llama-server now: where, which locate rule found it, and how it came."""
+
+    path: Path
+    origin: str
+    how: str
+
+
+@dataclass
+class EngineSetupFailed(Message, bubble=False):
+    """The build or the chosen binary did not give an engine (None: the build was cancelled)."""
+
+    error: HomelabError | None
+
+
+class EngineSetupFlow:
+    """The ``b`` / ``e`` keys, their workers and the engine-setup panel."""
+
+    query_one: Any
+    post_message: Any
+    notify: Any
+    push_screen: Any
+    refresh_bindings: Any
+    screen_stack: Any
+    engine_problem: HomelabError | None
+    _show_engine: Any
+
+    def _engine_setup_init(self) -> None:
+        self.build_cancel: threading.Event | None = None
+        self.engine_path_tried = ""
+        self.engine_setup_error: HomelabError | None = None
+        self.engine_origin: str | None = None
+        try:
+            saved = saved_llama_server()
+        except HomelabError as error:  # a bad file: said on screen, the rules go on without it
+            saved, self.engine_setup_error = None, error
+        first_run.use_engine_binary(saved, llama_server_setting())
+
+    # -- keys ------------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """``b`` and ``e`` are on offer (footer) while there is no engine; escape cancels a
+        build only while one runs (otherwise it cancels a download)."""
+        if action in SETUP_ACTIONS:
+            return self.engine_problem is not None or self.build_cancel is not None
+        if action == "cancel_build":  # not in a dialog: there escape closes the dialog
+            return self.build_cancel is not None and len(self.screen_stack) == 1
+        return super().check_action(action, parameters)  # type: ignore[misc]
+
+    def action_build_engine(self) -> None:
+        if self.build_cancel is not None:
+            self.notify("A build is running (escape cancels it).", title="Building")
+            return
+        self.build_cancel = threading.Event()
+        self.query_one("#engine-setup", EngineSetupPanel).show_building()
+        self.refresh_bindings()
+        self.build_engine(self.build_cancel)
+
+    def action_cancel_build(self) -> None:
+        if self.build_cancel is not None:
+            self.build_cancel.set()
+            self.query_one("#engine-setup", EngineSetupPanel).show_progress(
+                None, "cancelling: the build stops at its next line"
+            )
+
+    def action_choose_engine(self) -> None:
+        def answered(value: str | None) -> None:
+            if value:
+                self.engine_path_tried = value
+                self.query_one("#engine-setup", EngineSetupPanel).show_checking(value)
+                self.use_chosen_engine(value)
+
+        self.push_screen(EnginePathScreen(self.engine_path_tried), answered)
+
+    # -- workers ---------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="engine-build", exit_on_error=False)
+    def build_engine(self, cancel: threading.Event) -> None:
+        def progress(fraction: float | None, line: str) -> None:
+            if cancel.is_set():
+                raise BuildCancelled
+            self.post_message(BuildLine(fraction, line))
+
+        try:
+            built = first_run.build_engine(progress)
+            path, origin = first_run.locate_engine()
+        except BuildCancelled:
+            self.post_message(EngineSetupFailed(None))
+        except HomelabError as error:
+            self.post_message(EngineSetupFailed(error))
+        else:
+            how = "built" if built == path else f"built {built}, but {origin} wins"
+            self.post_message(EngineFound(path, origin, how))
+
+    @work(thread=True, exclusive=True, group="engine-choose", exit_on_error=False)
+    def use_chosen_engine(self, text: str) -> None:
+        path = Path(text).expanduser().absolute()
+        try:
+            tag = first_run.check_engine_binary(path, CHOSEN)
+            save_llama_server(path)
+            first_run.use_engine_binary(path, llama_server_setting())
+            found, origin = first_run.locate_engine()
+            if origin != "setting":  # the environment variable wins over any setting
+                name = first_run.engine_override_name()
+                raise EngineError(
+                    f"{name} is set and wins over {path} (kept for the next start): "
+                    f"homelab runs {found}",
+                    hint=f"unset {name} to run the chosen llama-server",
+                    title="Overridden",
+                )
+        except HomelabError as error:
+            self.post_message(EngineSetupFailed(error))
+            return
+        self.post_message(EngineFound(found, origin, f"llama.cpp {tag}, kept in the settings"))
+
+    # -- what they tell the app ------------------------------------------------------------
+
+    @while_mounted
+    def on_mount(self) -> None:
+        if self.engine_setup_error is not None:
+            self.query_one("#engine-setup", EngineSetupPanel).show_error(self.engine_setup_error)
+
+    @while_mounted
+    def on_unmount(self) -> None:
+        if self.build_cancel is not None:
+            self.build_cancel.set()
+        first_run.use_engine_binary(None, "")
+
+    @while_mounted
+    def on_engine_missing(self, message: EngineMissing) -> None:
+        panel = self.query_one("#engine-setup", EngineSetupPanel)
+        if self.engine_setup_error is not None:  # the settings file's trouble stays in view
+            panel.show_error(self.engine_setup_error)
+        else:
+            panel.show_missing()
+        self.refresh_bindings()
+
+    @while_mounted
+    def on_build_line(self, message: BuildLine) -> None:
+        self.query_one("#engine-setup", EngineSetupPanel).show_progress(
+            message.fraction, message.line
+        )
+
+    @while_mounted
+    def on_engine_found(self, message: EngineFound) -> None:
+        self.build_cancel = None
+        self.engine_problem = None
+        self.engine_setup_error = None
+        self.engine_origin = message.origin
+        self.query_one("#engine-setup", EngineSetupPanel).hide()
+        self.refresh_bindings()
+        self._show_engine()
+        self.notify(f"{message.path} ({message.how}); s starts the picked model.", title="Engine")
+
+    @while_mounted
+    def on_engine_setup_failed(self, message: EngineSetupFailed) -> None:
+        self.build_cancel = None
+        panel = self.query_one("#engine-setup", EngineSetupPanel)
+        self.engine_setup_error = message.error
+        if message.error is None:
+            panel.show_cancelled()
+        else:
+            panel.show_error(message.error)
+            self.notify(message.error.message.splitlines()[0], title=message.error.title)
+        self.refresh_bindings()

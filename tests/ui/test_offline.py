@@ -1,0 +1,122 @@
+"""No network: what needs the Hub says it is offline, everything else keeps working.
+
+The Hub is the local stand-in (tests/hubstub, real HTTP on 127.0.0.1); "the network goes
+away" is the stand-in stopped, so its port refuses connections, as a Hub behind a
+dead link does. The app makes no probe of its own: the line follows the Hub calls it
+makes anyway (a preset's header read, a download).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from homelab.paths import config_dir
+from homelab.ui.app import make_app
+from homelab.ui.widgets.models import ModelsMenu
+from homelab.ui.widgets.offline import OfflineBanner
+from tests.hub.conftest import gguf_dir, hub_stub, tiny_gguf  # noqa: F401  (fixtures)
+from tests.ui.helpers import NO_GPU, run, wait_until
+
+REPO = "org/Stub-GGUF"
+NAME = "Stub-Q4_K_M.gguf"
+
+
+def _preset() -> None:
+    folder = config_dir() / "presets"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "stubby.toml").write_text(
+        f'name = "Stubby"\nrepo = "{REPO}"\nquant = "Q4_K_M"\n'
+        'engine = "llama.cpp"\nworkload = "chat"\nnotes = "A stand-in."\nlicense = "mit"\n'
+    )
+
+
+def _banner(app) -> OfflineBanner:
+    return app.query_one("#offline", OfflineBanner)
+
+
+async def _rejudge(app, pilot, ctx: str) -> None:
+    """A new context in the plan panel: every row is judged again (header reads included)."""
+    app.query_one("#ctx").clear()
+    app.query_one("#ctx").focus()
+    await pilot.press(*ctx)
+    await pilot.pause(0.2)
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+async def _pick(app, pilot, name: str) -> None:
+    app.query_one("#models").focus()
+    await pilot.press("slash", *name, "enter")
+    await wait_until(pilot, lambda: app.picked is not None and name in app.picked.name.lower())
+
+
+def test_the_hub_going_away_shows_the_offline_line_and_local_models_still_plan(
+    hub_stub,  # noqa: F811
+    tiny_gguf,  # noqa: F811
+    models_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    repos = {REPO: {NAME: tiny_gguf("stub.gguf", seed=3, n_layer=4)}}
+    stub = hub_stub(repos)
+    _preset()
+
+    async def drive() -> None:
+        app = make_app(
+            gpu_snapshot=NO_GPU, models_dirs=[models_dir], refresh_s=0, blink=False, adopt=False
+        )
+        async with app.run_test(size=(140, 45)) as pilot:
+            menu = app.query_one("#menu", ModelsMenu)
+            await wait_until(pilot, lambda: any(e.key == "preset:stubby" for e in menu.entries))
+            await app.workers.wait_for_complete()  # every header read: the Hub answered
+            await pilot.pause()
+            assert menu.judgements["preset:stubby"].from_preset is False
+            assert app.hub_offline is None and not _banner(app).display
+
+            stub.close()  # the network goes away
+            await _pick(app, pilot, "stubby")
+            await pilot.press("d")  # a download needs the Hub
+            await wait_until(pilot, lambda: _banner(app).display, timeout=60)
+            text = str(_banner(app).render())
+            host = stub.endpoint.removeprefix("http://")
+            assert f"offline: header reads and downloads need {host}" in text
+            assert "cannot reach" in text  # the domain's own words for it
+
+            back = hub_stub(repos)  # online again: the next header read clears it
+            await _rejudge(app, pilot, "8192")
+            assert app.hub_offline is None and not _banner(app).display
+
+            back.close()  # and away again: the header reads alone show it
+            await _rejudge(app, pilot, "4096")
+            assert _banner(app).display and app.hub_offline is not None
+
+            await _pick(app, pilot, "smollm2")  # a local model plans without the Hub
+            await wait_until(pilot, lambda: app.plan is not None, timeout=60)
+            assert app.plan.candidate.allocation.n_ctx == 4096
+            assert _banner(app).display
+
+    run(drive())
+
+
+def test_hf_hub_offline_is_said_from_the_first_frame(
+    models_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    async def drive() -> None:
+        app = make_app(
+            gpu_snapshot=NO_GPU, models_dirs=[models_dir], refresh_s=0, blink=False, adopt=False
+        )
+        async with app.run_test(size=(140, 45)) as pilot:
+            await pilot.pause()
+            assert _banner(app).display
+            text = str(_banner(app).render())
+            assert "offline: header reads and downloads need" in text
+            assert "HF_HUB_OFFLINE is set" in text
+            await _pick(app, pilot, "smollm2")
+            await wait_until(pilot, lambda: app.plan is not None, timeout=60)
+            await app.workers.wait_for_complete()
+            assert _banner(app).display  # still offline after the presets were judged
+
+    run(drive())

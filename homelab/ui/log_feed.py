@@ -52,31 +52,47 @@ class LogFeed:
         self._since: float | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self._closed = False
+        self._seeded = False
 
     def start(self) -> LogFeed:
         """Subscribe, then seed with the tail (called on a worker thread: it may block)."""
         unsubscribe = backend.follow_engine_log(self.supervisor, self._arrived)
         with self._lock:
-            self._since = time.time()  # pushed lines read before this are in the seed
-        seed = backend.engine_log(self.supervisor, self._keep)
-        with self._lock:
             closed = self._closed
             if not closed:
                 self._unsubscribe = unsubscribe
-                early = list(self._pending)
-                self._pending.clear()
-                self._pending.extend(seed)
-                self._pending.extend(early[_overlap(seed, early) :])
         if closed:  # closed while it started
             unsubscribe()
             return self
+        self._seed()
         self._tell()
         return self
 
+    def _seed(self) -> None:
+        """Take the log's tail as the first lines. An engine whose first attempt has not
+        begun yet has no log: the first pushed line seeds it then (the tail holds that
+        line and the attempt's marker line before it, which is never pushed)."""
+        with self._lock:
+            self._since = time.time()  # pushed lines read before this are in the seed
+        seed = backend.engine_log(self.supervisor, self._keep)
+        with self._lock:
+            if self._closed:
+                return
+            self._seeded = bool(seed)
+            early = list(self._pending)
+            self._pending.clear()
+            self._pending.extend(seed)
+            self._pending.extend(early[_overlap(seed, early) :])
+
     def _arrived(self, event: Any) -> None:
-        """On the delivery thread: buffer the line (or the transition's line); never block."""
+        """On the delivery thread: buffer the line (or the transition's line); only the first
+        line of a log that began after :meth:`start` reads the file (once)."""
         from homelab.engine.supervision.attempt_log import LogLine
 
+        if isinstance(event, LogLine) and not self._seeded and self._since is not None:
+            self._seed()  # the log began after start(): its tail has this line already
+            self._tell()
+            return
         with self._lock:
             if self._closed:
                 return

@@ -51,3 +51,28 @@ def test_a_feed_started_mid_boot_holds_every_line_of_the_log_once_in_order(
     assert feed.take() == []
     feed.close()
     feed.close()  # idempotent
+
+
+def test_a_feed_started_before_the_first_attempt_still_begins_with_its_marker(
+    llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path, engine_pids
+) -> None:
+    """The app may subscribe before the supervisor's thread has begun the first attempt
+    (no log yet, so an empty seed); the marker line is never pushed, so the first pushed
+    line seeds the feed from the tail instead (a loaded CI machine lost the marker)."""
+    argv = (str(llama_server_bin), "-m", str(smollm2_gguf), "-c", "512", "-np", "1")
+    spec = EngineSpec(argv=argv, model=str(smollm2_gguf), port=free_port(), start_timeout_s=WAIT_S)
+    supervisor = Supervisor(spec, llama_server_profile(), state_file=None, log_dir=tmp_path)
+    posted: list[object] = []
+    assert supervisor.tail(5) == []  # nothing begun: the seed is empty
+    feed = LogFeed(supervisor, posted.append, keep=5000).start()
+    supervisor.start()
+    engine_pids.add(supervisor.pid)
+    try:
+        supervisor.wait_ready(WAIT_S)
+    finally:
+        supervisor.stop()
+    lines = [line for line in feed.take() if not line.startswith("── ")]
+    assert supervisor.log_path is not None
+    assert lines == supervisor.log_path.read_text(errors="replace").splitlines()
+    assert lines[0].startswith("---- homelab ")
+    feed.close()

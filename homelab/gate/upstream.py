@@ -26,7 +26,8 @@ KEEPALIVE_S = 2.0
 after 5 s idle, and a request sent on a connection it is closing fails."""
 COUNT_TIMEOUT_S = 10.0
 STATUS_TIMEOUT_S = 10.0
-SLOT_POLL_S = 0.05
+SLOT_POLL_S = 1.25
+"""Time between looks at ``/slots`` after a client left (see :meth:`Upstream.wait_idle`)."""
 
 
 class Upstream:
@@ -115,17 +116,28 @@ class Upstream:
         self, slot: int | None, others_busy: Callable[[], int], timeout_s: float
     ) -> bool:
         """Wait until the engine shows ``slot`` idle (or, without a slot, no more busy slots
-        than ``others_busy()``, the gate's other running requests). False on timeout."""
+        than ``others_busy()``, the gate's other running requests) on two looks in a row,
+        :data:`SLOT_POLL_S` apart. False on timeout.
+
+        Two looks: a request whose connection closed before the engine started it may
+        still be started, then cancelled. Slow looks: llama-server (b11312) notices a closed
+        non-streaming client only when its wait for results times out, and every result it
+        hands out — a ``/slots`` answer included — restarts that wait, so polling fast would
+        keep the cancelled task running.
+        """
         deadline = time.monotonic() + timeout_s
+        idle_looks = 0
         while True:
+            await asyncio.sleep(min(SLOT_POLL_S, max(0.0, deadline - time.monotonic())))
             slots = await self.slots()
             if slots is not None:
                 if slot is not None:
                     mine = [s for s in slots if s.id == slot]
-                    if not mine or not mine[0].is_processing:
-                        return True
-                elif sum(1 for s in slots if s.is_processing) <= others_busy():
+                    idle = not mine or not mine[0].is_processing
+                else:
+                    idle = sum(1 for s in slots if s.is_processing) <= others_busy()
+                idle_looks = idle_looks + 1 if idle else 0
+                if idle_looks >= 2:
                     return True
             if time.monotonic() >= deadline:
                 return False
-            await asyncio.sleep(SLOT_POLL_S)

@@ -183,6 +183,25 @@ def test_a_client_gone_while_streaming_cancels_the_task_and_frees_its_slot(engin
         )
 
 
+def test_a_client_gone_while_waiting_for_a_whole_answer_cancels_the_task(engine, gate) -> None:
+    g = gate(engine, max_concurrent=1)
+    before = engine_counters(engine)
+    body = {
+        "messages": [{"role": "user", "content": "Count slowly to one thousand."}],
+        "max_tokens": 1500,
+        "ignore_eos": True,
+    }
+    with client(g.url, timeout=3.0) as c, pytest.raises(httpx.ReadTimeout):
+        c.post("/v1/chat/completions", json=body)
+    wait_for(
+        lambda: (s := g.state()).charged_tokens == 0 and s.running == 0,
+        timeout_s=60,
+        what="the charge freed",
+    )
+    assert busy_slots(engine) == []
+    assert engine_counters(engine)["predicted"] - before["predicted"] < 1500
+
+
 def test_health_metrics_and_passthrough_routes(engine, gate) -> None:
     g = gate(engine)
     with client(g.url) as c:

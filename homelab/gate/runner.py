@@ -18,6 +18,7 @@ from aiohttp import web
 
 from homelab.engine.supervision.facts import PlanFacts
 from homelab.engine.supervision.ports import port_holder
+from homelab.gate.admission import Refusal
 from homelab.gate.core import Gate
 from homelab.gate.errors import GateError, GatePortInUseError
 from homelab.gate.server import build_app
@@ -189,4 +190,5 @@ def _idle_state(runner: GateRunner) -> GateState:
         running=0,
         queued=0,
         admitted=0,
+        refused={r.value: 0 for r in Refusal},
     )

@@ -302,3 +302,21 @@ def test_affinity_keeps_conversations_on_their_slots_and_a_reprefill_raises_an_a
     assert len(alarms) == 1
     assert alarms[0].slot == slot_of["A"] and alarms[0].prompt_tokens > 300
     assert alarms[0].cached_tokens < alarms[0].prompt_tokens / 2
+
+
+def test_anthropic_messages_stream_through_the_gate_with_its_cap_written(engine, gate) -> None:
+    g = gate(engine, max_tokens_cap=5)
+    body = {"model": "m", "messages": CHAT[1:], "max_tokens": 4096, "stream": True}
+    with client(g.url) as c:
+        response = c.post("/v1/messages", json=body)
+    assert response.status_code == 200
+    events = [line[7:] for line in response.text.splitlines() if line.startswith("event: ")]
+    assert events[0] == "message_start" and events[-1] == "message_stop"
+    delta = [
+        json.loads(line[6:])
+        for line in response.text.splitlines()
+        if line.startswith("data: ") and '"message_delta"' in line
+    ][0]
+    assert delta["usage"]["output_tokens"] <= 5  # the gate's cap, not the 4096 asked
+    state = g.state()
+    assert state.admitted == 1 and state.charged_tokens == 0

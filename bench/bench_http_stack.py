@@ -1,0 +1,564 @@
+"""Benchmark: which Python HTTP stack the gate's SSE reverse proxy should be built on.
+
+Run on demand (not a test)::
+
+    PYTHONPATH=$PWD python bench/bench_http_stack.py [--rounds N] [--no-engine]
+
+Needs the ``bench`` extra (``pip install starlette uvicorn httptools``; aiohttp and httpx
+are homelab dependencies). Two minimal SSE-forwarding reverse proxies, each in its own
+process, forward any POST to the same upstream and stream the reply back chunk by chunk
+as it arrives (no buffering, no compression):
+
+- **aiohttp**: aiohttp ``web`` server + one ``aiohttp.ClientSession``
+  (``content.iter_any()`` → ``StreamResponse.write``);
+- **starlette**: Starlette ``StreamingResponse`` on uvicorn (httptools parser when
+  installed, else h11) + one ``httpx.AsyncClient`` (``aiter_raw()``).
+
+The upstream is a bare asyncio HTTP/1.1 server in a third process (no framework, so it
+favours neither side): ``/stream`` sends N SSE events, each carrying
+``time.monotonic_ns()`` taken just before it is written, and ``/echo`` answers a small
+JSON body. The client (this process, a bare asyncio HTTP/1.1 client, one keep-alive
+connection per path) stamps each event on arrival, so per event: latency = arrival −
+upstream's stamp. Every round runs the same request on each path — direct to the
+upstream (the baseline), via aiohttp, via starlette — in a rotating order, so the
+paths are paired in one run and a machine that gets busier or quieter affects all alike.
+
+Measured:
+
+1. **per event** (streams of ``--events`` events ``--interval-ms`` apart), one stream at
+   a time and ``--concurrency`` streams at once: p50/p90/p99 latency per path and what the
+   proxy adds over direct (difference of the percentiles, and the median of the per-round
+   paired differences of the stream medians);
+2. **per request**: a small non-streaming POST round trip, p50/p90/p99 and added;
+3. **throughput**: a burst of ``--burst`` events sent as fast as the upstream can,
+   events/s per path and the ratio to direct;
+4. with the real llama-server on SmolLM2 (when built and installed; ``--no-engine``
+   skips it): streamed chat completions, time to first token and to the end, added per
+   request (paired), and tokens/s ratio to direct.
+
+Then it prints which stack wins and by how much. On a 2-core box with other work, p99
+shows scheduler spikes for every path; compare p50/p90 and the paired medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+for entry in (ROOT, ROOT / "bench"):
+    if str(entry) not in sys.path:
+        sys.path.insert(0, str(entry))
+
+from _gate_common import (
+    LOOPBACK,
+    EngineConfig,
+    Http,
+    free_port,
+    median,
+    ms,
+    p50_p90_p99,
+    paired,
+    running_engine,
+    wait_listening,
+)
+
+DIRECT, AIOHTTP, STARLETTE = "direct", "aiohttp", "starlette"
+PROXIES = (AIOHTTP, STARLETTE)
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+CHAT_PROMPT = "Write a short story about a lighthouse keeper and a cat."
+
+
+# -- the upstream: bare asyncio HTTP/1.1 ---------------------------------------------------
+
+
+async def _upstream_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            try:
+                request_line = await reader.readuntil(b"\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            path = request_line.split()[1].decode()
+            length = 0
+            while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            params = json.loads(await reader.readexactly(length) or b"{}")
+            if path.startswith("/stream"):
+                await _upstream_stream(writer, params)
+            else:
+                body = json.dumps({"ok": True, "t": time.monotonic_ns()}).encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+                )
+                await writer.drain()
+    finally:
+        writer.close()
+
+
+async def _upstream_stream(writer: asyncio.StreamWriter, params: dict[str, float]) -> None:
+    n, interval, pad = int(params["n"]), float(params["interval_ms"]) / 1e3, int(params["pad"])
+    writer.write(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
+    filler = "x" * pad
+    for i in range(n):
+        if interval:
+            await asyncio.sleep(interval)
+        event = b'data: {"i":%d,"t":%d,"pad":"%s"}\n\n' % (i, time.monotonic_ns(), filler.encode())
+        writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+        await writer.drain()
+    done = b"data: [DONE]\n\n"
+    writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
+    await writer.drain()
+
+
+async def _serve_upstream(port: int) -> None:
+    server = await asyncio.start_server(_upstream_conn, LOOPBACK, port)
+    async with server:
+        await server.serve_forever()
+
+
+# -- proxy (a): aiohttp server + aiohttp client --------------------------------------------
+
+
+def serve_aiohttp(port: int, upstream: str) -> None:
+    from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
+
+    async def on_startup(app: web.Application) -> None:
+        app["client"] = ClientSession(
+            connector=TCPConnector(limit=0),
+            timeout=ClientTimeout(total=None),
+            auto_decompress=False,
+        )
+
+    async def on_cleanup(app: web.Application) -> None:
+        await app["client"].close()
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        client: ClientSession = request.app["client"]
+        headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
+        async with client.request(
+            request.method, upstream + request.rel_url.path_qs, data=body, headers=headers
+        ) as up:
+            kind = up.headers.get("Content-Type", "application/octet-stream")
+            if not kind.startswith("text/event-stream"):
+                data = await up.read()
+                return web.Response(body=data, status=up.status, headers={"Content-Type": kind})
+            reply = web.StreamResponse(
+                status=up.status, headers={"Content-Type": kind, **SSE_HEADERS}
+            )
+            await reply.prepare(request)
+            async for chunk in up.content.iter_any():
+                await reply.write(chunk)
+            await reply.write_eof()
+            return reply
+
+    app = web.Application()
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    app.router.add_route("*", "/{tail:.*}", forward)
+    web.run_app(
+        app, host=LOOPBACK, port=port, access_log=None, print=None, handler_cancellation=True
+    )
+
+
+# -- proxy (b): starlette/uvicorn + httpx --------------------------------------------------
+
+
+def serve_starlette(port: int, upstream: str, http: str) -> None:
+    import httpx
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response, StreamingResponse
+    from starlette.routing import Route
+
+    clients: list[httpx.AsyncClient] = []
+
+    def client() -> httpx.AsyncClient:
+        if not clients:
+            clients.append(
+                httpx.AsyncClient(
+                    base_url=upstream,
+                    timeout=None,
+                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+                    trust_env=False,
+                )
+            )
+        return clients[0]
+
+    async def forward(request: Request) -> Response:
+        body = await request.body()
+        headers = {"Content-Type": request.headers.get("content-type", "application/json")}
+        path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        sent = client().build_request(request.method, path, content=body, headers=headers)
+        up = await client().send(sent, stream=True)
+        kind = up.headers.get("content-type", "application/octet-stream")
+        if not kind.startswith("text/event-stream"):
+            data = await up.aread()
+            await up.aclose()
+            return Response(data, status_code=up.status_code, headers={"Content-Type": kind})
+
+        async def chunks() -> object:
+            try:
+                async for chunk in up.aiter_raw():
+                    yield chunk
+            finally:
+                await up.aclose()
+
+        return StreamingResponse(
+            chunks(),  # type: ignore[arg-type]
+            status_code=up.status_code,
+            headers={"Content-Type": kind, **SSE_HEADERS},
+        )
+
+    app = Starlette(routes=[Route("/{path:path}", forward, methods=["GET", "POST"])])
+    uvicorn.run(
+        app,
+        host=LOOPBACK,
+        port=port,
+        http=http,  # type: ignore[arg-type]
+        loop="asyncio",
+        lifespan="off",
+        log_level="warning",
+        access_log=False,
+    )
+
+
+# -- processes -----------------------------------------------------------------------------
+
+
+def uvicorn_http(choice: str) -> str:
+    if choice != "auto":
+        return choice
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return "h11"
+    return "httptools"
+
+
+@contextmanager
+def processes(upstream: str | None, http: str) -> Iterator[dict[str, str]]:
+    """The upstream (unless given: the engine's URL) and both proxies; yields path → URL."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def spawn(*args: str) -> str:
+        port = free_port()
+        argv = [sys.executable, str(Path(__file__).resolve()), "--role", *args, "--port", str(port)]
+        started.append(subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL))
+        wait_listening(port)
+        return f"http://{LOOPBACK}:{port}"
+
+    try:
+        base = upstream or spawn("upstream")
+        urls = {DIRECT: base, AIOHTTP: spawn("aiohttp", "--upstream", base)}
+        urls[STARLETTE] = spawn("starlette", "--upstream", base, "--uvicorn-http", http)
+        yield urls
+    finally:
+        for proc in started:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for proc in started:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def rotated(i: int) -> list[str]:
+    paths = [DIRECT, AIOHTTP, STARLETTE]
+    return paths[i % 3 :] + paths[: i % 3]
+
+
+# -- measurements --------------------------------------------------------------------------
+
+
+async def per_event(
+    urls: dict[str, str], rounds: int, concurrency: int, events: int, interval_ms: float
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Per path: every event's latency (ns), and each round's median event latency (ns)."""
+    conns = {path: [Http(url) for _ in range(concurrency)] for path, url in urls.items()}
+    request = {"n": events, "interval_ms": interval_ms, "pad": 40}
+    every: dict[str, list[float]] = {path: [] for path in urls}
+    medians: dict[str, list[float]] = {path: [] for path in urls}
+    try:
+        for i in range(rounds + 1):
+            for path in rotated(i):
+                replies = await asyncio.gather(
+                    *(c.post("/stream", request, stream=True) for c in conns[path])
+                )
+                if i == 0:
+                    continue  # warm-up: connections opened, code paths hot
+                lat = [at - e["t"] for r in replies for at, e in r.event_json()]  # type: ignore[operator]
+                if len(lat) != events * concurrency:
+                    raise RuntimeError(f"{path}: {len(lat)} events of {events * concurrency}")
+                every[path] += lat
+                medians[path].append(median(lat))
+    finally:
+        for group in conns.values():
+            for conn in group:
+                await conn.close()
+    return every, medians
+
+
+async def per_request(urls: dict[str, str], requests: int) -> dict[str, list[float]]:
+    """Per path: round-trip seconds of a small non-streaming POST, paired by index."""
+    conns = {path: Http(url) for path, url in urls.items()}
+    times: dict[str, list[float]] = {path: [] for path in urls}
+    try:
+        for i in range(requests + 20):
+            for path in rotated(i):
+                started = time.monotonic_ns()
+                reply = await conns[path].post("/echo", {"hello": "gate"})
+                if reply.status != 200:
+                    raise RuntimeError(f"{path}: HTTP {reply.status}")
+                if i >= 20:
+                    times[path].append((reply.done_ns - started) / 1e9)
+    finally:
+        for conn in conns.values():
+            await conn.close()
+    return times
+
+
+async def throughput(urls: dict[str, str], burst: int, repeat: int) -> dict[str, list[float]]:
+    """Per path: events/s of a burst streamed as fast as the upstream can write."""
+    conns = {path: Http(url) for path, url in urls.items()}
+    rates: dict[str, list[float]] = {path: [] for path in urls}
+    try:
+        for i in range(repeat + 1):
+            for path in rotated(i):
+                started = time.monotonic_ns()
+                reply = await conns[path].post(
+                    "/stream", {"n": burst, "interval_ms": 0, "pad": 40}, stream=True
+                )
+                if len(reply.events) != burst + 1:
+                    raise RuntimeError(f"{path}: {len(reply.events)} events of {burst + 1}")
+                if i:
+                    rates[path].append(burst / ((reply.done_ns - started) / 1e9))
+    finally:
+        for conn in conns.values():
+            await conn.close()
+    return rates
+
+
+async def engine_streams(
+    urls: dict[str, str], rounds: int, max_tokens: int
+) -> dict[str, dict[str, list[float]]]:
+    """Per path: time to first token, to the end (s), tokens/s of streamed chat completions."""
+    conns = {path: Http(url) for path, url in urls.items()}
+    request = {
+        "messages": [{"role": "user", "content": CHAT_PROMPT}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "seed": 1,
+        "stream": True,
+        "cache_prompt": True,
+    }
+    out: dict[str, dict[str, list[float]]] = {
+        path: {"ttft": [], "total": [], "tps": []} for path in urls
+    }
+    try:
+        for i in range(rounds + 1):
+            for path in rotated(i):
+                started = time.monotonic_ns()
+                reply = await conns[path].post("/v1/chat/completions", request, stream=True)
+                tokens = [
+                    at
+                    for at, e in reply.event_json()
+                    if e.get("choices") and e["choices"][0].get("delta", {}).get("content")  # type: ignore[index, union-attr]
+                ]
+                if reply.status != 200 or len(tokens) < 2:
+                    raise RuntimeError(f"{path}: HTTP {reply.status}, {len(tokens)} tokens")
+                if i:
+                    out[path]["ttft"].append((tokens[0] - started) / 1e9)
+                    out[path]["total"].append((reply.done_ns - started) / 1e9)
+                    out[path]["tps"].append((len(tokens) - 1) / ((tokens[-1] - tokens[0]) / 1e9))
+    finally:
+        for conn in conns.values():
+            await conn.close()
+    return out
+
+
+# -- report --------------------------------------------------------------------------------
+
+
+def report_latency(title: str, values: dict[str, list[float]], *, ns: bool) -> dict[str, float]:
+    """Print p50/p90/p99 per path and added over direct; return each proxy's added p50."""
+    print(f"\n{title}")
+    base = p50_p90_p99(values[DIRECT])
+    added = {}
+    for path, series in values.items():
+        p50, p90, p99 = p50_p90_p99(series)
+        line = f"  {path:<10} p50 {ms(p50, ns=ns)}  p90 {ms(p90, ns=ns)}  p99 {ms(p99, ns=ns)}"
+        if path != DIRECT:
+            line += (
+                f"   added p50 {ms(p50 - base[0], ns=ns)}  p90 {ms(p90 - base[1], ns=ns)}"
+                f"  p99 {ms(p99 - base[2], ns=ns)}"
+            )
+            added[path] = p50 - base[0]
+        print(line + f"   (n={len(series)})")
+    return added
+
+
+def report_paired(what: str, values: dict[str, list[float]], *, ns: bool) -> dict[str, float]:
+    out = {}
+    for path in PROXIES:
+        diffs = paired(values[DIRECT], values[path])
+        out[path] = median(diffs)
+        p50, p90, _ = p50_p90_p99(diffs)
+        print(f"  {path:<10} paired {what}: median {ms(p50, ns=ns)}, p90 {ms(p90, ns=ns)}")
+    return out
+
+
+async def measure(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, float]:
+    verdicts: dict[str, float] = {}
+    for concurrency in (1, args.concurrency):
+        every, medians = await per_event(
+            urls, args.rounds, concurrency, args.events, args.interval_ms
+        )
+        report_latency(
+            f"per event, {concurrency} stream(s) at once, {args.events} events "
+            f"{args.interval_ms:g} ms apart, {args.rounds} rounds (latency = arrival - upstream stamp)",
+            every,
+            ns=True,
+        )
+        pair = report_paired("added per stream median", medians, ns=True)
+        for path in PROXIES:
+            verdicts[f"event c={concurrency} {path}"] = pair[path] / 1e9
+    times = await per_request(urls, args.requests)
+    report_latency(f"per request: small POST round trip, {args.requests} per path", times, ns=False)
+    pair = report_paired("added", times, ns=False)
+    for path in PROXIES:
+        verdicts[f"request {path}"] = pair[path]
+    rates = await throughput(urls, args.burst, args.repeat)
+    print(f"\nthroughput: bursts of {args.burst} events, median of {args.repeat}")
+    base = median(rates[DIRECT])
+    for path, series in rates.items():
+        rate = median(series)
+        print(f"  {path:<10} {rate:10,.0f} events/s   ratio to direct {rate / base:.3f}")
+        if path != DIRECT:
+            verdicts[f"throughput {path}"] = rate / base
+    return verdicts
+
+
+async def measure_engine(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, float]:
+    out = await engine_streams(urls, args.engine_rounds, args.max_tokens)
+    print(
+        f"\nreal llama-server (SmolLM2-135M, -t {args.engine_threads}): streamed chat, "
+        f"max_tokens {args.max_tokens}, {args.engine_rounds} rounds"
+    )
+    report_latency("  time to first token", {p: v["ttft"] for p, v in out.items()}, ns=False)
+    ttft = report_paired("added TTFT", {p: v["ttft"] for p, v in out.items()}, ns=False)
+    report_latency("  whole request", {p: v["total"] for p, v in out.items()}, ns=False)
+    total = report_paired("added per request", {p: v["total"] for p, v in out.items()}, ns=False)
+    base = median(out[DIRECT]["tps"])
+    verdicts = {}
+    for path in PROXIES:
+        ratio = median(out[path]["tps"]) / base
+        print(
+            f"  {path:<10} tokens/s {median(out[path]['tps']):7.1f} (direct {base:.1f}): {ratio:.3f}"
+        )
+        verdicts[f"engine ttft {path}"] = ttft[path]
+        verdicts[f"engine request {path}"] = total[path]
+        verdicts[f"engine tps {path}"] = ratio
+    return verdicts
+
+
+def summary(verdicts: dict[str, float]) -> None:
+    print("\nsummary (paired medians; throughput as ratio to direct, higher is better)")
+    keys = sorted({k.rsplit(" ", 1)[0] for k in verdicts})
+    wins = {AIOHTTP: 0, STARLETTE: 0}
+    for key in keys:
+        a, s = verdicts[f"{key} {AIOHTTP}"], verdicts[f"{key} {STARLETTE}"]
+        if "tps" in key or "throughput" in key:
+            better = AIOHTTP if a >= s else STARLETTE
+            print(f"  {key:<22} aiohttp {a:7.3f}   starlette {s:7.3f}   -> {better}")
+        else:
+            better = AIOHTTP if a <= s else STARLETTE
+            print(
+                f"  {key:<22} aiohttp {a * 1e3:+7.3f} ms   starlette {s * 1e3:+7.3f} ms   "
+                f"-> {better} by {abs(s - a) * 1e3:.3f} ms"
+            )
+        wins[better] += 1
+    winner = max(wins, key=lambda k: wins[k])
+    a_event = verdicts[f"event c=1 {AIOHTTP}"]
+    s_event = verdicts[f"event c=1 {STARLETTE}"]
+    ratio = s_event / a_event if a_event > 0 else float("inf")
+    print(
+        f"\nwinner: {winner} ({wins[winner]} of {len(keys)} measures); per event (1 stream) "
+        f"aiohttp adds {a_event * 1e3:.3f} ms, starlette/uvicorn/httpx {s_event * 1e3:.3f} ms "
+        f"(ratio starlette/aiohttp {ratio:.2f}x)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20, help="streams per path (default 20)")
+    parser.add_argument("--events", type=int, default=100, help="events per stream (default 100)")
+    parser.add_argument("--interval-ms", type=float, default=4.0, help="between events (4)")
+    parser.add_argument("--concurrency", type=int, default=4, help="streams at once (default 4)")
+    parser.add_argument("--requests", type=int, default=300, help="small POSTs per path (300)")
+    parser.add_argument("--burst", type=int, default=20000, help="events per burst (20000)")
+    parser.add_argument("--repeat", type=int, default=3, help="bursts per path (default 3)")
+    parser.add_argument("--no-engine", action="store_true", help="skip the llama-server part")
+    parser.add_argument("--engine-rounds", type=int, default=10, help="chats per path (10)")
+    parser.add_argument("--max-tokens", type=int, default=128, help="per chat (default 128)")
+    parser.add_argument("--engine-threads", type=int, default=1, help="llama-server -t (1)")
+    parser.add_argument("--uvicorn-http", default="auto", choices=["auto", "httptools", "h11"])
+    parser.add_argument("--role", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--upstream", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.role == "upstream":
+        asyncio.run(_serve_upstream(args.port))
+        return
+    if args.role == AIOHTTP:
+        serve_aiohttp(args.port, args.upstream)
+        return
+    if args.role == STARLETTE:
+        serve_starlette(args.port, args.upstream, args.uvicorn_http)
+        return
+
+    import aiohttp
+    import httpx
+    import starlette
+    import uvicorn
+
+    http = uvicorn_http(args.uvicorn_http)
+    print(
+        f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs; aiohttp {aiohttp.__version__}; "
+        f"starlette {starlette.__version__} + uvicorn {uvicorn.__version__} ({http}) + "
+        f"httpx {httpx.__version__}; each proxy, the upstream and this client in their own "
+        f"process; paths rotated each round; baseline: direct to the upstream"
+    )
+    with processes(None, http) as urls:
+        verdicts = asyncio.run(measure(args, urls))
+    if not args.no_engine:
+        config = EngineConfig(ctx=2048, slots=1, threads=args.engine_threads)
+        with running_engine(config) as (engine, _, _), processes(engine, http) as urls:
+            verdicts |= asyncio.run(measure_engine(args, urls))
+    summary(verdicts)
+
+
+if __name__ == "__main__":
+    main()

@@ -271,3 +271,96 @@ class Http:
             while data := await reader.read(65536):
                 yield data
             await self.close()
+
+
+# -- the gate in its own process -----------------------------------------------------------
+
+
+class GateProcess:
+    """The real gate (``GateRunner``) in a child process, as ``homelab serve`` runs it apart
+    from its clients; so the bench's client does not share the gate's interpreter lock.
+
+    ``state()`` asks the child for ``GateRunner.state()`` (a dict of the frozen snapshot).
+    """
+
+    def __init__(self, engine_url: str, settings: dict[str, object], facts: object) -> None:
+        import dataclasses
+        import subprocess
+        import sys
+
+        payload = {
+            "engine_url": engine_url,
+            "settings": settings,
+            "facts": None if facts is None else dataclasses.asdict(facts),  # type: ignore[call-overload]
+        }
+        self._proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), json.dumps(payload)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line.startswith("url "):
+            self.close()
+            raise RuntimeError(f"the gate did not start: {line!r}")
+        self.url = line.split(" ", 1)[1].strip().rstrip("/")
+
+    def state(self) -> dict[str, object]:
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write("state\n")
+        self._proc.stdin.flush()
+        return dict(json.loads(self._proc.stdout.readline()))
+
+    def close(self) -> None:
+        import os
+        import signal
+        import subprocess
+
+        if self._proc.stdin is not None:
+            try:
+                self._proc.stdin.close()
+            except OSError:
+                pass
+        try:
+            self._proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+
+    def __enter__(self) -> GateProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _gate_child(payload: dict[str, object]) -> None:
+    """Run ``GateRunner`` until stdin closes; answer ``state`` lines with its state as JSON."""
+    import dataclasses
+    import sys
+
+    from homelab.engine.supervision.facts import PlanFacts
+    from homelab.gate.runner import GateRunner
+    from homelab.gate.settings import GateSettings
+
+    settings = GateSettings(**payload["settings"])  # type: ignore[arg-type]
+    facts = None if payload["facts"] is None else PlanFacts.from_json(payload["facts"])
+    runner = GateRunner(settings, str(payload["engine_url"]), facts)
+    try:
+        print("url", runner.start(), flush=True)
+        for line in sys.stdin:
+            if line.strip() == "state":
+                print(json.dumps(dataclasses.asdict(runner.state()), default=str), flush=True)
+    finally:
+        runner.stop()
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    _gate_child(json.loads(sys.argv[1]))

@@ -14,7 +14,10 @@ first in each pair, so both see the same engine and the same machine load. Basel
 1. **per request**: ``--pairs`` non-streaming chat completions (``max_tokens`` 4,
    temperature 0, the same prompt, so the engine's work is the same each time): p50/p90 of
    the round trip on each path, the percentiles' difference and the median (and p90) of
-   the paired differences. Goal: <= 1 ms added at p50.
+   the paired differences. Goal: <= 1 ms added at p50. In the same rotation it times the
+   engine's ``/v1/chat/completions/input_tokens`` directly (the exact prompt count the gate
+   asks for before it admits a chat), so the report can say how much of the added time is
+   that engine round trip and how much is the gate's own.
 2. **streaming**: ``--streams`` pairs of streamed chat completions of ``--max-tokens``
    tokens (``ignore_eos``, so both generate the same count): time to first token (added,
    paired) and tokens/s from the first to the last token on each path; the throughput ratio
@@ -53,7 +56,9 @@ from _gate_common import (
 
 from homelab.engine.supervision.facts import PlanFacts
 
-DIRECT, GATE = "direct", "gate"
+DIRECT, GATE, COUNT = "direct", "gate", "count"
+COUNT_PATH = "/v1/chat/completions/input_tokens"
+"""The engine endpoint the gate asks for a chat's exact prompt tokens before admitting it."""
 PROMPT = "In one sentence: why is the sky blue?"
 GOAL_ADDED_S = 0.001
 GOAL_THROUGHPUT = 0.95
@@ -90,18 +95,28 @@ def order(i: int) -> tuple[str, str]:
 
 
 async def per_request(urls: dict[str, str], pairs: int, warmup: int) -> dict[str, list[float]]:
-    conns = {path: Http(url) for path, url in urls.items()}
-    times: dict[str, list[float]] = {DIRECT: [], GATE: []}
+    """Round trips of the same non-streaming chat direct and through the gate, and of the
+    engine's own prompt count (what the gate asks before it admits a chat), rotated."""
     request = chat(4, stream=False)
+    count = {"messages": request["messages"]}
+    calls = {
+        DIRECT: (urls[DIRECT], "/v1/chat/completions", request),
+        GATE: (urls[GATE], "/v1/chat/completions", request),
+        COUNT: (urls[DIRECT], COUNT_PATH, count),
+    }
+    conns = {name: Http(url) for name, (url, _, _) in calls.items()}
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    names = list(calls)
     try:
         for i in range(warmup + pairs):
-            for path in order(i):
+            for name in names[i % 3 :] + names[: i % 3]:
+                _, path, body = calls[name]
                 started = time.monotonic_ns()
-                reply = await conns[path].post("/v1/chat/completions", request)
+                reply = await conns[name].post(path, body)
                 if reply.status != 200:
-                    raise RuntimeError(f"{path}: HTTP {reply.status}: {reply.body[:300]!r}")
+                    raise RuntimeError(f"{name}: HTTP {reply.status}: {reply.body[:300]!r}")
                 if i >= warmup:
-                    times[path].append((reply.done_ns - started) / 1e9)
+                    times[name].append((reply.done_ns - started) / 1e9)
     finally:
         for conn in conns.values():
             await conn.close()
@@ -177,6 +192,12 @@ def main() -> None:
             times = asyncio.run(per_request(urls, args.pairs, warmup=10))
             added = show(
                 f"per request: non-streaming chat, max_tokens 4, {args.pairs} pairs", times
+            )
+            c50, c90, _ = p50_p90_p99(times[COUNT])
+            print(
+                f"  of which the engine's prompt count ({COUNT_PATH}, asked by the gate before "
+                f"admission), direct: p50 {ms(c50)}, p90 {ms(c90)}; the gate's added p50 less "
+                f"that: {ms(added - c50)}"
             )
             out = asyncio.run(streaming(urls, args.streams, args.max_tokens))
             ttft = show(

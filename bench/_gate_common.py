@@ -21,7 +21,7 @@ import socket
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,6 +97,43 @@ def smollm2_path() -> Path | None:
         return None
     path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     return path if path.is_file() else None
+
+
+@contextmanager
+def children() -> Iterator[Callable[..., str]]:
+    """``spawn(script, *args)`` runs ``python bench/SCRIPT *args --port P`` in its own session
+    (``SCRIPT PORT`` for ``_sse_upstream.py``), waits until it listens and returns its URL;
+    every child is terminated (then killed) on exit."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    started: list[subprocess.Popen[bytes]] = []
+
+    def spawn(script: str, *args: str) -> str:
+        port = free_port()
+        where = str(Path(__file__).resolve().parent / script)
+        tail = [str(port)] if script == "_sse_upstream.py" else [*args, "--port", str(port)]
+        argv = [sys.executable, where, *tail]
+        started.append(subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL))
+        wait_listening(port)
+        return f"http://{LOOPBACK}:{port}"
+
+    try:
+        yield spawn
+    finally:
+        for proc in started:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for proc in started:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 @dataclass(frozen=True, slots=True)

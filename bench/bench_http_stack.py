@@ -14,10 +14,10 @@ as it arrives (no buffering, no compression):
 - **starlette**: Starlette ``StreamingResponse`` on uvicorn (httptools parser when
   installed, else h11) + one ``httpx.AsyncClient`` (``aiter_raw()``).
 
-The upstream is a bare asyncio HTTP/1.1 server in a third process (no framework, so it
-favours neither side): ``/stream`` sends N SSE events, each carrying
-``time.monotonic_ns()`` taken just before it is written, and ``/echo`` answers a small
-JSON body. The client (this process, a bare asyncio HTTP/1.1 client, one keep-alive
+The upstream is ``bench/_sse_upstream.py`` in a third process, a bare asyncio HTTP/1.1
+server shaped like llama-server (no framework, so it favours neither side): a streamed
+``/v1/chat/completions`` sends N SSE events, each carrying ``time.monotonic_ns()`` taken
+just before it is written; a plain one answers a small JSON body at once. The client (this process, a bare asyncio HTTP/1.1 client, one keep-alive
 connection per path) stamps each event on arrival, so per event: latency = arrival −
 upstream's stamp. Every round runs the same request on each path — direct to the
 upstream (the baseline), via aiohttp, via starlette — in a rotating order, so the
@@ -44,10 +44,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -63,73 +60,19 @@ from _gate_common import (
     LOOPBACK,
     EngineConfig,
     Http,
-    free_port,
+    children,
     median,
     ms,
     p50_p90_p99,
     paired,
     running_engine,
-    wait_listening,
 )
 
 DIRECT, AIOHTTP, STARLETTE = "direct", "aiohttp", "starlette"
 PROXIES = (AIOHTTP, STARLETTE)
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+CHAT = "/v1/chat/completions"
 CHAT_PROMPT = "Write a short story about a lighthouse keeper and a cat."
-
-
-# -- the upstream: bare asyncio HTTP/1.1 ---------------------------------------------------
-
-
-async def _upstream_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while True:
-            try:
-                request_line = await reader.readuntil(b"\r\n")
-            except (asyncio.IncompleteReadError, ConnectionError):
-                return
-            path = request_line.split()[1].decode()
-            length = 0
-            while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            params = json.loads(await reader.readexactly(length) or b"{}")
-            if path.startswith("/stream"):
-                await _upstream_stream(writer, params)
-            else:
-                body = json.dumps({"ok": True, "t": time.monotonic_ns()}).encode()
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-                )
-                await writer.drain()
-    finally:
-        writer.close()
-
-
-async def _upstream_stream(writer: asyncio.StreamWriter, params: dict[str, float]) -> None:
-    n, interval, pad = int(params["n"]), float(params["interval_ms"]) / 1e3, int(params["pad"])
-    writer.write(
-        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-        b"Transfer-Encoding: chunked\r\n\r\n"
-    )
-    filler = "x" * pad
-    for i in range(n):
-        if interval:
-            await asyncio.sleep(interval)
-        event = b'data: {"i":%d,"t":%d,"pad":"%s"}\n\n' % (i, time.monotonic_ns(), filler.encode())
-        writer.write(b"%x\r\n%s\r\n" % (len(event), event))
-        await writer.drain()
-    done = b"data: [DONE]\n\n"
-    writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
-    await writer.drain()
-
-
-async def _serve_upstream(port: int) -> None:
-    server = await asyncio.start_server(_upstream_conn, LOOPBACK, port)
-    async with server:
-        await server.serve_forever()
 
 
 # -- proxy (a): aiohttp server + aiohttp client --------------------------------------------
@@ -256,32 +199,12 @@ def uvicorn_http(choice: str) -> str:
 @contextmanager
 def processes(upstream: str | None, http: str) -> Iterator[dict[str, str]]:
     """The upstream (unless given: the engine's URL) and both proxies; yields path → URL."""
-    started: list[subprocess.Popen[bytes]] = []
-
-    def spawn(*args: str) -> str:
-        port = free_port()
-        argv = [sys.executable, str(Path(__file__).resolve()), "--role", *args, "--port", str(port)]
-        started.append(subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL))
-        wait_listening(port)
-        return f"http://{LOOPBACK}:{port}"
-
-    try:
-        base = upstream or spawn("upstream")
-        urls = {DIRECT: base, AIOHTTP: spawn("aiohttp", "--upstream", base)}
-        urls[STARLETTE] = spawn("starlette", "--upstream", base, "--uvicorn-http", http)
+    with children() as spawn:
+        base = upstream or spawn("_sse_upstream.py")
+        me = Path(__file__).name
+        urls = {DIRECT: base, AIOHTTP: spawn(me, "--role", AIOHTTP, "--upstream", base)}
+        urls[STARLETTE] = spawn(me, "--role", STARLETTE, "--upstream", base, "--uvicorn-http", http)
         yield urls
-    finally:
-        for proc in started:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for proc in started:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
 
 
 def rotated(i: int) -> list[str]:
@@ -297,18 +220,18 @@ async def per_event(
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Per path: every event's latency (ns), and each round's median event latency (ns)."""
     conns = {path: [Http(url) for _ in range(concurrency)] for path, url in urls.items()}
-    request = {"n": events, "interval_ms": interval_ms, "pad": 40}
+    request = {"stream": True, "n": events, "interval_ms": interval_ms, "pad": 40}
     every: dict[str, list[float]] = {path: [] for path in urls}
     medians: dict[str, list[float]] = {path: [] for path in urls}
     try:
         for i in range(rounds + 1):
             for path in rotated(i):
                 replies = await asyncio.gather(
-                    *(c.post("/stream", request, stream=True) for c in conns[path])
+                    *(c.post(CHAT, request, stream=True) for c in conns[path])
                 )
                 if i == 0:
                     continue  # warm-up: connections opened, code paths hot
-                lat = [at - e["t"] for r in replies for at, e in r.event_json()]  # type: ignore[operator]
+                lat = [at - e["t"] for r in replies for at, e in r.event_json() if "t" in e]  # type: ignore[operator]
                 if len(lat) != events * concurrency:
                     raise RuntimeError(f"{path}: {len(lat)} events of {events * concurrency}")
                 every[path] += lat
@@ -328,7 +251,9 @@ async def per_request(urls: dict[str, str], requests: int) -> dict[str, list[flo
         for i in range(requests + 20):
             for path in rotated(i):
                 started = time.monotonic_ns()
-                reply = await conns[path].post("/echo", {"hello": "gate"})
+                reply = await conns[path].post(
+                    CHAT, {"messages": [{"role": "user", "content": "hi"}]}
+                )
                 if reply.status != 200:
                     raise RuntimeError(f"{path}: HTTP {reply.status}")
                 if i >= 20:
@@ -348,10 +273,10 @@ async def throughput(urls: dict[str, str], burst: int, repeat: int) -> dict[str,
             for path in rotated(i):
                 started = time.monotonic_ns()
                 reply = await conns[path].post(
-                    "/stream", {"n": burst, "interval_ms": 0, "pad": 40}, stream=True
+                    CHAT, {"stream": True, "n": burst, "interval_ms": 0, "pad": 40}, stream=True
                 )
-                if len(reply.events) != burst + 1:
-                    raise RuntimeError(f"{path}: {len(reply.events)} events of {burst + 1}")
+                if len(reply.events) != burst + 2:
+                    raise RuntimeError(f"{path}: {len(reply.events)} events of {burst + 2}")
                 if i:
                     rates[path].append(burst / ((reply.done_ns - started) / 1e9))
     finally:
@@ -380,7 +305,7 @@ async def engine_streams(
         for i in range(rounds + 1):
             for path in rotated(i):
                 started = time.monotonic_ns()
-                reply = await conns[path].post("/v1/chat/completions", request, stream=True)
+                reply = await conns[path].post(CHAT, request, stream=True)
                 tokens = [
                     at
                     for at, e in reply.event_json()
@@ -536,9 +461,6 @@ def main() -> None:
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
-    if args.role == "upstream":
-        asyncio.run(_serve_upstream(args.port))
-        return
     if args.role == AIOHTTP:
         serve_aiohttp(args.port, args.upstream)
         return

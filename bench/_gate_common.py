@@ -15,17 +15,26 @@ a bench never leaves an engine behind.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.util
 import json
+import os
+import signal
 import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from homelab.engine.supervision.facts import PlanFacts
 
 LOOPBACK = "127.0.0.1"
 
@@ -77,10 +86,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_listening(port: int, timeout_s: float = 30.0) -> None:
-    """Block until something accepts TCP connections on 127.0.0.1:``port``."""
+def wait_listening(
+    port: int, timeout_s: float = 30.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Block until something accepts TCP connections on 127.0.0.1:``port`` (``proc``: the
+    child that should; its early exit is an error at once)."""
     deadline = time.monotonic() + timeout_s
     while True:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
         try:
             with socket.create_connection((LOOPBACK, port), timeout=0.5):
                 return
@@ -104,10 +118,6 @@ def children() -> Iterator[Callable[..., str]]:
     """``spawn(script, *args)`` runs ``python bench/SCRIPT *args --port P`` in its own session
     (``SCRIPT PORT`` for ``_sse_upstream.py``), waits until it listens and returns its URL;
     every child is terminated (then killed) on exit."""
-    import os
-    import signal
-    import subprocess
-    import sys
 
     started: list[subprocess.Popen[bytes]] = []
 
@@ -117,7 +127,7 @@ def children() -> Iterator[Callable[..., str]]:
         tail = [str(port)] if script == "_sse_upstream.py" else [*args, "--port", str(port)]
         argv = [sys.executable, where, *tail]
         started.append(subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL))
-        wait_listening(port)
+        wait_listening(port, proc=started[-1])
         return f"http://{LOOPBACK}:{port}"
 
     try:
@@ -169,8 +179,8 @@ def running_engine(
         binary = find_llama_server()
     except EngineError as error:
         raise SystemExit(f"no llama-server: {error.message} (run `homelab engine build`)") from None
-    argv = (str(binary), "-m", str(model), "-c", str(config.ctx), "-np", str(config.slots))
-    argv += ("-t", str(config.threads), *config.extra)
+    argv: tuple[str, ...] = (str(binary), "-m", str(model), "-c", str(config.ctx))
+    argv += ("-np", str(config.slots), "-t", str(config.threads), *config.extra)
     with tempfile.TemporaryDirectory(prefix="homelab-bench-") as logs:
         spec = EngineSpec(argv=argv, model=str(model), port=free_port(), start_timeout_s=180.0)
         supervisor = Supervisor(spec, llama_server_profile(), state_file=None, log_dir=Path(logs))
@@ -204,13 +214,23 @@ class Reply:
     def json(self) -> object:
         return json.loads(self.body)
 
-    def event_json(self) -> list[tuple[int, dict[str, object]]]:
+    def event_json(self) -> list[tuple[int, dict[str, Any]]]:
         """The events whose payload is a JSON object, with their arrival times."""
         out = []
         for at, data in self.events:
             if data.startswith(b"{"):
                 out.append((at, json.loads(data)))
         return out
+
+
+def delta_text(event: dict[str, Any]) -> str:
+    """The content a streamed chat chunk carries ("" for role, usage and timings chunks)."""
+    choices = event.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return ""
+    delta = choices[0].get("delta")
+    content = delta.get("content") if isinstance(delta, dict) else None
+    return content if isinstance(content, str) else ""
 
 
 class Http:
@@ -320,15 +340,14 @@ class GateProcess:
     ``state()`` asks the child for ``GateRunner.state()`` (a dict of the frozen snapshot).
     """
 
-    def __init__(self, engine_url: str, settings: dict[str, object], facts: object) -> None:
-        import dataclasses
-        import subprocess
-        import sys
+    def __init__(
+        self, engine_url: str, settings: dict[str, object], facts: PlanFacts | None
+    ) -> None:
 
         payload = {
             "engine_url": engine_url,
             "settings": settings,
-            "facts": None if facts is None else dataclasses.asdict(facts),  # type: ignore[call-overload]
+            "facts": None if facts is None else facts.to_json(),
         }
         self._proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), json.dumps(payload)],
@@ -344,16 +363,13 @@ class GateProcess:
             raise RuntimeError(f"the gate did not start: {line!r}")
         self.url = line.split(" ", 1)[1].strip().rstrip("/")
 
-    def state(self) -> dict[str, object]:
+    def state(self) -> dict[str, Any]:
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._proc.stdin.write("state\n")
         self._proc.stdin.flush()
         return dict(json.loads(self._proc.stdout.readline()))
 
     def close(self) -> None:
-        import os
-        import signal
-        import subprocess
 
         if self._proc.stdin is not None:
             try:
@@ -375,16 +391,14 @@ class GateProcess:
         self.close()
 
 
-def _gate_child(payload: dict[str, object]) -> None:
+def _gate_child(payload: dict[str, Any]) -> None:
     """Run ``GateRunner`` until stdin closes; answer ``state`` lines with its state as JSON."""
-    import dataclasses
-    import sys
 
     from homelab.engine.supervision.facts import PlanFacts
     from homelab.gate.runner import GateRunner
     from homelab.gate.settings import GateSettings
 
-    settings = GateSettings(**payload["settings"])  # type: ignore[arg-type]
+    settings = GateSettings(**payload["settings"])
     facts = None if payload["facts"] is None else PlanFacts.from_json(payload["facts"])
     runner = GateRunner(settings, str(payload["engine_url"]), facts)
     try:
@@ -397,7 +411,5 @@ def _gate_child(payload: dict[str, object]) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     _gate_child(json.loads(sys.argv[1]))

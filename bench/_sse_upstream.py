@@ -24,6 +24,7 @@ import asyncio
 import json
 import sys
 import time
+from typing import Any
 
 LOOPBACK = "127.0.0.1"
 PROMPT_TOKENS = 12
@@ -47,10 +48,10 @@ def _usage(n: int) -> dict[str, int]:
     }
 
 
-async def _stream(writer: asyncio.StreamWriter, body: dict[str, object]) -> None:
-    n = int(body.get("n") or body.get("max_tokens") or 16)  # type: ignore[call-overload]
-    interval = float(body.get("interval_ms") or 0) / 1e3  # type: ignore[arg-type]
-    pad = "x" * int(body.get("pad") or 0)  # type: ignore[call-overload]
+async def _stream(writer: asyncio.StreamWriter, body: dict[str, Any]) -> None:
+    n = int(body.get("n") or body.get("max_tokens") or 16)
+    interval = float(body.get("interval_ms") or 0) / 1e3
+    pad = "x" * int(body.get("pad") or 0)
     writer.write(
         b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
         b"Transfer-Encoding: chunked\r\n\r\n"
@@ -72,7 +73,7 @@ async def _stream(writer: asyncio.StreamWriter, body: dict[str, object]) -> None
     await writer.drain()
 
 
-def _answer(method: bytes, path: str, body: dict[str, object]) -> bytes:
+def _answer(method: bytes, path: str, body: dict[str, Any]) -> bytes:
     if path == "/v1/chat/completions/input_tokens":
         return _json_reply({"input_tokens": PROMPT_TOKENS})
     if path == "/tokenize":

@@ -39,13 +39,22 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 for entry in (ROOT, ROOT / "bench"):
     if str(entry) not in sys.path:
         sys.path.insert(0, str(entry))
 
-from _gate_common import EngineConfig, GateProcess, Http, median, pct, running_engine
+from _gate_common import (
+    EngineConfig,
+    GateProcess,
+    Http,
+    delta_text,
+    median,
+    pct,
+    running_engine,
+)
 
 from homelab.engine.supervision.facts import PlanFacts
 
@@ -113,13 +122,13 @@ async def agent(
             reply = await conn.post("/v1/chat/completions", request, stream=True)
             if reply.status != 200:
                 raise RuntimeError(f"{condition}: HTTP {reply.status}: {reply.body[:300]!r}")
-            text, first, timings = [], 0, {}
+            text: list[str] = []
+            first = 0
+            timings: dict[str, Any] = {}
             for at, event in reply.event_json():
-                for choice in event.get("choices") or []:  # type: ignore[attr-defined]
-                    piece = (choice.get("delta") or {}).get("content")
-                    if piece:
-                        first = first or at
-                        text.append(piece)
+                if piece := delta_text(event):
+                    first = first or at
+                    text.append(piece)
                 if isinstance(event.get("timings"), dict):
                     timings = event["timings"]
             if not timings:
@@ -130,8 +139,8 @@ async def agent(
                     index,
                     turn,
                     ((first or reply.done_ns) - started) / 1e9,
-                    int(timings.get("cache_n", 0)),  # type: ignore[attr-defined]
-                    int(timings.get("prompt_n", 0)),  # type: ignore[attr-defined]
+                    int(timings.get("cache_n", 0)),
+                    int(timings.get("prompt_n", 0)),
                 )
             )
             messages.append({"role": "assistant", "content": "".join(text)})
@@ -151,7 +160,7 @@ async def run_agents(url: str, condition: str, args: argparse.Namespace, run: in
 
 def report(
     rows: list[Turn],
-    gate_views: dict[str, list[dict[str, object]]],
+    gate_views: dict[str, list[dict[str, Any]]],
     turns: int,
     conditions: list[str],
 ) -> None:
@@ -194,9 +203,9 @@ def report(
         )
         for view in gate_views.get(c, []):
             rate = view.get("cache_hit_rate")
-            shown = "?" if rate is None else f"{100 * float(rate):.1f} %"  # type: ignore[arg-type]
+            shown = "?" if rate is None else f"{100 * float(rate):.1f} %"
             alarms = view.get("alarms") or ()
-            line += f"\n                gate's view: cache hit rate {shown}, {len(alarms)} alarm(s)"  # type: ignore[arg-type]
+            line += f"\n                gate's view: cache hit rate {shown}, {len(alarms)} alarm(s)"
         print(line)
 
 
@@ -234,7 +243,7 @@ def main() -> None:
         cache_type_v="f16",
     )
     rows: list[Turn] = []
-    views: dict[str, list[dict[str, object]]] = {}
+    views: dict[str, list[dict[str, Any]]] = {}
     with running_engine(config) as (engine, model, binary):
         print(
             f"engine {binary}\nmodel  {model.name}, -c {config.ctx} -np {config.slots} -t "

@@ -53,6 +53,7 @@ from _gate_common import (
     GateProcess,
     Http,
     children,
+    delta_text,
     median,
     ms,
     p50_p90_p99,
@@ -150,7 +151,7 @@ async def streaming(
             for path in order(i):
                 started = time.monotonic_ns()
                 reply = await conns[path].post("/v1/chat/completions", request, stream=True)
-                tokens = [at for at, event in reply.event_json() if _has_content(event)]
+                tokens = [at for at, event in reply.event_json() if delta_text(event)]
                 if reply.status != 200 or len(tokens) < 2:
                     raise RuntimeError(f"{path}: HTTP {reply.status}, {len(tokens)} tokens")
                 if i:
@@ -161,14 +162,6 @@ async def streaming(
         for conn in conns.values():
             await conn.close()
     return out
-
-
-def _has_content(event: dict[str, object]) -> bool:
-    choices = event.get("choices")
-    if not isinstance(choices, list) or not choices:
-        return False
-    delta = choices[0].get("delta") if isinstance(choices[0], dict) else None
-    return isinstance(delta, dict) and bool(delta.get("content"))
 
 
 def show(title: str, values: dict[str, list[float]]) -> float:
@@ -200,7 +193,7 @@ async def stamped(
         for i in range(1 + streams):
             for path in order(i, list(urls)):
                 reply = await conns[path].post(CHAT, paced, stream=True)
-                got = [(at - e["t"]) / 1e9 for at, e in reply.event_json() if "t" in e]  # type: ignore[operator]
+                got = [(at - e["t"]) / 1e9 for at, e in reply.event_json() if "t" in e]
                 if reply.status != 200 or len(got) != events:
                     raise RuntimeError(f"{path}: HTTP {reply.status}, {len(got)} of {events}")
                 if i:
@@ -263,7 +256,7 @@ def synthetic_part(args: argparse.Namespace) -> dict[str, float]:
     config = EngineConfig(ctx=2048, slots=1)
     with children() as spawn:
         upstream = spawn("_sse_upstream.py")
-        proxy = spawn("bench_http_stack.py", "--role", "aiohttp", "--upstream", upstream)
+        proxy = spawn("_proxies.py", "aiohttp", "--upstream", upstream)
         with GateProcess(upstream, {"port": 0}, facts_for(config)) as gate:
             urls = {DIRECT: upstream, PROXY: proxy, GATE: gate.url}
             print(

@@ -57,143 +57,26 @@ for entry in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(entry))
 
 from _gate_common import (
-    LOOPBACK,
     EngineConfig,
     Http,
     children,
+    delta_text,
     median,
     ms,
     p50_p90_p99,
     paired,
     running_engine,
 )
+from _proxies import uvicorn_http
 
 DIRECT, AIOHTTP, STARLETTE = "direct", "aiohttp", "starlette"
 PROXIES = (AIOHTTP, STARLETTE)
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+PROXIES_SCRIPT = "_proxies.py"
 CHAT = "/v1/chat/completions"
 CHAT_PROMPT = "Write a short story about a lighthouse keeper and a cat."
 
 
-# -- proxy (a): aiohttp server + aiohttp client --------------------------------------------
-
-
-def serve_aiohttp(port: int, upstream: str) -> None:
-    from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
-
-    async def on_startup(app: web.Application) -> None:
-        app["client"] = ClientSession(
-            connector=TCPConnector(limit=0),
-            timeout=ClientTimeout(total=None),
-            auto_decompress=False,
-        )
-
-    async def on_cleanup(app: web.Application) -> None:
-        await app["client"].close()
-
-    async def forward(request: web.Request) -> web.StreamResponse:
-        body = await request.read()
-        client: ClientSession = request.app["client"]
-        headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
-        async with client.request(
-            request.method, upstream + request.rel_url.path_qs, data=body, headers=headers
-        ) as up:
-            kind = up.headers.get("Content-Type", "application/octet-stream")
-            if not kind.startswith("text/event-stream"):
-                data = await up.read()
-                return web.Response(body=data, status=up.status, headers={"Content-Type": kind})
-            reply = web.StreamResponse(
-                status=up.status, headers={"Content-Type": kind, **SSE_HEADERS}
-            )
-            await reply.prepare(request)
-            async for chunk in up.content.iter_any():
-                await reply.write(chunk)
-            await reply.write_eof()
-            return reply
-
-    app = web.Application()
-    app.on_startup.append(on_startup)
-    app.on_cleanup.append(on_cleanup)
-    app.router.add_route("*", "/{tail:.*}", forward)
-    web.run_app(
-        app, host=LOOPBACK, port=port, access_log=None, print=None, handler_cancellation=True
-    )
-
-
-# -- proxy (b): starlette/uvicorn + httpx --------------------------------------------------
-
-
-def serve_starlette(port: int, upstream: str, http: str) -> None:
-    import httpx
-    import uvicorn
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import Response, StreamingResponse
-    from starlette.routing import Route
-
-    clients: list[httpx.AsyncClient] = []
-
-    def client() -> httpx.AsyncClient:
-        if not clients:
-            clients.append(
-                httpx.AsyncClient(
-                    base_url=upstream,
-                    timeout=None,
-                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-                    trust_env=False,
-                )
-            )
-        return clients[0]
-
-    async def forward(request: Request) -> Response:
-        body = await request.body()
-        headers = {"Content-Type": request.headers.get("content-type", "application/json")}
-        path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        sent = client().build_request(request.method, path, content=body, headers=headers)
-        up = await client().send(sent, stream=True)
-        kind = up.headers.get("content-type", "application/octet-stream")
-        if not kind.startswith("text/event-stream"):
-            data = await up.aread()
-            await up.aclose()
-            return Response(data, status_code=up.status_code, headers={"Content-Type": kind})
-
-        async def chunks() -> object:
-            try:
-                async for chunk in up.aiter_raw():
-                    yield chunk
-            finally:
-                await up.aclose()
-
-        return StreamingResponse(
-            chunks(),  # type: ignore[arg-type]
-            status_code=up.status_code,
-            headers={"Content-Type": kind, **SSE_HEADERS},
-        )
-
-    app = Starlette(routes=[Route("/{path:path}", forward, methods=["GET", "POST"])])
-    uvicorn.run(
-        app,
-        host=LOOPBACK,
-        port=port,
-        http=http,  # type: ignore[arg-type]
-        loop="asyncio",
-        lifespan="off",
-        log_level="warning",
-        access_log=False,
-    )
-
-
 # -- processes -----------------------------------------------------------------------------
-
-
-def uvicorn_http(choice: str) -> str:
-    if choice != "auto":
-        return choice
-    try:
-        import httptools  # noqa: F401
-    except ImportError:
-        return "h11"
-    return "httptools"
 
 
 @contextmanager
@@ -201,9 +84,10 @@ def processes(upstream: str | None, http: str) -> Iterator[dict[str, str]]:
     """The upstream (unless given: the engine's URL) and both proxies; yields path → URL."""
     with children() as spawn:
         base = upstream or spawn("_sse_upstream.py")
-        me = Path(__file__).name
-        urls = {DIRECT: base, AIOHTTP: spawn(me, "--role", AIOHTTP, "--upstream", base)}
-        urls[STARLETTE] = spawn(me, "--role", STARLETTE, "--upstream", base, "--uvicorn-http", http)
+        urls = {DIRECT: base, AIOHTTP: spawn(PROXIES_SCRIPT, AIOHTTP, "--upstream", base)}
+        urls[STARLETTE] = spawn(
+            PROXIES_SCRIPT, STARLETTE, "--upstream", base, "--uvicorn-http", http
+        )
         yield urls
 
 
@@ -231,7 +115,7 @@ async def per_event(
                 )
                 if i == 0:
                     continue  # warm-up: connections opened, code paths hot
-                lat = [at - e["t"] for r in replies for at, e in r.event_json() if "t" in e]  # type: ignore[operator]
+                lat = [at - e["t"] for r in replies for at, e in r.event_json() if "t" in e]
                 if len(lat) != events * concurrency:
                     raise RuntimeError(f"{path}: {len(lat)} events of {events * concurrency}")
                 every[path] += lat
@@ -306,11 +190,7 @@ async def engine_streams(
             for path in rotated(i):
                 started = time.monotonic_ns()
                 reply = await conns[path].post(CHAT, request, stream=True)
-                tokens = [
-                    at
-                    for at, e in reply.event_json()
-                    if e.get("choices") and e["choices"][0].get("delta", {}).get("content")  # type: ignore[index, union-attr]
-                ]
+                tokens = [at for at, e in reply.event_json() if delta_text(e)]
                 if reply.status != 200 or len(tokens) < 2:
                     raise RuntimeError(f"{path}: HTTP {reply.status}, {len(tokens)} tokens")
                 if i:
@@ -456,17 +336,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128, help="per chat (default 128)")
     parser.add_argument("--engine-threads", type=int, default=1, help="llama-server -t (1)")
     parser.add_argument("--uvicorn-http", default="auto", choices=["auto", "httptools", "h11"])
-    parser.add_argument("--role", help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--upstream", help=argparse.SUPPRESS)
     args = parser.parse_args()
-
-    if args.role == AIOHTTP:
-        serve_aiohttp(args.port, args.upstream)
-        return
-    if args.role == STARLETTE:
-        serve_starlette(args.port, args.upstream, args.uvicorn_http)
-        return
 
     import aiohttp
     import httpx

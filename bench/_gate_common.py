@@ -114,6 +114,34 @@ def smollm2_path() -> Path | None:
     return path if path.is_file() else None
 
 
+PIDS: dict[str, int] = {}
+"""URL → pid of each process a bench started that listens there (for :func:`cpu_seconds`)."""
+
+
+def cpu_seconds(urls: dict[str, str]) -> dict[str, float]:
+    """CPU time (user + system, all threads) used so far by the process behind each URL
+    that a bench started; the scheduler's waits on a busy machine do not count in it."""
+    import psutil
+
+    out = {}
+    for name, url in urls.items():
+        if url in PIDS:
+            times = psutil.Process(PIDS[url]).cpu_times()
+            out[name] = times.user + times.system
+    return out
+
+
+def print_cpu(before: dict[str, float], after: dict[str, float], per: int, unit: str) -> None:
+    """One line: CPU time each process used per ``unit`` (``per`` of them) between two reads;
+    the upstream ("direct") is left out: it serves every path, so its share is not one path's."""
+    cells = [
+        f"{name} {(after[name] - before[name]) / per * 1e6:,.0f} µs"
+        for name in after
+        if name != "direct"
+    ]
+    print(f"  CPU per {unit} (user+system, load-independent): " + ", ".join(cells))
+
+
 @contextmanager
 def children() -> Iterator[Callable[..., str]]:
     """``spawn(script, *args)`` runs ``python bench/SCRIPT *args --port P`` in its own session
@@ -129,7 +157,9 @@ def children() -> Iterator[Callable[..., str]]:
         argv = [sys.executable, where, *tail]
         started.append(subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL))
         wait_listening(port, proc=started[-1])
-        return f"http://{LOOPBACK}:{port}"
+        url = f"http://{LOOPBACK}:{port}"
+        PIDS[url] = started[-1].pid
+        return url
 
     try:
         yield spawn

@@ -54,6 +54,7 @@ class GateProcess:
             self.close()
             raise RuntimeError(f"the gate did not start: {line!r}")
         self.url = line.split(" ", 1)[1].strip().rstrip("/")
+        self.pid = self._proc.pid
 
     def state(self) -> dict[str, Any]:
         assert self._proc.stdin is not None and self._proc.stdout is not None

@@ -49,14 +49,17 @@ for entry in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(entry))
 
 from _gate_common import (
+    PIDS,
     EngineConfig,
     Http,
     children,
+    cpu_seconds,
     delta_text,
     median,
     ms,
     p50_p90_p99,
     paired,
+    print_cpu,
     running_engine,
     split_facts,
     verdict,
@@ -251,11 +254,17 @@ def synthetic_part(args: argparse.Namespace) -> dict[str, float]:
                 f"   gate {gate.url} -> {upstream} (facts: 1 slot, 2048 tokens); beside it the "
                 f"bare aiohttp proxy of bench_http_stack.py ({PROXY!r}) on the same upstream"
             )
+            PIDS[gate.url] = gate.pid
+            cpu = cpu_seconds(urls)
             times = asyncio.run(per_request(chat_calls(urls), args.pairs, warmup=20))
+            cpu_after = cpu_seconds(urls)
             added = show(f"per request: non-streaming chat, {args.pairs} pairs", times)
+            print_cpu(cpu, cpu_after, args.pairs + 20, "request")
+            cpu = cpu_seconds(urls)
             latency, rates = asyncio.run(
                 stamped(urls, args.streams, args.events, args.interval_ms, args.burst)
             )
+            cpu_after = cpu_seconds(urls)
             event = show(
                 f"per event: {args.streams} streams of {args.events} events "
                 f"{args.interval_ms:g} ms apart (arrival - upstream stamp)",
@@ -266,6 +275,8 @@ def synthetic_part(args: argparse.Namespace) -> dict[str, float]:
             for path, series in rates.items():
                 rate = median(series)
                 print(f"  {path:<14} {rate:9,.0f} events/s, {rate / median(rates[DIRECT]):.3f}")
+            events = (1 + args.streams) * args.events + 4 * (args.burst + 2)
+            print_cpu(cpu, cpu_after, events, "event (the paced streams and the bursts)")
     over = median(paired(times[PROXY], times[GATE]))
     print(f"\nthe gate over the bare aiohttp proxy, per request (paired median): {ms(over)}")
     return {"added": added, "event": event, "throughput": throughput, "over_proxy": over}

@@ -60,11 +60,13 @@ from _gate_common import (
     EngineConfig,
     Http,
     children,
+    cpu_seconds,
     delta_text,
     median,
     ms,
     p50_p90_p99,
     paired,
+    print_cpu,
     running_engine,
 )
 from _proxies import uvicorn_http
@@ -237,9 +239,11 @@ def report_paired(what: str, values: dict[str, list[float]], *, ns: bool) -> dic
 async def measure(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, float]:
     verdicts: dict[str, float] = {}
     for concurrency in (1, args.concurrency):
+        cpu = cpu_seconds(urls)
         every, medians = await per_event(
             urls, args.rounds, concurrency, args.events, args.interval_ms
         )
+        cpu_after = cpu_seconds(urls)
         report_latency(
             f"per event, {concurrency} stream(s) at once, {args.events} events "
             f"{args.interval_ms:g} ms apart, {args.rounds} rounds (latency = arrival - upstream stamp)",
@@ -247,15 +251,22 @@ async def measure(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, f
             ns=True,
         )
         pair = report_paired("added per stream median", medians, ns=True)
+        print_cpu(cpu, cpu_after, (args.rounds + 1) * concurrency * args.events, "event")
         for path in PROXIES:
             verdicts[f"event c={concurrency} {path}"] = pair[path] / 1e9
+    cpu = cpu_seconds(urls)
     times = await per_request(urls, args.requests)
+    cpu_after = cpu_seconds(urls)
     report_latency(f"per request: small POST round trip, {args.requests} per path", times, ns=False)
     pair = report_paired("added", times, ns=False)
+    print_cpu(cpu, cpu_after, args.requests + 20, "request")
     for path in PROXIES:
         verdicts[f"request {path}"] = pair[path]
+    cpu = cpu_seconds(urls)
     rates = await throughput(urls, args.burst, args.repeat)
+    cpu_after = cpu_seconds(urls)
     print(f"\nthroughput: bursts of {args.burst} events, median of {args.repeat}")
+    print_cpu(cpu, cpu_after, (args.repeat + 1) * args.burst, "event")
     base = median(rates[DIRECT])
     for path, series in rates.items():
         rate = median(series)

@@ -102,6 +102,8 @@ class GateRunner:
         gate, loop = self._gate, self._loop
         if gate is None or loop is None or loop.is_closed():
             return _idle_state(self)
+        if threading.current_thread() is self._thread:  # called on the gate's own loop
+            return gate.state()
         try:
             return asyncio.run_coroutine_threadsafe(_state(gate), loop).result(timeout=5.0)
         except (RuntimeError, TimeoutError):

@@ -15,8 +15,9 @@ from homelab.gate.runner import GateRunner
 from homelab.gate.settings import GateSettings
 from tests.engine.live_server import serve
 
-SPLIT_ARGS = ["-c", "4096", "-np", "2", "-ngl", "0", "--metrics"]
-"""Two split slots of 2,048 tokens."""
+SPLIT_ARGS = ["-c", "4096", "-np", "2", "-ngl", "0", "-t", "1", "--cache-ram", "0", "--metrics"]
+"""Two split slots of 2,048 tokens; one compute thread (a 2-core machine shared by many
+processes serves far faster so), no host-RAM prompt cache (a slot's cache is its own)."""
 SPLIT_FACTS = PlanFacts(
     slots=2,
     ctx_total=4096,

@@ -228,3 +228,58 @@ def test_a_taken_port_is_a_clear_error_and_stop_is_idempotent(engine) -> None:
     with GateRunner(GateSettings(port=0), engine, SPLIT_FACTS) as ok:
         assert ok.url and ok.state().budget_tokens == 4096
     ok.stop()
+
+
+def last_slot(engine_url: str) -> int:
+    """The slot that ran the engine's latest task."""
+    slots = httpx.get(f"{engine_url}/slots", trust_env=False, timeout=60).json()
+    return max(slots, key=lambda s: s.get("id_task") or -1)["id"]
+
+
+def test_affinity_keeps_conversations_on_their_slots_and_a_reprefill_raises_an_alarm(
+    engine, gate
+) -> None:
+    g = gate(engine)
+    conversations = {
+        name: [
+            {"role": "system", "content": f"Agent {name}. " + words(300, seed)},
+            {"role": "user", "content": "First question?"},
+        ]
+        for seed, name in enumerate("AB")
+    }
+    slot_of = {}
+    reuse = []
+    with client(g.url) as c:
+        for turn in range(2):
+            for name, messages in conversations.items():
+                body = {"messages": messages, "max_tokens": 4, "temperature": 0}
+                answer = c.post("/v1/chat/completions", json=body).json()
+                timings = answer["timings"]
+                if turn == 0:
+                    slot_of[name] = last_slot(engine)
+                else:
+                    assert last_slot(engine) == slot_of[name]
+                    reuse.append(timings["cache_n"] / (timings["cache_n"] + timings["prompt_n"]))
+                messages += [
+                    {"role": "assistant", "content": answer["choices"][0]["message"]["content"]},
+                    {"role": "user", "content": f"Question {turn + 2}?"},
+                ]
+        assert slot_of["A"] != slot_of["B"]
+        assert min(reuse) > 0.9
+        state = g.state()
+        assert state.alarms == () and state.cache_hit_rate is not None
+        # another client pins A's slot itself and overwrites its cache: A's next turn
+        # re-processes its prompt, and the gate says so
+        intruder = [{"role": "user", "content": "Intruder. " + words(400, 5)}]
+        c.post(
+            "/v1/chat/completions",
+            json={"messages": intruder, "max_tokens": 2, "id_slot": slot_of["A"]},
+        )
+        c.post(
+            "/v1/chat/completions",
+            json={"messages": conversations["A"], "max_tokens": 2, "temperature": 0},
+        )
+    alarms = g.state().alarms
+    assert len(alarms) == 1
+    assert alarms[0].slot == slot_of["A"] and alarms[0].prompt_tokens > 300
+    assert alarms[0].cached_tokens < alarms[0].prompt_tokens / 2

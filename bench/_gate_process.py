@@ -12,7 +12,6 @@ It prints ``url URL`` once the gate listens, answers each ``state`` line on its 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -98,7 +97,7 @@ def _gate_child(payload: dict[str, Any]) -> None:
         print("url", runner.start(), flush=True)
         for line in sys.stdin:
             if line.strip() == "state":
-                print(json.dumps(dataclasses.asdict(runner.state()), default=str), flush=True)
+                print(json.dumps(runner.state().to_json()), flush=True)
     finally:
         runner.stop()
 

@@ -253,9 +253,15 @@ def serve_session(
     for the next ``homelab`` to adopt. Its events go to ``on_event`` on a thread of its own.
     """
     from homelab.engine.session.serve import ServeRequest, ServeSession
+    from homelab.gate.config_file import GateChoices
 
     request = ServeRequest(
-        model, options, detach=True, hold=True, default_workload=default_workload
+        model,
+        options,
+        detach=True,
+        hold=True,
+        default_workload=default_workload,
+        gate=GateChoices(),  # the gate on the public port, its settings from gate.toml
     )
     session = ServeSession(request)
     session.subscribe(on_event)
@@ -295,6 +301,11 @@ def leave_running(session: ServeSession) -> None:
     if not session.let_go() and session.supervisor is not None:
         session.supervisor.release()
     session.close()
+
+
+def public_url(session: ServeSession) -> str | None:
+    """Where clients go: the gate's URL (the engine's when it runs without a gate)."""
+    return session.public_url
 
 
 def engine_log(supervisor: Supervisor, n: int) -> list[str]:

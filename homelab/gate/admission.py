@@ -1,0 +1,167 @@
+"""The bare admission queue: pure, synchronous state (no asyncio, no clock of its own).
+
+The rule is TGI's (``router/src/infer/v3/queue.rs`` ``State::next_batch``): entries are
+admitted in strict FIFO order while they fit both the token budget and the concurrency
+limit; admission stops at the first entry that does not fit (nothing overtakes it, so a
+large request is never starved by a stream of small ones); entries whose client is gone
+are skipped. A request whose charge exceeds the per-request ceiling could never be
+admitted and is refused at once; a full queue refuses the newcomer.
+
+Every operation that can free room returns the ids it admitted, so the caller (the asyncio
+layer in :mod:`homelab.gate.waiting`) wakes exactly those waiters — no polling.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Refusal(Enum):
+    """Why a request was not admitted (the metrics' ``reason`` label)."""
+
+    QUEUE_FULL = "queue_full"
+    TOO_LARGE = "too_large"
+    TIMEOUT = "timeout"
+    CLIENT_GONE = "client_gone"
+
+
+@dataclass(slots=True)
+class Entry:
+    id: int
+    charge: int
+    gone: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """The answer to :meth:`AdmissionState.offer`."""
+
+    refused: Refusal | None
+    admitted: tuple[int, ...]
+    """Ids admitted by this offer (the newcomer among them when it went straight in)."""
+
+
+class AdmissionState:
+    """Queued and running requests against a token budget and a concurrency limit."""
+
+    def __init__(
+        self, *, budget: int, max_concurrent: int, max_queue: int, ceiling: int | None = None
+    ) -> None:
+        if budget < 1 or max_concurrent < 1 or max_queue < 0:
+            raise ValueError("budget and max_concurrent must be >= 1, max_queue >= 0")
+        self.budget = budget
+        self.ceiling = budget if ceiling is None else min(ceiling, budget)
+        self.max_concurrent = max_concurrent
+        self.max_queue = max_queue
+        self._queue: OrderedDict[int, Entry] = OrderedDict()
+        self._running: dict[int, int] = {}
+        self.skipped_gone = 0
+        """Entries dropped at the head because their client had left (see :meth:`mark_gone`)."""
+
+    # -- what is there ----------------------------------------------------------------
+
+    @property
+    def charged(self) -> int:
+        """Tokens charged to running requests."""
+        return sum(self._running.values())
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    @property
+    def queued(self) -> int:
+        return sum(1 for e in self._queue.values() if not e.gone)
+
+    def is_running(self, id: int) -> bool:
+        return id in self._running
+
+    def is_queued(self, id: int) -> bool:
+        entry = self._queue.get(id)
+        return entry is not None and not entry.gone
+
+    def position(self, id: int) -> int | None:
+        """1 for the head of the queue; None when ``id`` is not waiting."""
+        n = 0
+        for entry in self._queue.values():
+            if not entry.gone:
+                n += 1
+                if entry.id == id:
+                    return n
+        return None
+
+    # -- changes ----------------------------------------------------------------------
+
+    def offer(self, id: int, charge: int) -> Offer:
+        """Queue a request charged ``charge`` tokens and admit what fits."""
+        if id in self._queue or id in self._running:
+            raise ValueError(f"request {id} is already known")
+        if charge > self.ceiling:
+            return Offer(Refusal.TOO_LARGE, ())
+        if self.queued >= self.max_queue and not self._fits_now(charge):
+            return Offer(Refusal.QUEUE_FULL, ())
+        self._queue[id] = Entry(id, max(0, charge))
+        return Offer(None, self._admit())
+
+    def mark_gone(self, id: int) -> None:
+        """The client of a queued entry left: it is skipped when it reaches the head."""
+        entry = self._queue.get(id)
+        if entry is not None:
+            entry.gone = True
+
+    def abandon(self, id: int) -> tuple[int, ...]:
+        """Remove a queued entry (timeout, client gone); returns ids this admitted (the
+        entry may have been the head that blocked the others)."""
+        if self._queue.pop(id, None) is None:
+            return ()
+        return self._admit()
+
+    def release(self, id: int) -> tuple[int, ...]:
+        """A running request ended (its engine slot is idle): free its charge, admit."""
+        if self._running.pop(id, None) is None:
+            return ()
+        return self._admit()
+
+    def reconcile(self, id: int, charge: int) -> tuple[int, ...]:
+        """Correct a running request's charge (the engine's own count, after the fact)."""
+        if id not in self._running:
+            return ()
+        self._running[id] = max(0, charge)
+        return self._admit()
+
+    def set_limits(
+        self, *, budget: int, max_concurrent: int, ceiling: int | None = None
+    ) -> tuple[int, ...]:
+        """New limits (the engine restarted with another plan); admits what now fits.
+        Queued entries over the new ceiling stay queued until the caller abandons them."""
+        self.budget, self.max_concurrent = budget, max_concurrent
+        self.ceiling = budget if ceiling is None else min(ceiling, budget)
+        return self._admit()
+
+    # -- the rule ---------------------------------------------------------------------
+
+    def _fits_now(self, charge: int) -> bool:
+        return (
+            not self._queue
+            and len(self._running) < self.max_concurrent
+            and self.charged + charge <= self.budget
+        )
+
+    def _admit(self) -> tuple[int, ...]:
+        admitted: list[int] = []
+        charged = self.charged
+        while self._queue:
+            head = next(iter(self._queue.values()))
+            if head.gone:
+                self._queue.popitem(last=False)
+                self.skipped_gone += 1
+                continue
+            if len(self._running) >= self.max_concurrent or charged + head.charge > self.budget:
+                break
+            self._queue.popitem(last=False)
+            self._running[head.id] = head.charge
+            charged += head.charge
+            admitted.append(head.id)
+        return tuple(admitted)

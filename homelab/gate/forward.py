@@ -1,0 +1,256 @@
+"""The completion routes: parse, count, admit (or queue, or refuse), forward, release.
+
+A request is charged ``prompt + completion cap`` (see :mod:`homelab.gate.requests`) and
+waits in the admission queue; a streaming request that waits longer than the keep-alive
+interval is answered 200 with SSE comments (``: queued``) until it is admitted. Once
+admitted it is pinned to a slot (affinity) and forwarded; the answer goes back chunk by
+chunk as it arrives (no buffering, no compression).
+
+A client that leaves while queued frees its place at once. A client that leaves while
+its request runs makes the gate close the upstream connection (llama-server then cancels
+the task); its charge is freed when ``/slots`` shows the slot idle (bounded wait), not when
+the socket closed — the engine may still be working on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+from aiohttp import web
+
+from homelab.gate.admission import Refusal
+from homelab.gate.core import Gate
+from homelab.gate.errors import ClientError
+from homelab.gate.replies import error_reply, refusal_reply, sse_error
+from homelab.gate.requests import Asked, Route, completion_cap, forwarded_body, parse
+from homelab.gate.sse import Outcome, StreamTally, outcome_of
+from homelab.gate.waiting import AdmissionQueue, Refused, Ticket
+
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
+KEEPALIVE = b": queued\n\n"
+GONE = (asyncio.CancelledError, ConnectionError, aiohttp.ClientConnectionResetError)
+
+
+async def complete(gate: Gate, request: web.Request, route: Route) -> web.StreamResponse:
+    anthropic = route.anthropic
+    try:
+        asked = parse(route, await request.read())
+    except ClientError as error:
+        gate.metrics.bad_requests.inc()
+        return error_reply(error.status, error.message, kind=error.kind, anthropic=anthropic)
+    queue = await gate.ready_queue()
+    if queue is None:
+        return error_reply(
+            503,
+            "The engine is not ready yet.",
+            kind="unavailable_error",
+            code="engine_loading",
+            retry_after_s=2,
+            anthropic=anthropic,
+        )
+    prompt, exact = await gate.prompt_tokens(asked)
+    ceiling = queue.limits.ceiling_tokens
+    completion = completion_cap(asked, prompt, cap=gate.settings.max_tokens_cap, ceiling=ceiling)
+    if completion < 1:
+        queue.refuse(Refusal.TOO_LARGE)
+        size = f"{prompt} tokens" if exact else f"about {prompt} tokens (estimated)"
+        return refusal_reply(
+            Refusal.TOO_LARGE,
+            f"This request's prompt is {size}; the gate admits at most {ceiling} tokens per "
+            f"request (prompt and completion together), so it could never run. "
+            f"Send a prompt of at most {ceiling - 1} tokens.",
+            None,
+            anthropic=anthropic,
+        )
+    try:
+        ticket = queue.enter(prompt + completion)
+    except Refused as refused:
+        return refusal_reply(
+            refused.reason,
+            f"The gate's queue is full ({queue.state.max_queue} requests waiting); retry later.",
+            refused.retry_after_s,
+            anthropic=anthropic,
+        )
+    response: web.StreamResponse | None = None
+    try:
+        response = await _wait(gate, queue, ticket, request, asked)
+    except GONE:
+        queue.leave(ticket, Refusal.CLIENT_GONE)
+        raise
+    if not ticket.admitted:
+        return response if response is not None else _timeout_reply(gate, queue, anthropic)
+    return await _run(gate, queue, ticket, request, asked, completion, prompt, response)
+
+
+async def _wait(
+    gate: Gate, queue: AdmissionQueue, ticket: Ticket, request: web.Request, asked: Asked
+) -> web.StreamResponse | None:
+    """Wait for admission. Returns the stream already answered 200 (keep-alives sent), or
+    None; on a timeout the ticket has left the queue (and a started stream got its error)."""
+    deadline = ticket.arrived + gate.settings.queue_timeout_s
+    keepalive = gate.settings.keepalive_s
+    response: web.StreamResponse | None = None
+    next_tick = time.monotonic() + keepalive
+    while True:
+        now = time.monotonic()
+        until = deadline if not asked.stream else min(deadline, next_tick)
+        if await queue.wait(ticket, until - now):
+            return response
+        now = time.monotonic()
+        if now >= deadline:
+            queue.leave(ticket, Refusal.TIMEOUT)
+            if response is not None:
+                message = _timeout_message(gate)
+                await response.write(
+                    sse_error(
+                        message, "unavailable_error", "timeout", anthropic=asked.route.anthropic
+                    )
+                )
+                await response.write_eof()
+            return response
+        if response is None:
+            response = web.StreamResponse(status=200, headers=SSE_HEADERS)
+            await response.prepare(request)
+        await response.write(KEEPALIVE)
+        next_tick = now + keepalive
+
+
+def _timeout_message(gate: Gate) -> str:
+    return (
+        f"The request waited {gate.settings.queue_timeout_s:g} s for admission and the "
+        "engine was still busy; retry later."
+    )
+
+
+def _timeout_reply(gate: Gate, queue: AdmissionQueue, anthropic: bool) -> web.Response:
+    return refusal_reply(
+        Refusal.TIMEOUT, _timeout_message(gate), queue.retry_after_s(), anthropic=anthropic
+    )
+
+
+async def _run(
+    gate: Gate,
+    queue: AdmissionQueue,
+    ticket: Ticket,
+    request: web.Request,
+    asked: Asked,
+    completion: int,
+    prompt: int,
+    started: web.StreamResponse | None,
+) -> web.StreamResponse:
+    slot = None
+    if gate.slots is not None and asked.id_slot is None:
+        slot = gate.slots.take(asked.conversation)
+    outcome = Outcome()
+    clean = False
+    try:
+        body = forwarded_body(asked, completion, slot)
+        result = await _forward(gate, request, asked, body, outcome, started)
+        clean = True
+        return result
+    finally:
+        if outcome.prompt is not None and outcome.prompt != prompt:
+            queue.reconcile(ticket, outcome.prompt + completion)
+        _account(gate, asked, outcome, slot if slot is not None else asked.id_slot)
+        if clean:
+            _release(gate, queue, ticket, slot)
+        else:
+            gate.spawn(_release_when_idle(gate, queue, ticket, slot))
+
+
+def _release(gate: Gate, queue: AdmissionQueue, ticket: Ticket, slot: int | None) -> None:
+    if gate.slots is not None:
+        gate.slots.give(slot)
+    queue.release(ticket)
+
+
+async def _release_when_idle(
+    gate: Gate, queue: AdmissionQueue, ticket: Ticket, slot: int | None
+) -> None:
+    """The client left mid-request: free the charge once the engine's slot is idle."""
+    try:
+        await gate.upstream.wait_idle(
+            slot, lambda: max(0, queue.state.running - 1), gate.settings.slot_idle_wait_s
+        )
+    finally:
+        _release(gate, queue, ticket, slot)
+
+
+def _account(gate: Gate, asked: Asked, outcome: Outcome, slot: int | None) -> None:
+    if outcome.processed is None:
+        return
+    cached = outcome.cached or 0
+    gate.metrics.prompt_tokens.inc(outcome.processed + cached)
+    gate.metrics.cached_tokens.inc(cached)
+    if gate.reuse.record(asked.conversation, cached, outcome.processed, slot) is not None:
+        gate.metrics.reprefill_alarms.inc()
+
+
+async def _forward(
+    gate: Gate,
+    request: web.Request,
+    asked: Asked,
+    body: bytes,
+    outcome: Outcome,
+    started: web.StreamResponse | None,
+) -> web.StreamResponse:
+    url = gate.upstream.url + asked.route.path
+    headers = {"Content-Type": "application/json"}
+    try:
+        upstream = await gate.upstream.forward.post(url, data=body, headers=headers)
+    except aiohttp.ClientError as error:
+        gate.metrics.upstream_errors.labels(kind="unreachable").inc()
+        message = f"The engine did not answer: {error}"
+        if started is not None:
+            await started.write(
+                sse_error(
+                    message, "server_error", "engine_unreachable", anthropic=asked.route.anthropic
+                )
+            )
+            return started
+        return error_reply(
+            502,
+            message,
+            kind="server_error",
+            code="engine_unreachable",
+            anthropic=asked.route.anthropic,
+        )
+    try:
+        if upstream.status >= 400:
+            gate.metrics.upstream_errors.labels(kind="status").inc()
+        if upstream.content_type != "text/event-stream":
+            data = await upstream.read()
+            outcome.update(outcome_of(data))
+            if started is None:
+                return web.Response(
+                    status=upstream.status, body=data, content_type=upstream.content_type
+                )
+            # an answer that is not a stream, after the keep-alives: pass it on as one event
+            await started.write(b"data: " + data.strip() + b"\n\n")
+            await started.write_eof()
+            return started
+        response = started
+        if response is None:
+            response = web.StreamResponse(status=upstream.status, headers=SSE_HEADERS)
+            await response.prepare(request)
+        tally = StreamTally()
+        async for chunk in upstream.content.iter_any():
+            tally.feed(chunk)
+            await response.write(chunk)
+        tally.feed(b"\n")
+        outcome.update(tally.outcome)
+        if tally.errors:
+            gate.metrics.upstream_errors.labels(kind="stream").inc(tally.errors)
+        await response.write_eof()
+        return response
+    except BaseException:
+        upstream.close()  # drop the connection: llama-server cancels the task
+        raise
+    finally:
+        upstream.release()

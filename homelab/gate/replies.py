@@ -1,0 +1,73 @@
+"""The gate's own HTTP answers: OpenAI-shaped error bodies (Anthropic-shaped on
+``/v1/messages``), with ``Retry-After`` where waiting helps."""
+
+from __future__ import annotations
+
+import json
+
+from aiohttp import web
+
+from homelab.gate.admission import Refusal
+
+ANTHROPIC_KINDS = {
+    "invalid_request_error": "invalid_request_error",
+    "authentication_error": "authentication_error",
+    "rate_limit_error": "rate_limit_error",
+    "server_error": "api_error",
+    "unavailable_error": "overloaded_error",
+}
+
+
+def error_body(status: int, message: str, kind: str, code: str | None, *, anthropic: bool) -> dict:
+    if anthropic:
+        return {
+            "type": "error",
+            "error": {"type": ANTHROPIC_KINDS.get(kind, "api_error"), "message": message},
+        }
+    return {"error": {"code": code or status, "message": message, "type": kind}}
+
+
+def error_reply(
+    status: int,
+    message: str,
+    *,
+    kind: str,
+    code: str | None = None,
+    retry_after_s: int | None = None,
+    anthropic: bool = False,
+) -> web.Response:
+    headers = {} if retry_after_s is None else {"Retry-After": str(retry_after_s)}
+    return web.Response(
+        status=status,
+        body=json.dumps(error_body(status, message, kind, code, anthropic=anthropic)).encode(),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+REFUSAL_STATUS = {
+    Refusal.QUEUE_FULL: (429, "rate_limit_error"),
+    Refusal.TIMEOUT: (503, "unavailable_error"),
+    Refusal.TOO_LARGE: (413, "invalid_request_error"),
+}
+
+
+def refusal_reply(
+    reason: Refusal, message: str, retry_after_s: int | None, *, anthropic: bool
+) -> web.Response:
+    status, kind = REFUSAL_STATUS[reason]
+    return error_reply(
+        status,
+        message,
+        kind=kind,
+        code=reason.value,
+        retry_after_s=None if reason is Refusal.TOO_LARGE else retry_after_s,
+        anthropic=anthropic,
+    )
+
+
+def sse_error(message: str, kind: str, code: str, *, anthropic: bool) -> bytes:
+    """An error event for a stream that already answered 200 (a queued stream timing out)."""
+    body = error_body(503, message, kind, code, anthropic=anthropic)
+    data = json.dumps(body)
+    return (f"event: error\ndata: {data}\n\n" if anthropic else f"data: {data}\n\n").encode()

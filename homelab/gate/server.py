@@ -1,0 +1,125 @@
+"""The gate's aiohttp application: the API key check, the completion routes
+(:mod:`homelab.gate.forward`), ``/health`` (the engine's readiness through the gate),
+``/metrics`` (the gate's own, then the engine's) and the engine's other endpoints passed
+through unchanged (``/v1/models``, ``/tokenize``, ``/props``, ``/slots``, ...)."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+from aiohttp import web
+
+from homelab.gate.core import Gate
+from homelab.gate.forward import complete
+from homelab.gate.replies import error_reply
+from homelab.gate.requests import ROUTES, Route
+
+GATE_KEY: web.AppKey[Gate] = web.AppKey("gate", Gate)
+PASSTHROUGH = (
+    ("GET", "/v1/models"),
+    ("GET", "/models"),
+    ("POST", "/tokenize"),
+    ("POST", "/detokenize"),
+    ("POST", "/apply-template"),
+    ("GET", "/props"),
+    ("GET", "/slots"),
+    ("POST", "/v1/chat/completions/input_tokens"),
+    ("POST", "/v1/messages/count_tokens"),
+)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def build_app(gate: Gate) -> web.Application:
+    app = web.Application(middlewares=[_auth], client_max_size=64 * 1024 * 1024)
+    app[GATE_KEY] = gate
+    for route in ROUTES.values():
+        app.router.add_post(route.path, _completion(route))
+    for method, path in PASSTHROUGH:
+        app.router.add_route(method, path, _passthrough)
+    app.router.add_get("/health", _health)
+    app.router.add_get("/metrics", _metrics)
+    return app
+
+
+@web.middleware
+async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+    key = request.app[GATE_KEY].settings.api_key
+    if key is not None and not _key_matches(request, key):
+        return error_reply(
+            401,
+            "This gate needs an API key: send it as 'Authorization: Bearer KEY' "
+            "(or 'x-api-key: KEY').",
+            kind="authentication_error",
+            code="invalid_api_key",
+            anthropic=request.path == "/v1/messages",
+        )
+    return await handler(request)
+
+
+def _key_matches(request: web.Request, key: str) -> bool:
+    sent = request.headers.get("x-api-key")
+    auth = request.headers.get("Authorization", "")
+    if auth[:7].lower() == "bearer ":
+        sent = auth[7:].strip()
+    return sent is not None and hmac.compare_digest(sent.encode(), key.encode())
+
+
+def _completion(route: Route) -> Handler:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await complete(request.app[GATE_KEY], request, route)
+
+    return handle
+
+
+async def _passthrough(request: web.Request) -> web.StreamResponse:
+    gate = request.app[GATE_KEY]
+    body = await request.read() if request.can_read_body else None
+    headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
+    try:
+        async with gate.upstream.aux.request(
+            request.method, gate.upstream.url + request.path_qs, data=body, headers=headers
+        ) as resp:
+            data = await resp.read()
+            return web.Response(status=resp.status, body=data, content_type=resp.content_type)
+    except (aiohttp.ClientError, TimeoutError) as error:
+        gate.metrics.upstream_errors.labels(kind="unreachable").inc()
+        return error_reply(
+            502,
+            f"The engine did not answer: {error}",
+            kind="server_error",
+            code="engine_unreachable",
+        )
+
+
+async def _health(request: web.Request) -> web.StreamResponse:
+    """The engine's ``/health`` as the gate reaches it (503 while loading or down)."""
+    gate = request.app[GATE_KEY]
+    try:
+        async with gate.upstream.aux.get(gate.upstream.url + "/health") as resp:
+            data = await resp.read()
+            return web.Response(status=resp.status, body=data, content_type=resp.content_type)
+    except (aiohttp.ClientError, TimeoutError) as error:
+        return error_reply(
+            503,
+            f"The engine does not answer: {error}",
+            kind="unavailable_error",
+            code="engine_down",
+            retry_after_s=2,
+        )
+
+
+async def _metrics(request: web.Request) -> web.StreamResponse:
+    """The gate's metrics, then the engine's (when it serves them)."""
+    gate = request.app[GATE_KEY]
+    text = gate.metrics.text()
+    try:
+        async with gate.upstream.aux.get(gate.upstream.url + "/metrics") as resp:
+            if resp.status == 200:
+                text += b"\n" + await resp.read()
+    except (aiohttp.ClientError, TimeoutError):
+        pass
+    return web.Response(
+        body=text, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
+    )

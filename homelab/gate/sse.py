@@ -1,0 +1,118 @@
+"""The accounting fields of an engine answer: prompt tokens reused and processed, tokens
+generated, and an error, from a JSON body or read off an SSE stream as it passes.
+
+The stream itself is forwarded untouched; :class:`StreamTally` looks at a copy, line by
+line, and parses only the ``data:`` lines that can carry these fields (``timings``,
+``usage``, ``error``), so the cost per chunk stays a byte search.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+MARKERS = (b'"timings"', b'"usage"', b'"error"')
+MAX_LINE = 1 << 20
+"""A line longer than this is not kept for parsing (nothing of ours is that long)."""
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What the engine reported; None: not reported."""
+
+    cached: int | None = None
+    processed: int | None = None
+    completion: int | None = None
+    error: str | None = None
+
+    @property
+    def prompt(self) -> int | None:
+        if self.processed is None:
+            return None
+        return self.processed + (self.cached or 0)
+
+    def update(self, other: Outcome) -> None:
+        """Take the fields ``other`` knows."""
+        for name in ("cached", "processed", "completion", "error"):
+            value = getattr(other, name)
+            if value is not None:
+                setattr(self, name, value)
+
+    def take(self, data: Any) -> None:
+        """Fold one JSON object (a whole answer or one stream event) in."""
+        if not isinstance(data, dict):
+            return
+        if "error" in data and "choices" not in data:
+            error = data["error"]
+            self.error = str(error.get("message", error) if isinstance(error, dict) else error)
+        message = data.get("message")
+        if isinstance(message, dict):  # Anthropic message_start
+            self.take({"usage": message.get("usage")})
+        timings = data.get("timings")
+        if isinstance(timings, dict):
+            self.cached = _int(timings.get("cache_n"), self.cached)
+            self.processed = _int(timings.get("prompt_n"), self.processed)
+            self.completion = _int(timings.get("predicted_n"), self.completion)
+            return
+        usage = data.get("usage")
+        if not isinstance(usage, dict):
+            return
+        if "input_tokens" in usage or "output_tokens" in usage:  # Anthropic
+            self.processed = _int(usage.get("input_tokens"), self.processed)
+            self.cached = _int(usage.get("cache_read_input_tokens"), self.cached)
+            self.completion = _int(usage.get("output_tokens"), self.completion)
+            return
+        details = usage.get("prompt_tokens_details")
+        prompt = _int(usage.get("prompt_tokens"), None)
+        cached = _int(details.get("cached_tokens"), None) if isinstance(details, dict) else None
+        if prompt is not None:
+            self.cached = cached or 0
+            self.processed = prompt - self.cached
+        self.completion = _int(usage.get("completion_tokens"), self.completion)
+
+
+def _int(value: Any, default: int | None) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return default
+
+
+def outcome_of(body: bytes) -> Outcome:
+    """The accounting of a whole (non-streamed) JSON answer."""
+    outcome = Outcome()
+    try:
+        outcome.take(json.loads(body))
+    except (ValueError, UnicodeDecodeError):
+        pass
+    return outcome
+
+
+class StreamTally:
+    """Feed it the stream's chunks in order; :attr:`outcome` fills in as events pass."""
+
+    def __init__(self) -> None:
+        self.outcome = Outcome()
+        self.errors = 0
+        self._rest = b""
+
+    def feed(self, chunk: bytes) -> None:
+        data = self._rest + chunk if self._rest else chunk
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._rest = data if len(data) <= MAX_LINE else b""
+            return
+        self._rest = data[end + 1 :] if len(data) - end <= MAX_LINE else b""
+        complete = data[:end]
+        if not any(marker in complete for marker in MARKERS):
+            return
+        for line in complete.split(b"\n"):
+            if line.startswith(b"data:") and any(m in line for m in MARKERS):
+                try:
+                    event = json.loads(line[5:])
+                except (ValueError, UnicodeDecodeError):
+                    continue
+                had = self.outcome.error
+                self.outcome.take(event)
+                if self.outcome.error is not None and self.outcome.error is not had:
+                    self.errors += 1

@@ -1,0 +1,50 @@
+"""``GateState``: one frozen look at a gate (what ``status`` and the TUI show)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class ReprefillAlarm:
+    """A turn of a known conversation that re-processed most of its prompt."""
+
+    at: float
+    """Wall-clock time (``time.time()``)."""
+    conversation: str
+    """A short hash of the conversation's first messages."""
+    prompt_tokens: int
+    cached_tokens: int
+    slot: int | None
+
+    def describe(self) -> str:
+        share = 0 if self.prompt_tokens == 0 else 100 * self.cached_tokens // self.prompt_tokens
+        where = "" if self.slot is None else f" on slot {self.slot}"
+        return (
+            f"conversation {self.conversation}{where} re-processed its prompt: "
+            f"{self.cached_tokens} of {self.prompt_tokens} tokens from cache ({share} %)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GateState:
+    """The gate's numbers at one moment. None: not known yet (the engine has not said)."""
+
+    url: str | None
+    engine_url: str
+    budget_tokens: int | None
+    """Tokens admitted at once."""
+    ceiling_tokens: int | None
+    """The most one request may be charged (prompt + completion cap)."""
+    max_concurrent: int | None
+    charged_tokens: int
+    running: int
+    queued: int
+    admitted: int
+    refused: dict[str, int] = field(default_factory=dict)
+    """Refusals by reason: queue_full, timeout, too_large, client_gone."""
+    cache_hit_rate: float | None = None
+    """Prompt tokens reused from the engine's cache over prompt tokens, since start."""
+    alarms: tuple[ReprefillAlarm, ...] = ()
+    """The latest re-prefill alarms, oldest first."""
+    upstream_errors: int = 0

@@ -1,0 +1,114 @@
+"""The gate's client of its engine (aiohttp, loopback only, no proxies from the
+environment): token counts, ``/props``, ``/slots``, and waiting for a slot to go idle.
+
+Two sessions: ``forward`` carries the admitted requests (their number is bounded by
+admission), ``aux`` carries counts and status calls over at most :data:`AUX_CONNECTIONS`
+connections — llama-server serves HTTP with ``max(n_parallel + 2, cores − 1)`` threads,
+and a connection it holds open is a thread the admitted requests cannot use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+
+from homelab.engine.llamacpp.answers import ServerProps, SlotStatus, parse_props, parse_slot
+from homelab.engine.loopback import require_loopback
+
+AUX_CONNECTIONS = 2
+COUNT_TIMEOUT_S = 10.0
+STATUS_TIMEOUT_S = 10.0
+SLOT_POLL_S = 0.05
+
+
+class Upstream:
+    """One engine, as the gate's event loop talks to it. Create and close on that loop."""
+
+    def __init__(self, engine_url: str) -> None:
+        self.url = require_loopback(engine_url).rstrip("/")
+        self.forward = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0),
+            auto_decompress=False,
+            trust_env=False,
+        )
+        self.aux = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=AUX_CONNECTIONS),
+            timeout=aiohttp.ClientTimeout(total=STATUS_TIMEOUT_S, sock_connect=5.0),
+            trust_env=False,
+        )
+
+    async def close(self) -> None:
+        await self.forward.close()
+        await self.aux.close()
+
+    async def count_tokens(self, path: str, body: dict[str, Any]) -> int | None:
+        """Prompt tokens as the engine counts them; None when it could not say in time."""
+        try:
+            async with self.aux.post(
+                self.url + path,
+                data=json.dumps(body),
+                headers={"Content-Type": "application/json"},
+                timeout=aiohttp.ClientTimeout(total=COUNT_TIMEOUT_S),
+            ) as resp:
+                if resp.status != 200:
+                    return None
+                data = await resp.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+        if not isinstance(data, dict):
+            return None
+        if isinstance(data.get("tokens"), list):
+            return len(data["tokens"])
+        value = data.get("input_tokens")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    async def get_json(self, path: str) -> Any | None:
+        """A status endpoint's JSON; None when the engine did not answer 200."""
+        try:
+            async with self.aux.get(self.url + path) as resp:
+                if resp.status != 200:
+                    return None
+                return await resp.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+
+    async def props(self) -> ServerProps | None:
+        data = await self.get_json("/props")
+        try:
+            return None if data is None else parse_props(data)
+        except TypeError:
+            return None
+
+    async def slots(self) -> list[SlotStatus] | None:
+        data = await self.get_json("/slots")
+        if not isinstance(data, list):
+            return None
+        try:
+            return [parse_slot(item) for item in data]
+        except ValueError:
+            return None
+
+    async def wait_idle(
+        self, slot: int | None, others_busy: Callable[[], int], timeout_s: float
+    ) -> bool:
+        """Wait until the engine shows ``slot`` idle (or, without a slot, no more busy slots
+        than ``others_busy()``, the gate's other running requests). False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            slots = await self.slots()
+            if slots is not None:
+                if slot is not None:
+                    mine = [s for s in slots if s.id == slot]
+                    if not mine or not mine[0].is_processing:
+                        return True
+                elif sum(1 for s in slots if s.is_processing) <= others_busy():
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(SLOT_POLL_S)

@@ -1,0 +1,179 @@
+"""The asyncio layer over :class:`~homelab.gate.admission.AdmissionState`: one event per
+waiting request, set when the state admits it (release wakes the head; nothing polls).
+
+Runs on the gate's event loop only (no locks: every change happens on that one thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from homelab.gate.admission import AdmissionState, Refusal
+from homelab.gate.limits import Limits
+from homelab.gate.metrics import GateMetrics
+
+RETRY_AFTER_MAX_S = 60
+
+
+class Refused(Exception):
+    """Not admitted: ``reason`` and the seconds a client should wait before retrying."""
+
+    def __init__(self, reason: Refusal, retry_after_s: int) -> None:
+        super().__init__(reason.value)
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(eq=False, slots=True)
+class Ticket:
+    """One request's place: queued, then running, then released."""
+
+    id: int
+    charge: int
+    arrived: float
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    admitted_at: float | None = None
+    released: bool = False
+
+    @property
+    def admitted(self) -> bool:
+        return self.admitted_at is not None
+
+
+class AdmissionQueue:
+    """Tickets in and out of the admission state, with the gate's metrics kept current."""
+
+    def __init__(
+        self,
+        limits: Limits,
+        max_queue: int,
+        metrics: GateMetrics,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.limits = limits
+        self.state = AdmissionState(
+            budget=limits.budget_tokens,
+            max_concurrent=limits.max_concurrent,
+            max_queue=max_queue,
+            ceiling=limits.ceiling_tokens,
+        )
+        self.metrics = metrics
+        self.clock = clock
+        self._ids = itertools.count(1)
+        self._tickets: dict[int, Ticket] = {}
+        self.admitted_total = 0
+        self.refused_total: dict[str, int] = {r.value: 0 for r in Refusal}
+        self._run_s = 1.0
+        """A moving average of how long an admitted request runs (for Retry-After)."""
+        metrics.token_budget.set(limits.budget_tokens)
+        metrics.max_concurrent.set(limits.max_concurrent)
+
+    # -- in --------------------------------------------------------------------------
+
+    def enter(self, charge: int) -> Ticket:
+        """A ticket, admitted at once or queued.
+
+        Raises:
+            Refused: too large for the ceiling, or the queue is full.
+        """
+        ticket = Ticket(next(self._ids), charge, self.clock())
+        self._tickets[ticket.id] = ticket
+        offer = self.state.offer(ticket.id, charge)
+        if offer.refused is not None:
+            del self._tickets[ticket.id]
+            self.refuse(offer.refused)
+            raise Refused(offer.refused, self.retry_after_s())
+        self._wake(offer.admitted)
+        self._gauges()
+        return ticket
+
+    async def wait(self, ticket: Ticket, timeout_s: float) -> bool:
+        """True once admitted; False when ``timeout_s`` passed first (still queued)."""
+        if ticket.admitted:
+            return True
+        try:
+            await asyncio.wait_for(ticket.event.wait(), timeout=max(0.0, timeout_s))
+        except TimeoutError:
+            return ticket.admitted
+        return True
+
+    # -- out -------------------------------------------------------------------------
+
+    def leave(self, ticket: Ticket, reason: Refusal) -> None:
+        """A queued ticket gives up (timeout, client gone); counted as refused."""
+        if ticket.admitted or ticket.released:
+            return
+        ticket.released = True
+        self._tickets.pop(ticket.id, None)
+        self.refuse(reason)
+        self._wake(self.state.abandon(ticket.id))
+        self._gauges()
+
+    def reconcile(self, ticket: Ticket, charge: int) -> None:
+        """Correct a running ticket's charge from the engine's own count."""
+        if ticket.admitted and not ticket.released:
+            ticket.charge = charge
+            self._wake(self.state.reconcile(ticket.id, charge))
+            self._gauges()
+
+    def release(self, ticket: Ticket) -> None:
+        """A running ticket is done (its engine slot is idle). Idempotent."""
+        if ticket.released:
+            return
+        ticket.released = True
+        self._tickets.pop(ticket.id, None)
+        if ticket.admitted_at is not None:
+            ran = self.clock() - ticket.admitted_at
+            self._run_s = 0.8 * self._run_s + 0.2 * ran
+            self._wake(self.state.release(ticket.id))
+        else:
+            self._wake(self.state.abandon(ticket.id))
+        self._gauges()
+
+    def refuse(self, reason: Refusal) -> None:
+        self.refused_total[reason.value] += 1
+        self.metrics.refused.labels(reason=reason.value).inc()
+
+    def set_limits(self, limits: Limits) -> None:
+        self.limits = limits
+        self.metrics.token_budget.set(limits.budget_tokens)
+        self.metrics.max_concurrent.set(limits.max_concurrent)
+        self._wake(
+            self.state.set_limits(
+                budget=limits.budget_tokens,
+                max_concurrent=limits.max_concurrent,
+                ceiling=limits.ceiling_tokens,
+            )
+        )
+        self._gauges()
+
+    def retry_after_s(self) -> int:
+        """Seconds until a place is likely free: the queue ahead times the average run."""
+        ahead = self.state.queued + 1
+        estimate = self._run_s * ahead / max(1, self.state.max_concurrent)
+        return max(1, min(RETRY_AFTER_MAX_S, math.ceil(estimate)))
+
+    # -- inside ------------------------------------------------------------------------
+
+    def _wake(self, ids: tuple[int, ...]) -> None:
+        now = self.clock()
+        for id in ids:
+            ticket = self._tickets.get(id)
+            if ticket is None:
+                continue
+            ticket.admitted_at = now
+            self.admitted_total += 1
+            self.metrics.admitted.inc()
+            self.metrics.wait_seconds.observe(now - ticket.arrived)
+            ticket.event.set()
+
+    def _gauges(self) -> None:
+        self.metrics.queue_depth.set(self.state.queued)
+        self.metrics.running.set(self.state.running)
+        self.metrics.tokens_charged.set(self.state.charged)

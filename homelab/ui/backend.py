@@ -303,9 +303,10 @@ def leave_running(session: ServeSession) -> None:
     session.close()
 
 
-def public_url(session: ServeSession) -> str | None:
-    """Where clients go: the gate's URL (the engine's when it runs without a gate)."""
-    return session.public_url
+def public_url(session: ServeSession | None) -> str | None:
+    """Where clients go: the gate's URL (the engine's when it runs without one); None until
+    the gate listens."""
+    return None if session is None else session.public_url
 
 
 def engine_log(supervisor: Supervisor, n: int) -> list[str]:

@@ -160,12 +160,17 @@ class EngineFlow:
 
         if isinstance(event, ev.EngineChanged):
             self.post_message(EngineChanged(event.transition))
-        elif isinstance(event, ev.Actuals):
+        elif isinstance(event, ev.Actuals | ev.GateStarted):
             self.post_message(ServeEvent(event))
 
     @while_mounted
     def on_serve_event(self, message: ServeEvent) -> None:
-        self.actuals = message.event.measured
+        measured = getattr(message.event, "measured", None)
+        if measured is not None:
+            self.actuals = measured
+        else:  # the gate listens: its URL is the one to use
+            name = self.running.name if self.running else "engine"
+            self.notify(f"{name} is ready at {message.event.url}")
         self._show_engine()
 
     @while_mounted
@@ -199,10 +204,9 @@ class EngineFlow:
         elif transition.state.value == "ready":
             self.engine_detail = None
         self._show_engine()
-        if transition.state.value == "ready" and self.supervisor.url:
-            self.notify(
-                f"{self.running.name if self.running else 'engine'} is ready at {self.supervisor.url}"
-            )
+        url = backend.public_url(self.session)  # the gate's, in front of the engine
+        if transition.state.value == "ready" and url:
+            self.notify(f"{self.running.name if self.running else 'engine'} is ready at {url}")
 
     @while_mounted
     def on_engine_stopped(self, message: EngineStopped) -> None:
@@ -233,7 +237,7 @@ class EngineFlow:
         uptime = None
         if self.ready_at is not None:
             uptime = _duration(time.monotonic() - self.ready_at)
-        url = self.supervisor.url if self.engine_state == "ready" else None
+        url = backend.public_url(self.session) if self.engine_state == "ready" else None
         name = self.running.name if self.running else None
         panel.show_state(self.engine_state, url, uptime, self.restarts, detail, name)
         panel.show_log(backend.engine_log(self.supervisor, LOG_TAIL))
@@ -292,7 +296,8 @@ class EngineFlow:
         self.query_one("#server", ServerPanel).focus_search()
 
     def action_copy_url(self) -> None:
-        url = self.supervisor.url if self.engine_alive() and self.engine_state == "ready" else None
+        ready = self.engine_alive() and self.engine_state == "ready"
+        url = backend.public_url(self.session) if ready else None
         if url is None:
             self.notify("No engine is ready.", title="No URL")
             return

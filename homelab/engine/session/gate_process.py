@@ -141,17 +141,18 @@ def _error_from(data: dict[str, object]) -> HomelabError:
     return error
 
 
-def _engine_goes_on(state_file: Path, misses: int) -> tuple[bool, int]:
-    """(keep serving, misses so far) after one look at the record."""
+def _engine_goes_on(state_file: Path, misses: int) -> tuple[str | None, int]:
+    """(why the gate ends, or None to keep serving; misses so far) after one look."""
     from homelab.engine.supervision.state_file import StateFile
 
     record = StateFile(state_file).read()
     if record is not None and record.gate_pid not in (None, os.getpid()):
-        return False, misses  # another gate took over
+        return f"the record names another gate (pid {record.gate_pid})", misses
     if record is None or not (record.engine_alive() or record.supervisor_alive()):
         misses += 1
-        return misses < GONE_AFTER, misses
-    return True, 0
+        gone = "no engine record" if record is None else f"engine pid {record.pid} is gone"
+        return (gone if misses >= GONE_AFTER else None), misses
+    return None, 0
 
 
 def main() -> int:
@@ -195,9 +196,9 @@ def main() -> int:
     misses = 0
     try:
         while not stop.wait(WATCH_EVERY_S):
-            keep, misses = _engine_goes_on(state_file, misses)
-            if not keep:
-                print(f"{time.strftime('%H:%M:%S')} the engine is gone: gate ends", file=sys.stderr)
+            why, misses = _engine_goes_on(state_file, misses)
+            if why is not None:
+                print(f"{time.strftime('%H:%M:%S')} the gate ends: {why}", file=sys.stderr)
                 break
     finally:
         runner.stop()

@@ -357,8 +357,9 @@ class ServeSession:
 
     @property
     def public_url(self) -> str | None:
-        """Where clients go: the gate's URL, or the engine's without a gate."""
-        if self.gate is not None and self.gate.url is not None:
+        """Where clients go: the gate's URL (None until it listens), or the engine's when it
+        runs without one (no gate asked, or an adopted engine that has none)."""
+        if self.gate is not None and (self.gate.url is not None or self.adopted is None):
             return self.gate.url
         return None if self.supervisor is None else self.supervisor.url
 

@@ -21,6 +21,8 @@ def gate_processes() -> list[psutil.Process]:
         try:
             if GATE_MODULE not in (process.info["cmdline"] or []):
                 continue
+            if process.status() == psutil.STATUS_ZOMBIE:  # ended, not yet reaped
+                continue
             if process.environ().get("HOMELAB_STATE_DIR") == mine:
                 found.append(process)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -49,6 +51,6 @@ def chat(url: str, *, key: str | None = None) -> httpx.Response:
             "temperature": 0,
         },
         headers=headers,
-        timeout=60,
+        timeout=180,  # a loaded CPU runner takes its time
         trust_env=False,
     )

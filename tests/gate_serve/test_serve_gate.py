@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import stat
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -184,3 +185,33 @@ def test_gate_settings_errors_stop_the_serve_first(smollm2_gguf: Path, tmp_path:
     zero = run_homelab("serve", str(smollm2_gguf), *PLAN, "--gate-max-concurrent", "0")
     assert zero.returncode == 2 and "max_concurrent given to serve" in zero.stderr
     assert StateFile().read() is None
+
+
+def test_the_unified_pool_case_is_queued_not_failed(smollm2_gguf: Path, engines, gates) -> None:
+    # issue 9's case, scaled down for a CPU: 2 slots on one 512-cell pool, three ~200-token
+    # chats at once (more than the pool holds); behind the gate (its budget from the plan's
+    # facts: the pool × 0.85) two run, the third waits its turn, all are answered
+    plan = ["--vram", "8GiB", "--ctx", "512", "--parallel", "2", "--kv-unified"]
+    first, port = serve_on_a_free_port(str(smollm2_gguf), *plan, "--detach")
+    assert first.returncode == 0, first.stdout + first.stderr
+    engines.track(StateFile().read().pid)
+    assert _status()["gate"]["budget_tokens"] == int(512 * 0.85)  # per request: the pool's share
+    assert "admits 435 tokens at once, up to 435 per request, 2 requests at once" in first.stdout
+    prompt = "The quick brown fox jumps over the lazy dog. " * 20
+    public = f"http://127.0.0.1:{port}"
+
+    def ask(_: int) -> int:
+        response = httpx.post(
+            f"{public}/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": prompt}], "max_tokens": 8},
+            timeout=300,
+            trust_env=False,
+        )
+        return response.status_code
+
+    with ThreadPoolExecutor(3) as pool:
+        codes = list(pool.map(ask, range(3)))
+    assert codes == [200, 200, 200]
+    metrics = httpx.get(f"{public}/metrics", timeout=30, trust_env=False).text
+    assert "homelab_gate_token_budget 435.0" in metrics
+    assert run_homelab("stop").returncode == 0

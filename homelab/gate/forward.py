@@ -54,6 +54,9 @@ async def complete(gate: Gate, request: web.Request, route: Route) -> web.Stream
             retry_after_s=2,
             anthropic=anthropic,
         )
+    if queue.state.queued >= queue.state.max_queue and not _may_start(queue):
+        queue.refuse(Refusal.QUEUE_FULL)  # refused before the engine is asked to count
+        return _queue_full(queue, queue.retry_after_s(), anthropic)
     prompt, exact = await gate.prompt_tokens(asked)
     ceiling = queue.limits.ceiling_tokens
     completion = completion_cap(asked, prompt, cap=gate.settings.max_tokens_cap, ceiling=ceiling)
@@ -70,13 +73,8 @@ async def complete(gate: Gate, request: web.Request, route: Route) -> web.Stream
         )
     try:
         ticket = queue.enter(prompt + completion)
-    except Refused as refused:
-        return refusal_reply(
-            refused.reason,
-            f"The gate's queue is full ({queue.state.max_queue} requests waiting); retry later.",
-            refused.retry_after_s,
-            anthropic=anthropic,
-        )
+    except Refused as refused:  # the queue filled while the prompt was counted
+        return _queue_full(queue, refused.retry_after_s, anthropic)
     response: web.StreamResponse | None = None
     try:
         response = await _wait(gate, queue, ticket, request, asked)
@@ -119,6 +117,21 @@ async def _wait(
             await response.prepare(request)
         await response.write(KEEPALIVE)
         next_tick = now + keepalive
+
+
+def _may_start(queue: AdmissionQueue) -> bool:
+    """Whether a request could start now (nothing waits and a place is free)."""
+    state = queue.state
+    return state.queued == 0 and state.running < state.max_concurrent
+
+
+def _queue_full(queue: AdmissionQueue, retry_after_s: int, anthropic: bool) -> web.Response:
+    return refusal_reply(
+        Refusal.QUEUE_FULL,
+        f"The gate's queue is full ({queue.state.max_queue} requests waiting); retry later.",
+        retry_after_s,
+        anthropic=anthropic,
+    )
 
 
 def _timeout_message(gate: Gate) -> str:

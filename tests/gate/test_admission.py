@@ -1,0 +1,115 @@
+"""The bare admission queue, on tiny budgets (after TGI's ``test_next_batch_token_budget``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from homelab.gate.admission import AdmissionState, Refusal
+
+
+def state(budget: int = 3, max_concurrent: int = 8, max_queue: int = 8, ceiling=None):
+    return AdmissionState(
+        budget=budget, max_concurrent=max_concurrent, max_queue=max_queue, ceiling=ceiling
+    )
+
+
+def test_admits_in_order_while_the_budget_holds_and_stops_at_the_first_that_does_not_fit() -> None:
+    s = state(budget=3)
+    assert s.offer(1, 1).admitted == (1,)
+    assert s.offer(2, 2).admitted == (2,)
+    assert s.charged == 3
+    assert s.offer(3, 2).admitted == ()
+    # nothing is left; 4 waits behind 3 and will never overtake it
+    assert s.offer(4, 1).admitted == ()
+    assert (s.queued, s.position(3), s.position(4)) == (2, 1, 2)
+    assert s.release(1) == ()  # 1 token free, the head (3) needs 2: nobody passes it
+    assert s.is_queued(4)
+    assert s.release(2) == (3, 4)  # 3 tokens free: the head, then the next
+    assert (s.charged, s.running, s.queued) == (3, 2, 0)
+
+
+def test_a_small_request_behind_a_large_one_waits_for_it() -> None:
+    s = state(budget=3)
+    s.offer(1, 2)
+    assert s.offer(2, 3).admitted == ()  # the head needs the whole budget
+    assert s.offer(3, 1).admitted == ()  # 1 token is free, but 2 is first
+    assert s.release(1) == (2,)
+    assert s.release(2) == (3,)
+
+
+def test_max_concurrent_stops_admission_even_with_tokens_left() -> None:
+    s = state(budget=100, max_concurrent=2)
+    assert s.offer(1, 1).admitted == (1,)
+    assert s.offer(2, 1).admitted == (2,)
+    assert s.offer(3, 1).admitted == ()
+    assert s.release(2) == (3,)
+    assert s.running == 2
+
+
+def test_larger_than_the_ceiling_is_refused_at_once_and_never_queued() -> None:
+    s = state(budget=3)
+    assert s.offer(1, 4).refused is Refusal.TOO_LARGE
+    assert (s.queued, s.running) == (0, 0)
+    s = state(budget=10, ceiling=4)
+    assert s.offer(1, 5).refused is Refusal.TOO_LARGE
+    assert s.offer(2, 4).admitted == (2,)
+
+
+def test_a_full_queue_refuses_the_newcomer_but_not_one_that_runs_at_once() -> None:
+    s = state(budget=2, max_queue=1)
+    s.offer(1, 2)
+    assert s.offer(2, 1).refused is None
+    assert s.offer(3, 1).refused is Refusal.QUEUE_FULL
+    s = state(budget=2, max_queue=0)
+    assert s.offer(1, 1).admitted == (1,)
+    assert s.offer(2, 2).refused is Refusal.QUEUE_FULL
+
+
+def test_entries_whose_client_is_gone_are_skipped_at_the_head() -> None:
+    s = state(budget=2)
+    s.offer(1, 2)
+    s.offer(2, 2)
+    s.offer(3, 1)
+    s.mark_gone(2)
+    assert s.queued == 1 and s.position(3) == 1
+    assert s.release(1) == (3,)
+    assert s.skipped_gone == 1
+    assert not s.is_queued(2) and not s.is_running(2)
+
+
+def test_abandoning_the_blocking_head_admits_the_ones_behind() -> None:
+    s = state(budget=3)
+    s.offer(1, 2)
+    s.offer(2, 3)
+    s.offer(3, 1)
+    assert s.abandon(2) == (3,)
+    assert s.abandon(2) == ()  # idempotent
+
+
+def test_reconcile_corrects_a_running_charge_and_admits_what_now_fits() -> None:
+    s = state(budget=4)
+    s.offer(1, 4)
+    s.offer(2, 2)
+    assert s.reconcile(1, 2) == (2,)
+    assert s.charged == 4
+    assert s.reconcile(2, 3) == ()  # more than thought: nobody is evicted, charged goes over
+    assert s.charged == 5
+    assert s.reconcile(99, 1) == ()
+
+
+def test_release_of_an_unknown_id_changes_nothing_and_duplicates_are_rejected() -> None:
+    s = state(budget=2)
+    s.offer(1, 1)
+    assert s.release(7) == ()
+    with pytest.raises(ValueError):
+        s.offer(1, 1)
+
+
+def test_lower_limits_hold_new_admissions_until_room_is_free() -> None:
+    s = state(budget=4, max_concurrent=4)
+    s.offer(1, 2)
+    s.offer(2, 2)
+    s.set_limits(budget=2, max_concurrent=1)
+    s.offer(3, 1)
+    assert s.release(1) == ()  # still 2 charged = the new budget
+    assert s.release(2) == (3,)

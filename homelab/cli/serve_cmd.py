@@ -64,13 +64,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for action in serve._actions:
         if action.dest == "port":
             action.help = (
-                f"listen on this port (default {DEFAULT_PORT}, or the next free one; "
-                "a port given here is never moved)"
+                f"the public port: the gate's, or the engine's with --no-gate (default "
+                f"{DEFAULT_PORT}, or the next free one; a port given here is never moved)"
             )
     serve.add_argument(
         "--detach",
         action="store_true",
-        help="leave the engine running when homelab exits (stop it with `homelab stop`)",
+        help="leave the engine and its gate running when homelab exits (`homelab stop` stops them)",
     )
     serve.add_argument(
         "--replace",

@@ -21,9 +21,12 @@ Modules, one concern each:
   ``/slots``); :mod:`~homelab.gate.sse` reading the accounting fields off a stream.
 - :mod:`~homelab.gate.affinity` conversation → slot, prompt-cache reuse and the re-prefill
   alarm; :mod:`~homelab.gate.metrics` the gate's prometheus metrics.
+- :mod:`~homelab.gate.core` ``Gate``, the parts together on the event loop, and its
+  :class:`~homelab.gate.state.GateState` snapshot (:mod:`~homelab.gate.state`).
 - :mod:`~homelab.gate.forward` the completion routes; :mod:`~homelab.gate.server` the app
-  (auth, passthrough, ``/health``, ``/metrics``); :mod:`~homelab.gate.runner`
-  ``GateRunner``, the gate on its own thread and event loop.
+  (auth, passthrough, ``/health``, ``/metrics``); :mod:`~homelab.gate.replies` the gate's
+  own answers (OpenAI/Anthropic-shaped errors); :mod:`~homelab.gate.errors` its errors;
+  :mod:`~homelab.gate.runner` ``GateRunner``, the gate on its own thread and event loop.
 
 The domain package never imports a front-end (cli/ui/textual/rich).
 """

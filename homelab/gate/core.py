@@ -9,6 +9,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from homelab.engine.supervision.facts import PlanFacts
+from homelab.gate.admission import Refusal
 from homelab.gate.affinity import ReuseBook, SlotBook
 from homelab.gate.limits import Limits, resolve_limits
 from homelab.gate.metrics import GateMetrics
@@ -96,7 +97,7 @@ class Gate:
             running=0 if queue is None else queue.state.running,
             queued=0 if queue is None else queue.state.queued,
             admitted=0 if queue is None else queue.admitted_total,
-            refused={} if queue is None else dict(queue.refused_total),
+            refused=({r.value: 0 for r in Refusal} if queue is None else dict(queue.refused_total)),
             cache_hit_rate=self.reuse.hit_rate,
             alarms=tuple(self.reuse.alarms),
             upstream_errors=int(errors),

@@ -213,10 +213,8 @@ async def _forward(
     outcome: Outcome,
     started: web.StreamResponse | None,
 ) -> web.StreamResponse:
-    url = gate.upstream.url + asked.route.path
-    headers = {"Content-Type": "application/json"}
     try:
-        upstream = await gate.upstream.forward.post(url, data=body, headers=headers)
+        upstream = await gate.upstream.post(asked.route.path, body)
     except aiohttp.ClientError as error:
         gate.metrics.upstream_errors.labels(kind="unreachable").inc()
         message = f"The engine did not answer: {error}"

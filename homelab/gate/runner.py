@@ -18,6 +18,7 @@ from aiohttp import web
 
 from homelab.engine.supervision.facts import PlanFacts
 from homelab.engine.supervision.ports import port_holder
+from homelab.gate.admission import Refusal
 from homelab.gate.core import Gate
 from homelab.gate.errors import GateError, GatePortInUseError
 from homelab.gate.server import build_app
@@ -102,6 +103,8 @@ class GateRunner:
         gate, loop = self._gate, self._loop
         if gate is None or loop is None or loop.is_closed():
             return _idle_state(self)
+        if threading.current_thread() is self._thread:  # called on the gate's own loop
+            return gate.state()
         try:
             return asyncio.run_coroutine_threadsafe(_state(gate), loop).result(timeout=5.0)
         except (RuntimeError, TimeoutError):
@@ -187,4 +190,5 @@ def _idle_state(runner: GateRunner) -> GateState:
         running=0,
         queued=0,
         admitted=0,
+        refused={r.value: 0 for r in Refusal},
     )

@@ -47,7 +47,7 @@ class GateSettings:
     """Keep each conversation on the engine slot that holds its prompt cache."""
     keepalive_s: float = 5.0
     """A queued streaming request gets an SSE comment this often while it waits."""
-    slot_idle_wait_s: float = 10.0
+    slot_idle_wait_s: float = 30.0
     """After a client left mid-request, how long to wait for the engine's slot to go idle
     before its charge is freed anyway."""
 

@@ -17,6 +17,15 @@ class ReprefillAlarm:
     cached_tokens: int
     slot: int | None
 
+    def to_json(self) -> dict[str, object]:
+        return {
+            "at": self.at,
+            "conversation": self.conversation,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "slot": self.slot,
+        }
+
     def describe(self) -> str:
         share = 0 if self.prompt_tokens == 0 else 100 * self.cached_tokens // self.prompt_tokens
         where = "" if self.slot is None else f" on slot {self.slot}"
@@ -48,3 +57,21 @@ class GateState:
     alarms: tuple[ReprefillAlarm, ...] = ()
     """The latest re-prefill alarms, oldest first."""
     upstream_errors: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        """The state as JSON values (``status --json``)."""
+        return {
+            "url": self.url,
+            "engine_url": self.engine_url,
+            "budget_tokens": self.budget_tokens,
+            "ceiling_tokens": self.ceiling_tokens,
+            "max_concurrent": self.max_concurrent,
+            "charged_tokens": self.charged_tokens,
+            "running": self.running,
+            "queued": self.queued,
+            "admitted": self.admitted,
+            "refused": dict(self.refused),
+            "cache_hit_rate": self.cache_hit_rate,
+            "alarms": [alarm.to_json() for alarm in self.alarms],
+            "upstream_errors": self.upstream_errors,
+        }

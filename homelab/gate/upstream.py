@@ -21,9 +21,13 @@ from homelab.engine.llamacpp.answers import ServerProps, SlotStatus, parse_props
 from homelab.engine.loopback import require_loopback
 
 AUX_CONNECTIONS = 2
+KEEPALIVE_S = 2.0
+"""Idle connections to the engine are dropped after this; llama-server closes its side
+after 5 s idle, and a request sent on a connection it is closing fails."""
 COUNT_TIMEOUT_S = 10.0
 STATUS_TIMEOUT_S = 10.0
-SLOT_POLL_S = 0.05
+SLOT_POLL_S = 1.25
+"""Time between looks at ``/slots`` after a client left (see :meth:`Upstream.wait_idle`)."""
 
 
 class Upstream:
@@ -32,13 +36,13 @@ class Upstream:
     def __init__(self, engine_url: str) -> None:
         self.url = require_loopback(engine_url).rstrip("/")
         self.forward = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0),
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0),
             auto_decompress=False,
             trust_env=False,
         )
         self.aux = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=AUX_CONNECTIONS),
+            connector=aiohttp.TCPConnector(limit=AUX_CONNECTIONS, keepalive_timeout=KEEPALIVE_S),
             timeout=aiohttp.ClientTimeout(total=STATUS_TIMEOUT_S, sock_connect=5.0),
             trust_env=False,
         )
@@ -47,20 +51,34 @@ class Upstream:
         await self.forward.close()
         await self.aux.close()
 
+    async def post(self, path: str, body: bytes) -> aiohttp.ClientResponse:
+        """Send an admitted request. A kept-alive connection the engine closed before
+        answering (``ServerDisconnectedError``) is retried once on a new connection."""
+        url, headers = self.url + path, {"Content-Type": "application/json"}
+        try:
+            return await self.forward.post(url, data=body, headers=headers)
+        except aiohttp.ServerDisconnectedError:
+            return await self.forward.post(url, data=body, headers=headers)
+
     async def count_tokens(self, path: str, body: dict[str, Any]) -> int | None:
         """Prompt tokens as the engine counts them; None when it could not say in time."""
-        try:
-            async with self.aux.post(
-                self.url + path,
-                data=json.dumps(body),
-                headers={"Content-Type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=COUNT_TIMEOUT_S),
-            ) as resp:
-                if resp.status != 200:
+        for attempt in range(2):  # once more when a kept-alive connection was closed
+            try:
+                async with self.aux.post(
+                    self.url + path,
+                    data=json.dumps(body),
+                    headers={"Content-Type": "application/json"},
+                    timeout=aiohttp.ClientTimeout(total=COUNT_TIMEOUT_S),
+                ) as resp:
+                    if resp.status != 200:
+                        return None
+                    data = await resp.json(content_type=None)
+                    break
+            except aiohttp.ServerDisconnectedError:
+                if attempt:
                     return None
-                data = await resp.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return None
+            except (aiohttp.ClientError, TimeoutError, ValueError):
+                return None
         if not isinstance(data, dict):
             return None
         if isinstance(data.get("tokens"), list):
@@ -98,17 +116,28 @@ class Upstream:
         self, slot: int | None, others_busy: Callable[[], int], timeout_s: float
     ) -> bool:
         """Wait until the engine shows ``slot`` idle (or, without a slot, no more busy slots
-        than ``others_busy()``, the gate's other running requests). False on timeout."""
+        than ``others_busy()``, the gate's other running requests) on two looks in a row,
+        :data:`SLOT_POLL_S` apart. False on timeout.
+
+        Two looks: a request whose connection closed before the engine started it may
+        still be started, then cancelled. Slow looks: llama-server (b11312) notices a closed
+        non-streaming client only when its wait for results times out, and every result it
+        hands out — a ``/slots`` answer included — restarts that wait, so polling fast would
+        keep the cancelled task running.
+        """
         deadline = time.monotonic() + timeout_s
+        idle_looks = 0
         while True:
+            await asyncio.sleep(min(SLOT_POLL_S, max(0.0, deadline - time.monotonic())))
             slots = await self.slots()
             if slots is not None:
                 if slot is not None:
                     mine = [s for s in slots if s.id == slot]
-                    if not mine or not mine[0].is_processing:
-                        return True
-                elif sum(1 for s in slots if s.is_processing) <= others_busy():
+                    idle = not mine or not mine[0].is_processing
+                else:
+                    idle = sum(1 for s in slots if s.is_processing) <= others_busy()
+                idle_looks = idle_looks + 1 if idle else 0
+                if idle_looks >= 2:
                     return True
             if time.monotonic() >= deadline:
                 return False
-            await asyncio.sleep(SLOT_POLL_S)

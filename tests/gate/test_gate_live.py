@@ -183,6 +183,25 @@ def test_a_client_gone_while_streaming_cancels_the_task_and_frees_its_slot(engin
         )
 
 
+def test_a_client_gone_while_waiting_for_a_whole_answer_cancels_the_task(engine, gate) -> None:
+    g = gate(engine, max_concurrent=1)
+    before = engine_counters(engine)
+    body = {
+        "messages": [{"role": "user", "content": "Count slowly to one thousand."}],
+        "max_tokens": 1500,
+        "ignore_eos": True,
+    }
+    with client(g.url, timeout=3.0) as c, pytest.raises(httpx.ReadTimeout):
+        c.post("/v1/chat/completions", json=body)
+    wait_for(
+        lambda: (s := g.state()).charged_tokens == 0 and s.running == 0,
+        timeout_s=60,
+        what="the charge freed",
+    )
+    assert busy_slots(engine) == []
+    assert engine_counters(engine)["predicted"] - before["predicted"] < 1500
+
+
 def test_health_metrics_and_passthrough_routes(engine, gate) -> None:
     g = gate(engine)
     with client(g.url) as c:
@@ -283,3 +302,21 @@ def test_affinity_keeps_conversations_on_their_slots_and_a_reprefill_raises_an_a
     assert len(alarms) == 1
     assert alarms[0].slot == slot_of["A"] and alarms[0].prompt_tokens > 300
     assert alarms[0].cached_tokens < alarms[0].prompt_tokens / 2
+
+
+def test_anthropic_messages_stream_through_the_gate_with_its_cap_written(engine, gate) -> None:
+    g = gate(engine, max_tokens_cap=5)
+    body = {"model": "m", "messages": CHAT[1:], "max_tokens": 4096, "stream": True}
+    with client(g.url) as c:
+        response = c.post("/v1/messages", json=body)
+    assert response.status_code == 200
+    events = [line[7:] for line in response.text.splitlines() if line.startswith("event: ")]
+    assert events[0] == "message_start" and events[-1] == "message_stop"
+    delta = [
+        json.loads(line[6:])
+        for line in response.text.splitlines()
+        if line.startswith("data: ") and '"message_delta"' in line
+    ][0]
+    assert delta["usage"]["output_tokens"] <= 5  # the gate's cap, not the 4096 asked
+    state = g.state()
+    assert state.admitted == 1 and state.charged_tokens == 0

@@ -162,3 +162,17 @@ def test_the_stream_tally_reads_timings_split_across_chunks_and_errors() -> None
         b'{"usage": {"prompt_tokens": 31, "prompt_tokens_details": {"cached_tokens": 20}}}'
     )
     assert (openai.cached, openai.processed, openai.prompt) == (20, 11, 31)
+
+
+def test_a_runner_not_started_reports_an_empty_state_and_stops_quietly() -> None:
+    from homelab.gate.runner import GateRunner
+
+    runner = GateRunner(GateSettings(port=0), "http://127.0.0.1:9", None)
+    state = runner.state()
+    assert state.url is None and state.budget_tokens is None
+    assert state.refused == {"queue_full": 0, "too_large": 0, "timeout": 0, "client_gone": 0}
+    assert json.loads(json.dumps(state.to_json()))["refused"]["timeout"] == 0
+    runner.stop()
+    runner.stop()
+    with pytest.raises(UsageError):
+        GateRunner(GateSettings(host="0.0.0.0", port=0), "http://127.0.0.1:9", None)

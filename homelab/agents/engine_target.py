@@ -134,8 +134,7 @@ def engine_target(
             hint="wait a moment; `homelab status` shows when it is back",
             title="Engine restarting",
         )
-    gate_url: str | None = getattr(record, "gate_url", None)
-    budget: int | None = getattr(record, "gate_budget_tokens", None)
+    gate_url, budget = record.gate_url, record.gate_budget_tokens
     base = local_url(gate_url) if gate_url else record.url
     key = gate_key(state) if gate_url else None
     model = served_model(base, key, timeout_s)

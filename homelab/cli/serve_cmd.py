@@ -11,6 +11,11 @@ One engine at a time: a running homelab engine is adopted (same model, nobody
 else supervising), replaced (``--replace``), or the command refuses and says
 what runs where.
 
+The admission gate takes the public port (``--port``, default 8080) and the engine an
+internal loopback port; ``--no-gate`` serves the engine directly on the public port. Its
+settings: the ``--gate-*`` flags over ``gate.toml`` in homelab's config folder. With
+``--detach`` the gate runs in a detached process of its own, beside the engine.
+
 Exit codes: 0 when it ran and was stopped (Ctrl-C, ``homelab stop``); a failed
 start exits with the failure's code (3 does not fit, 4 bad model file, 6 engine).
 """
@@ -59,19 +64,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for action in serve._actions:
         if action.dest == "port":
             action.help = (
-                f"listen on this port (default {DEFAULT_PORT}, or the next free one; "
-                "a port given here is never moved)"
+                f"the public port: the gate's, or the engine's with --no-gate (default "
+                f"{DEFAULT_PORT}, or the next free one; a port given here is never moved)"
             )
     serve.add_argument(
         "--detach",
         action="store_true",
-        help="leave the engine running when homelab exits (stop it with `homelab stop`)",
+        help="leave the engine and its gate running when homelab exits (`homelab stop` stops them)",
     )
     serve.add_argument(
         "--replace",
         action="store_true",
         help="stop a running homelab engine first (instead of adopting or refusing)",
     )
+    add_gate_arguments(serve)
     serve.add_argument(
         "--start-timeout",
         type=float,
@@ -82,6 +88,71 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.set_defaults(func=run_serve)
 
     register_stop_status(subparsers)
+
+
+def add_gate_arguments(serve: argparse.ArgumentParser) -> None:
+    """``--no-gate`` and the gate's ``--gate-*`` settings (over gate.toml)."""
+    group = serve.add_argument_group(
+        "admission gate", "a token budget and a queue on the public port, in front of the engine"
+    )
+    group.add_argument(
+        "--no-gate",
+        action="store_true",
+        help="serve the engine directly on the public port (no admission gate)",
+    )
+    group.add_argument(
+        "--gate-max-concurrent",
+        type=int,
+        metavar="N",
+        help="requests let through at once (default: the engine's slots)",
+    )
+    group.add_argument(
+        "--gate-budget",
+        type=int,
+        metavar="TOKENS",
+        help="tokens (prompt + output) admitted at once (default: from the engine's KV cache)",
+    )
+    group.add_argument(
+        "--gate-queue-timeout",
+        type=float,
+        metavar="S",
+        help="a queued request waits at most S seconds, then gets 503 (default 300)",
+    )
+    group.add_argument(
+        "--gate-host",
+        metavar="ADDR",
+        help="the gate's address (default 127.0.0.1; any other needs the API key, made once)",
+    )
+
+
+def gate_choices(args: argparse.Namespace):
+    """The gate settings the flags give (None with --no-gate).
+
+    Raises:
+        UsageError: a --gate-* flag together with --no-gate.
+    """
+    from homelab.gate.config_file import GateChoices
+
+    given = {
+        "host": args.gate_host,
+        "max_concurrent": args.gate_max_concurrent,
+        "token_budget": args.gate_budget,
+        "queue_timeout_s": args.gate_queue_timeout,
+    }
+    if args.no_gate:
+        flags = [
+            f"--gate-{n}" for n, v in zip(GATE_FLAGS, given.values(), strict=True) if v is not None
+        ]
+        if flags:
+            raise UsageError(
+                f"{', '.join(flags)} set(s) the gate, but --no-gate serves without one",
+                hint="drop --no-gate to use the gate, or drop the gate settings",
+            )
+        return None
+    return GateChoices(**given)
+
+
+GATE_FLAGS = ("host", "max-concurrent", "budget", "queue-timeout")
 
 
 # -- serve -----------------------------------------------------------------------------
@@ -101,6 +172,7 @@ def run_serve(args: argparse.Namespace) -> int:
             detach=args.detach,
             replace=args.replace,
             start_timeout_s=args.start_timeout,
+            gate=gate_choices(args),
         )
         session = ServeSession(request)
     except HomelabError as error:
@@ -127,9 +199,8 @@ def run_serve(args: argparse.Namespace) -> int:
         except HomelabError as error:
             raise worded(error) from None
         finally:
-            if session.live and session.supervisor is not None:
-                with ignore_interrupts():
-                    session.supervisor.stop()
+            with ignore_interrupts():
+                session.end()
             session.close()
             text.finish()
 
@@ -214,11 +285,38 @@ class ServeText:
                 print("\nleft the detached engine running; `homelab stop` stops it")
             else:
                 print(f"left running (detached); `homelab stop` stops it; log: {event.log_path}")
+        elif isinstance(event, ev.GateKeyCreated):
+            print(
+                f"made the gate's API key (shown this once; it stays in {event.path}): {event.key}",
+                flush=True,
+            )
+        elif isinstance(event, ev.GateStarted):
+            print(f"gate: {event.url} in front of the engine at {event.engine_url}", flush=True)
+            limits = _gate_limits(event.budget, event.ceiling, event.max_concurrent)
+            print(f"  {limits}; clients use {event.url}", flush=True)
+        elif isinstance(event, ev.GateAdopted):
+            print(f"adopting its gate: {event.url} ({_gate_limits(None, event.ceiling, None)})")
+        elif isinstance(event, ev.GateMissing):
+            print(
+                f"no gate: the running engine has none ({event.reason}); "
+                "--replace restarts it behind the gate"
+            )
         elif isinstance(event, ev.Stopped):
             if event.how == "outside":
                 print("the engine was stopped from outside (`homelab stop` or `--replace`)")
             elif event.how == "stopped":
                 print("stopped")
+
+
+def _gate_limits(budget: int | None, ceiling: int | None, max_concurrent: int | None) -> str:
+    words = []
+    if budget:
+        words.append(f"admits {budget} tokens at once")
+    if ceiling:
+        words.append(f"up to {ceiling} per request")
+    if max_concurrent:
+        words.append(f"{max_concurrent} request{'s' if max_concurrent != 1 else ''} at once")
+    return ", ".join(words) or "limits from the engine once it says"
 
 
 def _print_actuals(measured) -> None:

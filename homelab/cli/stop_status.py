@@ -51,6 +51,10 @@ WORDS = {
     "`unified`": "--kv-unified",
     "`start_timeout`": "--start-timeout",
     "`engine`": "--engine",
+    "`no_gate`": "--no-gate",
+    "`max_concurrent`": "--gate-max-concurrent",
+    "`token_budget`": "--gate-budget",
+    "`queue_timeout_s`": "--gate-queue-timeout",
     "`stop`": "`homelab stop`",
     "`status`": "`homelab status`",
 }
@@ -95,6 +99,7 @@ def _say_set_aside(now) -> None:
 def run_stop(args: argparse.Namespace) -> int:
     """``homelab stop``: stop the recorded engine, and any of homelab's engines that lost
     their record; 0 also when none runs."""
+    from homelab.engine.session.gate import stop_recorded_gate
     from homelab.engine.supervision.ownership import running, stop_engine, stop_found
     from homelab.engine.supervision.state_file import StateFile
 
@@ -107,6 +112,8 @@ def run_stop(args: argparse.Namespace) -> int:
             return int(ExitCode.OK)
         record = now.record
         if record is not None:
+            if stop_recorded_gate(record):
+                print(f"stopped: the gate at {record.gate_url}")
             stopped = stop_engine(store, record, grace_s=args.timeout)
             what = "stopped" if stopped else "cleared (its engine had already exited)"
             print(
@@ -168,11 +175,11 @@ def run_status(args: argparse.Namespace) -> int:
         print_json(
             {
                 "running": running_now,
-                "engine": record.engine,
+                "engine": {"url": record.url, "kind": record.engine},
                 "program": program,
                 "pid": record.pid,
                 "pgid": record.pgid,
-                "url": record.url,
+                "url": record.public_url,
                 "model": record.model,
                 "argv": list(record.argv),
                 "log": record.log_path,
@@ -183,6 +190,14 @@ def run_status(args: argparse.Namespace) -> int:
                 "supervisor_pid": supervisor,
                 "port_pinned": record.port_pinned,
                 "plan": None if record.facts is None else record.facts.to_json(),
+                "gate": None
+                if record.gate_url is None
+                else {
+                    "url": record.gate_url,
+                    "budget_tokens": record.gate_budget_tokens,
+                    "pid": record.gate_pid,
+                    "running": record.gate_alive(),
+                },
                 "health": None
                 if health is None
                 else {
@@ -200,7 +215,15 @@ def run_status(args: argparse.Namespace) -> int:
         print(f"{program} is between restarts ({how}); last pid {record.pid}, {record.url}")
     else:
         print(f"{program} pid {record.pid} serving {record.model}")
-        print(f"  {record.url} · up {duration(time.time() - record.started_at)} · {how}")
+        if record.gate_url is not None:
+            ceiling = record.gate_budget_tokens
+            gone = "" if record.gate_alive() else " (not running)"
+            admits = f" · up to {ceiling} tokens per request" if ceiling else ""
+            print(f"  gate {record.gate_url}{gone}{admits} · clients use this URL")
+            print(f"  engine {record.url} (internal)")
+        else:
+            print(f"  {record.url} · no gate (the engine serves directly)")
+        print(f"  up {duration(time.time() - record.started_at)} · {how}")
         if line is not None:
             print(f"  {line}")
     print(f"  log: {record.log_path}")

@@ -246,16 +246,25 @@ def serve_session(
     on_event: Callable[[Any], None],
     *,
     default_workload: Workload | None = None,
+    report: GpuReport | None = None,
 ) -> ServeSession:
-    """The domain's serve session for ``model`` (the path ``homelab serve`` takes too).
+    """The domain's serve session for ``model`` (the path ``homelab serve`` takes too),
+    planned on ``report`` when given (else the card is read as ``options`` say).
 
     Detached but held: the app keeps supervising it, and quitting may leave it running
     for the next ``homelab`` to adopt. Its events go to ``on_event`` on a thread of its own.
     """
     from homelab.engine.session.serve import ServeRequest, ServeSession
+    from homelab.gate.config_file import GateChoices
 
     request = ServeRequest(
-        model, options, detach=True, hold=True, default_workload=default_workload
+        model,
+        options,
+        detach=True,
+        hold=True,
+        default_workload=default_workload,
+        report=report,
+        gate=GateChoices(),  # the gate on the public port, its settings from gate.toml
     )
     session = ServeSession(request)
     session.subscribe(on_event)
@@ -273,20 +282,15 @@ def serve_session_on(
     """:func:`serve_session`, planned on ``report``: the card as the app last saw it (its
     telemetry window), our own running engine counted as freed. The plan the app shows
     (or re-plans on the card now) is then the plan that runs."""
-    from homelab.engine.session.serve import ServeRequest, ServeSession
     from homelab.plan.own_engine import without_own_engines
 
-    request = ServeRequest(
+    return serve_session(
         model,
         options,
-        detach=True,
-        hold=True,
+        on_event,
         default_workload=default_workload,
         report=without_own_engines(report),
     )
-    session = ServeSession(request)
-    session.subscribe(on_event)
-    return session
 
 
 def start_engine(session: ServeSession) -> Supervisor:
@@ -322,6 +326,12 @@ def leave_running(session: ServeSession) -> None:
     if not session.let_go() and session.supervisor is not None:
         session.supervisor.release()
     session.close()
+
+
+def public_url(session: ServeSession | None) -> str | None:
+    """Where clients go: the gate's URL (the engine's when it runs without one); None until
+    the gate listens."""
+    return None if session is None else session.public_url
 
 
 def engine_log(supervisor: Supervisor, n: int) -> list[str]:

@@ -212,7 +212,7 @@ class EngineFlow:
 
         if isinstance(event, ev.EngineChanged):
             self.post_message(EngineChanged(event.transition))
-        elif isinstance(event, ev.Actuals):
+        elif isinstance(event, ev.Actuals | ev.GateStarted):
             self.post_message(ServeEvent(event))
 
     @while_mounted
@@ -264,7 +264,8 @@ class EngineFlow:
         self.query_one("#server", ServerPanel).focus_search()
 
     def action_copy_url(self) -> None:
-        url = self.supervisor.url if self.engine_alive() and self.engine_state == "ready" else None
+        ready = self.engine_alive() and self.engine_state == "ready"
+        url = backend.public_url(self.session) if ready else None
         if url is None:
             self.notify("No engine is ready.", title="No URL")
             return

@@ -36,6 +36,7 @@ class ServerFlow:
     post_message: Any
     notify: Any
     supervisor: Any
+    session: Any
     running: Any
     actuals: Any
     engine_state: str | None
@@ -51,7 +52,12 @@ class ServerFlow:
 
     @while_mounted
     def on_serve_event(self, message: ServeEvent) -> None:
-        self.actuals = message.event.measured
+        measured = getattr(message.event, "measured", None)
+        if measured is not None:
+            self.actuals = measured
+        else:  # the gate listens: its URL is the one to use
+            name = self.running.name if self.running else "engine"
+            self.notify(f"{name} is ready at {message.event.url}")
         self._show_engine()
 
     @while_mounted
@@ -81,10 +87,9 @@ class ServerFlow:
         elif transition.state.value == "ready" and self.engine_failure is not None:
             self.failure_past = True  # back: the crash stays on the panel as "last crash"
         self._show_engine()
-        if transition.state.value == "ready" and self.supervisor.url:
-            self.notify(
-                f"{self.running.name if self.running else 'engine'} is ready at {self.supervisor.url}"
-            )
+        url = backend.public_url(self.session)  # the gate's, in front of the engine
+        if transition.state.value == "ready" and url:
+            self.notify(f"{self.running.name if self.running else 'engine'} is ready at {url}")
 
     @while_mounted
     def on_engine_failed(self, message: EngineFailed) -> None:
@@ -106,7 +111,7 @@ class ServerFlow:
         uptime = None
         if self.ready_at is not None:
             uptime = _duration(time.monotonic() - self.ready_at)
-        url = self.supervisor.url if self.engine_state == "ready" else None
+        url = backend.public_url(self.session) if self.engine_state == "ready" else None
         name = self.running.name if self.running else None
         state = self.engine_state
         if state == "stopped" and self.gave_up:  # stopped on its own: said how below

@@ -13,7 +13,7 @@ import os
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -100,6 +100,7 @@ def test_agents_get_the_served_engines_per_slot_share(
         assert "unset ANTHROPIC_API_KEY" in claude.stdout.splitlines()
         assert "homelab: warning: Claude Code cannot work" in claude.stderr  # not on stdout
         url = env["ANTHROPIC_BASE_URL"]
+        assert url == record.gate_url  # through the admission gate
         models = httpx.get(f"{url}/v1/models", timeout=10, trust_env=False)
         assert models.status_code == 200
         assert models.json()["data"][0]["id"] == env["ANTHROPIC_MODEL"]
@@ -156,27 +157,20 @@ def test_agents_get_the_served_engines_per_slot_share(
         assert stopped.returncode == 0, stopped.stderr
 
 
-@dataclass(frozen=True, slots=True)
-class GatedRecord(EngineRecord):
-    """The record with the optional gate fields helper g-serve adds to EngineRecord."""
-
-    gate_url: str | None = None
-    gate_budget_tokens: int | None = None
-
-
 def gated_record_is_read(record: EngineRecord, facts: PlanFacts) -> None:
-    """A record naming a gate: its URL, ceiling and key (``state_dir()/gate.key``) are used.
-
-    The running engine stands in for the gate's URL (both answer ``/v1/models``)."""
-    values = {f.name: getattr(record, f.name) for f in fields(EngineRecord)}
+    """``homelab serve`` put its gate in front: the record names the gate's URL and
+    ceiling, and those are what an agent gets (a key in ``state_dir()/gate.key`` handed
+    on); without the gate fields (``--no-gate``), the engine itself and no key."""
+    assert record.gate_url is not None and record.gate_url != record.url
+    assert record.gate_budget_tokens == facts.ctx_per_slot  # split slots: one slot's share
     budget = facts.ctx_per_slot // 2
-    gated = GatedRecord(**values, gate_url=record.url, gate_budget_tokens=budget)
     (state_dir() / GATE_KEY_FILE).write_text("k-0451\n")
-    target = engine_target(gated)
-    assert target.gated and target.base_url == record.url and target.api_key == "k-0451"
+    target = engine_target(replace(record, gate_budget_tokens=budget))
+    assert target.gated and target.base_url == record.gate_url and target.api_key == "k-0451"
     assert target.context_tokens == budget and "gate's ceiling" in target.context.source
-    bare = engine_target(record)  # no gate fields: the engine itself, no key
+    bare = engine_target(replace(record, gate_url=None, gate_budget_tokens=None))
     assert not bare.gated and bare.api_key is None and bare.context_tokens == facts.ctx_per_slot
+    assert bare.base_url == record.url
     with pytest.raises(EngineNotAnsweringError, match="did not answer /v1/models"):
         served_model(f"http://127.0.0.1:{free_port()}")
 

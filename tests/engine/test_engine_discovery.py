@@ -111,6 +111,6 @@ def test_serve_with_other_settings_refuses_and_names_them(smollm2_gguf: Path, en
     assert record.pid != pid and not alive(pid)
     assert (record.facts.ctx_total, record.facts.slots) == (1024, 2)
     status = json.loads(run_homelab("status", "--json").stdout)
-    assert status["plan"]["ctx_total"] == 1024 and status["engine"] == "llama.cpp"
+    assert status["plan"]["ctx_total"] == 1024 and status["engine"]["kind"] == "llama.cpp"
     assert status["program"] == "llama-server" and status["health"]["state"] == "ready"
     assert run_homelab("stop").returncode == 0 and not alive(record.pid)

@@ -99,7 +99,8 @@ def test_serve_reports_ready_then_stops_cleanly_on_a_signal(
 
 
 def test_detach_adopt_status_replace_stop(smollm2_gguf: Path, engines) -> None:
-    first, chosen = serve_on_a_free_port(str(smollm2_gguf), *PLAN, "--detach")
+    # the engine itself on the public port (the gate in front: tests/gate_serve)
+    first, chosen = serve_on_a_free_port(str(smollm2_gguf), *PLAN, "--detach", "--no-gate")
     port = str(chosen)
     assert first.returncode == 0, first.stderr
     assert (
@@ -110,7 +111,7 @@ def test_detach_adopt_status_replace_stop(smollm2_gguf: Path, engines) -> None:
     engines.track(pid)
     assert alive(pid)
 
-    again = run_homelab("serve", str(smollm2_gguf), *PLAN, "--detach")
+    again = run_homelab("serve", str(smollm2_gguf), *PLAN, "--detach", "--no-gate")
     assert again.returncode == 0, again.stderr
     assert "adopting the running detached llama-server" in again.stdout
     assert StateFile().read().pid == pid  # adopted, not a second engine
@@ -121,7 +122,7 @@ def test_detach_adopt_status_replace_stop(smollm2_gguf: Path, engines) -> None:
     assert data["url"] == f"http://127.0.0.1:{port}" and data["health"]["state"] == "ready"
 
     replaced = run_homelab(
-        "serve", str(smollm2_gguf), *PLAN, "--port", port, "--detach", "--replace"
+        "serve", str(smollm2_gguf), *PLAN, "--port", port, "--detach", "--replace", "--no-gate"
     )
     assert replaced.returncode == 0, replaced.stderr
     assert f"replacing llama-server pid {pid}" in replaced.stdout

@@ -51,10 +51,11 @@ async def _start_and_wait_ready(app, pilot, engine_pids) -> str:
     await wait_until(pilot, lambda: app.supervisor is not None, timeout=30)
     engine_pids.add(app.supervisor.pid)
     await wait_until(pilot, lambda: app.engine_state == "ready", timeout=120)
-    server_text = str(app.query_one("#server-state").render())
-    assert "ready" in server_text
-    url = app.supervisor.url
-    assert url in server_text  # the URL a person reads off the panel
+    await wait_until(pilot, lambda: app.session.public_url is not None, timeout=30)
+    url = app.session.public_url  # the admission gate's, in front of the engine
+    assert url is not None and url != app.supervisor.url
+    await wait_until(pilot, lambda: url in str(app.query_one("#server-state").render()))
+    assert "ready" in str(app.query_one("#server-state").render())  # the URL a person reads
     return url
 
 

@@ -8,6 +8,11 @@ A fresh start::
 An engine that already runs: ``Adopting`` instead of ``Planned … Started``; one that runs
 with other settings, asked to be replaced: ``Replacing`` first. Any failure: ``Failed``
 (the same error the session raises). Unreadable state files moved aside: ``SetAsideNotice``.
+
+With the admission gate asked for (``ServeRequest.gate``): ``GateKeyCreated`` first when an
+API key was made for it, then after ``Ready`` (and ``Actuals``) ``GateStarted`` — or, for an
+adopted engine, ``GateAdopted`` (its gate runs already) or ``GateMissing`` (it runs
+without one) — and ``GateStopped`` before ``Stopped`` when the session stopped its gate.
 """
 
 from __future__ import annotations
@@ -148,3 +153,50 @@ class Failed:
     """The session failed with ``error`` (also raised to the caller)."""
 
     error: HomelabError
+
+
+@dataclass(frozen=True, slots=True)
+class GateKeyCreated:
+    """An API key was made for the gate (said once: it is only ever in this file)."""
+
+    path: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class GateStarted:
+    """The admission gate listens at ``url`` in front of the engine at ``engine_url``."""
+
+    url: str
+    budget: int | None
+    """Tokens (prompt + output) it admits at once, all requests together."""
+    max_concurrent: int | None
+    """Requests it lets through at once."""
+    engine_url: str
+    detached: bool
+    """It runs in a process of its own (it outlives this session, like the engine)."""
+    ceiling: int | None = None
+    """The most tokens one request may be charged (the record's ``gate_budget_tokens``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GateAdopted:
+    """The adopted engine's gate runs already: clients keep using ``url``."""
+
+    url: str
+    ceiling: int | None
+    """The most tokens one request may be charged."""
+
+
+@dataclass(frozen=True, slots=True)
+class GateMissing:
+    """The adopted engine runs without a gate (``reason`` says why); it is served directly."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class GateStopped:
+    """The session stopped the gate at ``url``."""
+
+    url: str

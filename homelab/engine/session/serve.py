@@ -10,6 +10,10 @@ worker thread); :meth:`ServeSession.stop` and :meth:`ServeSession.let_go` end it
 
 Adopt, replace or refuse is decided in the domain
 (:func:`homelab.engine.supervision.ownership.decide`), with the settings the person asked for.
+
+With ``ServeRequest.gate`` the admission gate is part of the session
+(:mod:`homelab.engine.session.gate`): it takes the public port, the engine an internal one,
+and it starts once the engine is ready and stops when the session stops the engine.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from typing import Any
 from homelab.engine.kinds import KINDS, EngineKind, ServePlan, engine_kind
 from homelab.engine.session import events as ev
 from homelab.engine.session.bus import EventBus
+from homelab.engine.session.gate import SessionGate, stop_recorded_gate, wait_port_freed
+from homelab.engine.session.model_ref import resolve_model
 from homelab.engine.supervision.facts import Asked
 from homelab.engine.supervision.ownership import Running, decide, running, stop_engine, stop_found
 from homelab.engine.supervision.ports import LOOPBACK, choose_port
@@ -31,6 +37,7 @@ from homelab.engine.supervision.state_file import StateFile
 from homelab.engine.supervision.states import EngineSpec, RestartPolicy, State
 from homelab.engine.supervision.supervisor import Supervisor
 from homelab.errors import HomelabError, UsageError
+from homelab.gate.config_file import GateChoices
 from homelab.gpu.report import GpuReport
 from homelab.plan.options import PlanOptions
 from homelab.plan.workload import Workload
@@ -56,6 +63,9 @@ class ServeRequest:
     report: GpuReport | None = None
     """Plan on this look at the card (a front-end that follows the card's telemetry);
     None: read the card as ``options`` say."""
+    gate: GateChoices | None = None
+    """Put the admission gate on the public port (these settings over gate.toml); None:
+    serve the engine directly on it."""
 
     def __post_init__(self) -> None:
         if not self.start_timeout_s > 0:
@@ -97,6 +107,9 @@ class ServeSession:
         self._log_dir = log_dir
         self._default_workload: Workload | None = request.default_workload
         self._asked_stop = False
+        self.gate: SessionGate | None = None
+        if request.gate is not None:
+            self.gate = SessionGate(request.gate, self.store, self._emit)
 
     # -- subscribing -------------------------------------------------------------------------
 
@@ -127,6 +140,8 @@ class ServeSession:
             HomelabError: the model, the plan, the decision or the spawn failed.
         """
         try:
+            if self.gate is not None:
+                self.gate.resolve(self._wanted_port())
             model = self._resolve()
             with self.store.claim():
                 now = running(self.store)
@@ -148,29 +163,14 @@ class ServeSession:
         """The model to serve, pulled into the HF cache when the kind pulls and it is not local."""
         if not self.kind.pulls:
             return self.request.model
-        from homelab.gguf.local_path import local_or_ref
+        path, workload = resolve_model(self.request.model, self.kind, self._emit)
+        if workload is not None:
+            self._default_workload = workload
+        return path
 
-        ref = self.request.model
-        local = local_or_ref(ref)  # a folder, FIFO or /dev/zero raises its own reason (exit 4)
-        if local is not None:
-            return str(local.absolute())
-        if "/" not in ref:
-            from homelab.hub.presets import find_preset
-
-            preset = find_preset(ref)
-            if preset.engine != self.kind.name:
-                raise UsageError(
-                    f"preset {preset.key} runs on {preset.engine}",
-                    hint=f"serve {preset.repo} with `engine` {preset.engine}",
-                )
-            self._default_workload = preset.workload
-            self._emit(ev.PresetChosen(preset.key, preset.name, preset.ref))
-            ref = preset.ref
-        from homelab.hub.download import pull
-
-        pulled = pull(ref, progress=lambda p: self._emit(ev.PullProgress(p)))
-        self._emit(ev.Pulled(str(pulled.paths[0]), pulled.note))
-        return str(Path(pulled.paths[0]).absolute())
+    def _wanted_port(self) -> int:
+        port = self.request.options.port
+        return port if port is not None else self.kind.default_port
 
     def _start_planned(self, model: str) -> Supervisor:
         from homelab.plan.card import card_for
@@ -178,13 +178,19 @@ class ServeSession:
         options, kind = self.request.options, self.kind
         executable = kind.executable()
         pinned = options.port is not None
-        wanted = options.port if options.port is not None else kind.default_port
-        choice = choose_port(LOOPBACK, wanted, pinned=pinned)
+        wanted = self._wanted_port()
+        if self.gate is not None:  # the gate's port is the public one; the engine's internal
+            choice = self.gate.reserve(wanted, pinned=pinned)
+            note = None if self.gate.public is None else self.gate.public.note()
+            pinned = True  # a restart must come back where the gate sends requests
+        else:
+            choice = choose_port(LOOPBACK, wanted, pinned=pinned)
+            note = choice.note()
         report = self.request.report if self.request.report is not None else card_for(options)
         plan = kind.plan(model, report, options, default_workload=self._default_workload)
         self.plan = plan
         argv = kind.argv(plan, choice.port, executable)
-        self._emit(ev.Planned(plan, tuple(argv), choice.note()))
+        self._emit(ev.Planned(plan, tuple(argv), note))
         spec = EngineSpec(
             argv=tuple(argv),
             model=plan.model_path,
@@ -225,6 +231,8 @@ class ServeSession:
         self._emit(ev.Adopting(record, kind.program, time.time() - record.started_at))
         supervisor.adopt(record)
         self.adopted = record
+        if self.gate is not None:
+            self.gate.adopt(record)
         return supervisor
 
     def _replace(self, now: Running) -> None:
@@ -232,8 +240,12 @@ class ServeSession:
         if record is not None:
             known = KINDS.get(record.engine)
             program = record.engine if known is None else known.program
-            self._emit(ev.Replacing(program, record.pid, record.model, record.url, record=record))
+            self._emit(
+                ev.Replacing(program, record.pid, record.model, record.public_url, record=record)
+            )
+            stop_recorded_gate(record)
             stop_engine(self.store, record)
+            wait_port_freed(record)
         for found in now.unrecorded:
             self._emit(
                 ev.Replacing(Path(found.cmdline[0]).name, found.pid, None, None, found=found)
@@ -244,9 +256,14 @@ class ServeSession:
         supervisor = Supervisor(
             spec, profile, policy=self._policy, state_file=self.store, log_dir=self._log_dir
         )
-        supervisor.subscribe(lambda t: self._emit(ev.EngineChanged(t)))
+        supervisor.subscribe(self._changed)
         self.supervisor = supervisor
         return supervisor
+
+    def _changed(self, transition) -> None:
+        if self.gate is not None and transition.state is State.STARTING:
+            self.gate.stamp(transition.pid)  # a restart wrote a new record: it names the gate
+        self._emit(ev.EngineChanged(transition))
 
     def wait_ready(self) -> None:
         """Wait until it answers; then predicted vs actual, calibration, and (detached) let go.
@@ -266,7 +283,17 @@ class ServeSession:
             )
             if measured is not None:
                 self._emit(ev.Actuals(measured))
+        if self.gate is not None and self.adopted is None:
+            try:
+                self.gate.start(
+                    ready.url or "", supervisor.spec.facts, ready.pid, detached=self.request.detach
+                )
+            except HomelabError as error:  # never an engine left without its gate
+                supervisor.stop()
+                raise self._failed(error) from None
         if self.request.detach and not self.request.hold:
+            if self.gate is not None:
+                self.gate.let_go()
             supervisor.release()
             self._emit(ev.LeftRunning(_text(supervisor.log_path), adopted=False))
             self._emit(ev.Stopped("released"))
@@ -284,6 +311,8 @@ class ServeSession:
             HomelabError: it gave up (crash loop, a failure that would repeat).
         """
         supervisor = self._need()
+        if self.gate is not None:
+            self.gate.stop()
         failure = supervisor.failure
         if failure is not None:
             self._emit(ev.Stopped("failed"))
@@ -318,8 +347,26 @@ class ServeSession:
         self._asked_stop = True
         if let_go and self.let_go():
             return
+        if self.gate is not None:
+            self.gate.stop()
         supervisor.stop()
         self._emit(ev.Stopped("stopped"))
+
+    def end(self) -> None:
+        """After a failure or an interrupt: stop what this session still runs (its gate, a
+        live engine), without news; a released engine and its gate are left alone."""
+        if self.gate is not None:  # a gate let go with its engine is not held any more
+            self.gate.stop()
+        if self.live and self.supervisor is not None:
+            self.supervisor.stop()
+
+    @property
+    def public_url(self) -> str | None:
+        """Where clients go: the gate's URL (None until it listens), or the engine's when it
+        runs without one (no gate asked, or an adopted engine that has none)."""
+        if self.gate is not None and (self.gate.url is not None or self.adopted is None):
+            return self.gate.url
+        return None if self.supervisor is None else self.supervisor.url
 
     @property
     def asked_to_stop(self) -> bool:
@@ -333,6 +380,8 @@ class ServeSession:
             return False
         if supervisor.state is not State.READY or supervisor.released:
             return False
+        if self.gate is not None:
+            self.gate.let_go()
         supervisor.release()
         self._emit(ev.LeftRunning(_text(supervisor.log_path), adopted=self.adopted is not None))
         self._emit(ev.Stopped("released"))

@@ -132,7 +132,7 @@ def decide(now: Running, model: str, *, asked: Asked | None = None, replace: boo
             hint="`replace` replaces it; `stop` stops it",
             title=_TITLE,
         )
-    found = differences(record.facts, record.port, asked or Asked(), record.engine)
+    found = differences(record.facts, record.public_port, asked or Asked(), record.engine)
     if found:
         runs, wanted = describe_differences(found)
         raise EngineError(

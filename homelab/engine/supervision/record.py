@@ -58,6 +58,36 @@ class EngineRecord:
     """The person chose the port (it is never silently another)."""
     facts: PlanFacts | None = None
     """What the plan gave it (slots, context, cache types); None when started without a plan."""
+    gate_url: str | None = None
+    """The admission gate in front of it (the public URL); None: served directly (no gate)."""
+    gate_budget_tokens: int | None = None
+    """The per-request ceiling the gate admits: the most tokens (prompt + output) one
+    request may be charged (what an agent may plan its context with)."""
+    gate_pid: int | None = None
+    """The process that runs the gate (this supervisor's, or a detached gate's own)."""
+    gate_create_time: float | None = None
+    """The gate process's start time per the kernel (guards against pid reuse)."""
+
+    @property
+    def public_url(self) -> str:
+        """Where clients go: the gate's URL when it has one, else the engine's."""
+        return self.gate_url or self.url
+
+    @property
+    def public_port(self) -> int:
+        """The port clients use (the gate's, or the engine's without a gate)."""
+        if self.gate_url is None:
+            return self.port
+        return int(self.gate_url.rsplit(":", 1)[1].split("/", 1)[0])
+
+    def gate_alive(self) -> bool:
+        """True while the recorded gate process runs (verifiably that process)."""
+        return (
+            self.gate_url is not None
+            and self.gate_pid is not None
+            and self.gate_create_time is not None
+            and alive(self.gate_pid, self.gate_create_time)
+        )
 
     @property
     def url(self) -> str:
@@ -132,6 +162,7 @@ class EngineRecord:
             raise ValueError(f"pid {record.pid} / pgid {record.pgid} is not a process")
         if not 1 <= record.port <= 65535:
             raise ValueError(f"port {record.port} is out of range")
+        _check_gate(record)
         if record.host != LOOPBACK:
             raise ValueError(f"host {record.host!r} is not the loopback address homelab binds")
         return record
@@ -157,7 +188,25 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "engine_id": ((str, type(None)), False),
     "port_pinned": ((bool,), False),
     "facts": ((dict, type(None)), False),
+    "gate_url": ((str, type(None)), False),
+    "gate_budget_tokens": ((int, type(None)), False),
+    "gate_pid": ((int, type(None)), False),
+    "gate_create_time": ((*_NUMBER, type(None)), False),
 }
+
+
+def _check_gate(record: EngineRecord) -> None:
+    """A gate URL is ``http://HOST:PORT``; its budget and pid are positive."""
+    url = record.gate_url
+    if url is not None:
+        rest = url.removeprefix("http://")
+        host, _, port = rest.rpartition(":")
+        if rest == url or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ValueError(f"gate_url {url!r} is not http://HOST:PORT")
+    if record.gate_budget_tokens is not None and record.gate_budget_tokens < 1:
+        raise ValueError(f"gate_budget_tokens {record.gate_budget_tokens} is not a budget")
+    if record.gate_pid is not None and record.gate_pid < 1:
+        raise ValueError(f"gate_pid {record.gate_pid} is not a process")
 
 
 def _is(value: object, kinds: tuple[type, ...]) -> bool:

@@ -1,0 +1,56 @@
+"""Helpers of the gate-in-serve tests: find this test's detached gate processes, chat."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import psutil
+
+from homelab.paths import state_dir
+
+GATE_MODULE = "homelab.engine.session.gate_process"
+PLAN = ["--vram", "8GiB", "--ctx", "512", "--parallel", "1"]
+
+
+def gate_processes() -> list[psutil.Process]:
+    """The detached gate processes that keep this test's state folder."""
+    mine = str(state_dir())
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if GATE_MODULE not in (process.info["cmdline"] or []):
+                continue
+            if process.status() == psutil.STATUS_ZOMBIE:  # ended, not yet reaped
+                continue
+            if process.environ().get("HOMELAB_STATE_DIR") == mine:
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def wait_gates_gone(timeout_s: float = 10.0) -> bool:
+    """True once no gate process of this test runs (they watch the engine record each second)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not gate_processes():
+            return True
+        time.sleep(0.1)
+    return not gate_processes()
+
+
+def chat(url: str, *, key: str | None = None) -> httpx.Response:
+    """One short chat completion at ``url`` (greedy, 8 tokens)."""
+    headers = {} if key is None else {"Authorization": f"Bearer {key}"}
+    return httpx.post(
+        f"{url}/v1/chat/completions",
+        json={
+            "messages": [{"role": "user", "content": "Say hello."}],
+            "max_tokens": 8,
+            "temperature": 0,
+        },
+        headers=headers,
+        timeout=180,  # a loaded CPU runner takes its time
+        trust_env=False,
+    )

@@ -171,6 +171,11 @@ def run_status(args: argparse.Namespace) -> int:
             health, line = snapshot.health, status_line(snapshot)
     supervisor = record.supervisor_pid if record.supervisor_alive() else None
     program = _program(record.engine)
+    gate_state = None
+    if record.gate_url is not None and record.gate_alive():
+        from homelab.gate.client import live_gate_state
+
+        gate_state = live_gate_state(record.gate_url)
     if args.json:
         print_json(
             {
@@ -197,6 +202,7 @@ def run_status(args: argparse.Namespace) -> int:
                     "budget_tokens": record.gate_budget_tokens,
                     "pid": record.gate_pid,
                     "running": record.gate_alive(),
+                    "state": gate_state,
                 },
                 "health": None
                 if health is None
@@ -221,6 +227,11 @@ def run_status(args: argparse.Namespace) -> int:
             admits = f" · up to {ceiling} tokens per request" if ceiling else ""
             print(f"  gate {record.gate_url}{gone}{admits} · clients use this URL")
             print(f"  engine {record.url} (internal)")
+            if gate_state is not None:
+                from homelab.gate.client import describe_gate_state
+
+                for gate_line in describe_gate_state(gate_state):
+                    print(f"  {gate_line}")
         else:
             print(f"  {record.url} · no gate (the engine serves directly)")
         print(f"  up {duration(time.time() - record.started_at)} · {how}")

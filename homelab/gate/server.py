@@ -15,6 +15,7 @@ from homelab.gate.core import Gate
 from homelab.gate.forward import complete
 from homelab.gate.replies import error_reply
 from homelab.gate.requests import ROUTES, Route
+from homelab.gate.state import STATE_PATH
 
 GATE_KEY: web.AppKey[Gate] = web.AppKey("gate", Gate)
 PASSTHROUGH = (
@@ -40,6 +41,7 @@ def build_app(gate: Gate) -> web.Application:
         app.router.add_route(method, path, _passthrough)
     app.router.add_get("/health", _health)
     app.router.add_get("/metrics", _metrics)
+    app.router.add_get(STATE_PATH, _state)
     return app
 
 
@@ -108,6 +110,11 @@ async def _health(request: web.Request) -> web.StreamResponse:
             code="engine_down",
             retry_after_s=2,
         )
+
+
+async def _state(request: web.Request) -> web.StreamResponse:
+    """The gate's state now (queue, charges, refusals, cache hit rate, alarms)."""
+    return web.json_response(request.app[GATE_KEY].state().to_json())
 
 
 async def _metrics(request: web.Request) -> web.StreamResponse:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+STATE_PATH = "/homelab/gate"
+"""Where a gate serves its own state as JSON (:meth:`GateState.to_json`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ReprefillAlarm:

@@ -48,6 +48,8 @@ class StatusRead(Message, bubble=False):
 
     status: Any
     alarm: Any
+    gate: dict[str, Any] | None = None
+    """The admission gate's state (``GateState.to_json``) when one is in front."""
 
 
 def _post(app: Any, message: Message) -> None:
@@ -205,14 +207,17 @@ class LiveFlow:
             poller.stop()
 
     def _on_status(self, watch: Any, status: Any) -> None:
-        """On the subscription's thread: the alarm rule (pure), then hand it over."""
-        _post(self, StatusRead(status, watch.update(status)))
+        """On the subscription's thread: the alarm rule (pure), the gate's numbers (one
+        loopback call when a gate is in front), then hand them over."""
+        gate = backend.gate_state(getattr(self, "session", None))
+        _post(self, StatusRead(status, watch.update(status), gate))
 
     @while_mounted
     def on_status_read(self, message: StatusRead) -> None:
         if self._status_url is None or message.status.url != self._status_url.rstrip("/"):
             return  # a reading of an engine that is gone
-        self.query_one("#metrics", MetricsPanel).show(message.status, message.alarm)
+        gate = None if message.gate is None else backend.gate_lines(message.gate)
+        self.query_one("#metrics", MetricsPanel).show(message.status, message.alarm, gate)
         self._show_engine()  # uptime and log tail, also once a replayed card has ended
 
     # -- the end ---------------------------------------------------------------------------

@@ -65,6 +65,12 @@ def test_detached_gate_answers_is_adopted_and_stopped(smollm2_gguf: Path, engine
     assert answer.status_code == 200, answer.text
     assert answer.json()["choices"][0]["message"]["content"]
     assert httpx.get(f"{public}/health", timeout=10, trust_env=False).status_code == 200
+    live = _status()["gate"]["state"]  # the gate's own numbers, asked of the gate process
+    assert live["admitted"] >= 1 and live["running"] == 0 and live["queued"] == 0
+    assert live["charged_tokens"] == 0  # the chat's charge was released
+    assert live["ceiling_tokens"] == record.gate_budget_tokens
+    human = run_homelab("status").stdout
+    assert "gate: 0 running · 0 queued" in human and f"admitted {live['admitted']}" in human
 
     (gate,) = gate_processes()  # the gate outlived the serve that started it
     assert record.gate_pid == gate.pid

@@ -59,6 +59,9 @@ def test_metrics_panel_shows_the_generation_speed_of_a_real_chat(
             await wait_until(pilot, lambda: max(panel.gen_history) > 0, 30)  # the sparkline
             assert "KV slot 0:" in _metrics_text(app)
             assert "cache reuse (latest prompt)" in _metrics_text(app)
+            # the chat went through the admission gate in front: its numbers are shown too
+            await wait_until(pilot, lambda: "admitted 1" in _metrics_text(app), 30)
+            assert "gate: 0 running · 0 queued · 0 of " in _metrics_text(app)
             held = panel.last.kv_per_slot[0][1]
             assert held > 0  # the chat's cells are held in slot 0
             assert _alarm_text(app) == ""  # a first short chat never alarms

@@ -103,8 +103,9 @@ class MetricsPanel(Vertical):
         self.query_one("#metrics-alarm", Static).display = False
         self.display = False
 
-    def show(self, status: Any, alarm: Any | None) -> None:
-        """Render one status; ``alarm`` is a ``Reprocessed`` (or None: keep or clear the last)."""
+    def show(self, status: Any, alarm: Any | None, gate: list[str] | None = None) -> None:
+        """Render one status; ``alarm`` is a ``Reprocessed`` (or None: keep or clear the last);
+        ``gate``: the admission gate's lines, when one is in front of the engine."""
         self.display = True
         self.last = status
         prompt, gen = window_rates(status)
@@ -115,7 +116,7 @@ class MetricsPanel(Vertical):
         peak_p, peak_g = max(self.prompt_history), max(self.gen_history)
         self.query_one("#prompt-label", Static).update(f"prompt tok/s (peak {tps(peak_p)})")
         self.query_one("#gen-label", Static).update(f"gen tok/s (peak {tps(peak_g)})")
-        self.query_one("#metrics-text", Static).update(self._text(status))
+        self.query_one("#metrics-text", Static).update(self._text(status, gate or ()))
         box = self.query_one("#metrics-alarm", Static)
         if alarm is not None:
             box.update(
@@ -127,7 +128,7 @@ class MetricsPanel(Vertical):
         elif status.window is not None and status.window.cache_reuse is not None:
             box.display = False  # a later prompt: the alarm was about an earlier turn
 
-    def _text(self, status: Any) -> Text:
+    def _text(self, status: Any, gate: Any = ()) -> Text:
         text = Text()
         if not status.health.ready:
             text.append(f"{status.health.state.value}: {status.health.detail}\n", style="yellow")
@@ -152,6 +153,8 @@ class MetricsPanel(Vertical):
             )
         else:
             text.append("cache reuse: no prompt yet", style="dim")
+        for line in gate:
+            text.append(f"\n{line}", style="bold yellow" if line.startswith("⚠") else "")
         for note in status.notes:
             text.append(f"\n{note}", style="dim")
         return text

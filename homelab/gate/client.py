@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import httpx
 
-from homelab.engine.loopback import loopback_client
 from homelab.gate.state import STATE_PATH
 
 TIMEOUT_S = 2.0
@@ -18,10 +17,10 @@ def read_gate_state(url: str, api_key: str | None = None) -> dict[str, object] |
     """The gate's state as its JSON (see :meth:`homelab.gate.state.GateState.to_json`);
     None when the gate does not answer (stopped, restarting, or not a homelab gate)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-    try:
-        with loopback_client(url, timeout_s=TIMEOUT_S, headers=headers) as client:
-            answer = client.get(STATE_PATH)
-    except httpx.HTTPError:
+    try:  # our own gate, on this machine, but maybe bound off loopback: no proxies though
+        with httpx.Client(timeout=TIMEOUT_S, trust_env=False, headers=headers) as client:
+            answer = client.get(url.rstrip("/") + STATE_PATH)
+    except (httpx.HTTPError, httpx.InvalidURL):
         return None
     if answer.status_code != 200:
         return None

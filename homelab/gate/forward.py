@@ -57,7 +57,8 @@ async def complete(gate: Gate, request: web.Request, route: Route) -> web.Stream
     if queue.state.queued >= queue.state.max_queue and not _may_start(queue):
         queue.refuse(Refusal.QUEUE_FULL)  # refused before the engine is asked to count
         return _queue_full(queue, queue.retry_after_s(), anthropic)
-    prompt, exact = await gate.prompt_tokens(asked)
+    estimated = estimate_if_it_runs_now(queue, asked, gate.settings.max_tokens_cap)
+    prompt, exact = estimated if estimated is not None else await gate.prompt_tokens(asked)
     ceiling = queue.limits.ceiling_tokens
     completion = completion_cap(asked, prompt, cap=gate.settings.max_tokens_cap, ceiling=ceiling)
     if completion < 1:
@@ -117,6 +118,22 @@ async def _wait(
             await response.prepare(request)
         await response.write(KEEPALIVE)
         next_tick = now + keepalive
+
+
+def estimate_if_it_runs_now(
+    queue: AdmissionQueue, asked: Asked, cap: int
+) -> tuple[int, bool] | None:
+    """(the conservative estimate, False) when, charged by it, the request runs at once
+    with its completion bound untouched: then asking the engine to count the prompt (a
+    round trip, most of the gate's added latency, bench/bench_gate_latency.py) changes
+    nothing but the charge, which the engine's ``usage`` corrects afterwards. None: count."""
+    if not _may_start(queue):
+        return None
+    estimate = asked.estimate_tokens()
+    wanted = cap if asked.max_tokens is None else min(asked.max_tokens, cap)
+    state = queue.state
+    room = min(queue.limits.ceiling_tokens, state.budget - state.charged)
+    return (estimate, False) if estimate + wanted <= room else None
 
 
 def _may_start(queue: AdmissionQueue) -> bool:

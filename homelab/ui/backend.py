@@ -334,24 +334,6 @@ def public_url(session: ServeSession | None) -> str | None:
     return None if session is None else session.public_url
 
 
-def gate_state(session: ServeSession | None) -> dict[str, Any] | None:
-    """The session's admission gate's numbers now; None without a gate or when it does
-    not answer."""
-    gate = None if session is None else session.gate
-    if gate is None or gate.url is None:
-        return None
-    from homelab.gate.client import live_gate_state
-
-    return live_gate_state(gate.url)
-
-
-def gate_lines(state: dict[str, Any]) -> list[str]:
-    """What the live panel says about the gate (the lines ``homelab status`` prints)."""
-    from homelab.gate.client import describe_gate_state
-
-    return describe_gate_state(state)
-
-
 def engine_log(supervisor: Supervisor, n: int) -> list[str]:
     """The engine's last ``n`` log lines."""
     return supervisor.tail(n)

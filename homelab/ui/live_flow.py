@@ -28,7 +28,7 @@ from textual.css.query import NoMatches
 from textual.message import Message
 
 from homelab.errors import HomelabError
-from homelab.ui import backend
+from homelab.ui import backend, backend_gate
 from homelab.ui.messages import (
     CardFailed,
     CardRead,
@@ -209,14 +209,14 @@ class LiveFlow:
     def _on_status(self, watch: Any, status: Any) -> None:
         """On the subscription's thread: the alarm rule (pure), the gate's numbers (one
         loopback call when a gate is in front), then hand them over."""
-        gate = backend.gate_state(getattr(self, "session", None))
+        gate = backend_gate.gate_state(getattr(self, "session", None))
         _post(self, StatusRead(status, watch.update(status), gate))
 
     @while_mounted
     def on_status_read(self, message: StatusRead) -> None:
         if self._status_url is None or message.status.url != self._status_url.rstrip("/"):
             return  # a reading of an engine that is gone
-        gate = None if message.gate is None else backend.gate_lines(message.gate)
+        gate = None if message.gate is None else backend_gate.gate_lines(message.gate)
         self.query_one("#metrics", MetricsPanel).show(message.status, message.alarm, gate)
         self._show_engine()  # uptime and log tail, also once a replayed card has ended
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -70,6 +71,10 @@ class SessionGate:
         self._child: GateChild | None = None
         self._adopted: tuple[int, float] | None = None
         self._fields: dict[str, object] = {}
+        self._life = threading.Lock()
+        """Held by :meth:`start` and :meth:`stop`: a stop that comes while the gate is being
+        spawned waits for it, then stops it; a gate asked to start after a stop does not."""
+        self._stopped = False
 
     # -- before the engine -------------------------------------------------------------------
 
@@ -107,6 +112,13 @@ class SessionGate:
         Raises:
             HomelabError: it could not listen (its port was taken meanwhile).
         """
+        with self._life:
+            if not self._stopped:  # a stop came first: no gate for a stopped engine
+                self._start(engine_url, facts, engine_pid, detached=detached)
+
+    def _start(
+        self, engine_url: str, facts: PlanFacts | None, engine_pid: int | None, *, detached: bool
+    ) -> None:
         settings = self._need()
         if self.public is None:  # an adopted engine without a record of its gate: not here
             raise RuntimeError("the gate's port was not reserved")
@@ -177,9 +189,11 @@ class SessionGate:
     # -- the end -------------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Stop the gate this session holds (idempotent)."""
-        runner, child, adopted = self._runner, self._child, self._adopted
-        self._runner = self._child = self._adopted = None
+        """Stop the gate this session holds (idempotent; for good: it is not started again)."""
+        with self._life:
+            self._stopped = True
+            runner, child, adopted = self._runner, self._child, self._adopted
+            self._runner = self._child = self._adopted = None
         if runner is not None:
             runner.stop()
         if child is not None:

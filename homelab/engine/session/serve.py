@@ -18,7 +18,6 @@ and it starts once the engine is ready and stops when the session stops the engi
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -108,9 +107,6 @@ class ServeSession:
         self._log_dir = log_dir
         self._default_workload: Workload | None = request.default_workload
         self._asked_stop = False
-        self._gate_lock = threading.Lock()
-        """Held while the gate starts and while a stop is asked: a stop that comes while the
-        gate is being spawned waits for it and stops it (never a gate left behind)."""
         self.gate: SessionGate | None = None
         if request.gate is not None:
             self.gate = SessionGate(request.gate, self.store, self._emit)
@@ -289,14 +285,9 @@ class ServeSession:
                 self._emit(ev.Actuals(measured))
         if self.gate is not None and self.adopted is None:
             try:
-                with self._gate_lock:
-                    if not self._asked_stop:  # a stop came first: no gate for a stopped engine
-                        self.gate.start(
-                            ready.url or "",
-                            supervisor.spec.facts,
-                            ready.pid,
-                            detached=self.request.detach,
-                        )
+                self.gate.start(
+                    ready.url or "", supervisor.spec.facts, ready.pid, detached=self.request.detach
+                )
             except HomelabError as error:  # never an engine left without its gate
                 supervisor.stop()
                 raise self._failed(error) from None
@@ -353,8 +344,7 @@ class ServeSession:
         supervisor = self.supervisor
         if supervisor is None:
             return
-        with self._gate_lock:  # a gate being spawned is up (and then stopped) after this
-            self._asked_stop = True
+        self._asked_stop = True
         if let_go and self.let_go():
             return
         if self.gate is not None:

@@ -292,11 +292,7 @@ class ServeSession:
                 supervisor.stop()
                 raise self._failed(error) from None
         if self.request.detach and not self.request.hold:
-            if self.gate is not None:
-                self.gate.let_go()
-            supervisor.release()
-            self._emit(ev.LeftRunning(_text(supervisor.log_path), adopted=False))
-            self._emit(ev.Stopped("released"))
+            self._release(supervisor, adopted=False)
 
     @property
     def live(self) -> bool:
@@ -380,12 +376,17 @@ class ServeSession:
             return False
         if supervisor.state is not State.READY or supervisor.released:
             return False
+        self._release(supervisor, adopted=self.adopted is not None)
+        return True
+
+    def _release(self, supervisor: Supervisor, *, adopted: bool) -> None:
+        """Leave the detached engine (and its gate) running; this session ends."""
         if self.gate is not None:
             self.gate.let_go()
         supervisor.release()
-        self._emit(ev.LeftRunning(_text(supervisor.log_path), adopted=self.adopted is not None))
+        log = None if supervisor.log_path is None else str(supervisor.log_path)
+        self._emit(ev.LeftRunning(log, adopted=adopted))
         self._emit(ev.Stopped("released"))
-        return True
 
     def close(self) -> None:
         """Deliver every event still queued; end the delivery threads."""
@@ -395,7 +396,3 @@ class ServeSession:
         if self.supervisor is None:
             raise RuntimeError("the session has not started")
         return self.supervisor
-
-
-def _text(path: Path | None) -> str | None:
-    return None if path is None else str(path)

@@ -31,6 +31,7 @@ class Refusal(Enum):
 class Entry:
     id: int
     charge: int
+    places: int = 1
     gone: bool = False
 
 
@@ -57,7 +58,14 @@ class AdmissionState:
         self.max_queue = max_queue
         self._queue: OrderedDict[int, Entry] = OrderedDict()
         self._running: dict[int, int] = {}
+        self._places: dict[int, int] = {}
+        """Places (engine slots) each running request takes: a list of prompts takes one
+        per prompt, at most ``max_concurrent`` (the engine defers the rest)."""
+        self._busy = 0
+        self._charged = 0
         self.skipped_gone = 0
+        self.dropped: tuple[int, ...] = ()
+        """Queued ids the last :meth:`set_limits` removed: too large for the new limits."""
         """Entries dropped at the head because their client had left (see :meth:`mark_gone`)."""
 
     # -- what is there ----------------------------------------------------------------
@@ -65,11 +73,12 @@ class AdmissionState:
     @property
     def charged(self) -> int:
         """Tokens charged to running requests."""
-        return sum(self._running.values())
+        return self._charged
 
     @property
     def running(self) -> int:
-        return len(self._running)
+        """Places taken by running requests (one per engine task)."""
+        return self._busy
 
     @property
     def queued(self) -> int:
@@ -94,15 +103,17 @@ class AdmissionState:
 
     # -- changes ----------------------------------------------------------------------
 
-    def offer(self, id: int, charge: int) -> Offer:
-        """Queue a request charged ``charge`` tokens and admit what fits."""
+    def offer(self, id: int, charge: int, places: int = 1) -> Offer:
+        """Queue a request charged ``charge`` tokens (``places`` engine tasks, each at most
+        the ceiling) and admit what fits."""
         if id in self._queue or id in self._running:
             raise ValueError(f"request {id} is already known")
-        if charge > self.ceiling:
+        places = max(1, places)
+        if self._too_large(charge, places):
             return Offer(Refusal.TOO_LARGE, ())
-        if self.queued >= self.max_queue and not self._fits_now(charge):
+        if self.queued >= self.max_queue and not self._fits_now(charge, places):
             return Offer(Refusal.QUEUE_FULL, ())
-        self._queue[id] = Entry(id, max(0, charge))
+        self._queue[id] = Entry(id, max(0, charge), places)
         return Offer(None, self._admit())
 
     def mark_gone(self, id: int) -> None:
@@ -120,48 +131,64 @@ class AdmissionState:
 
     def release(self, id: int) -> tuple[int, ...]:
         """A running request ended (its engine slot is idle): free its charge, admit."""
-        if self._running.pop(id, None) is None:
+        charge = self._running.pop(id, None)
+        if charge is None:
             return ()
+        self._charged -= charge
+        self._busy -= self._places.pop(id)
         return self._admit()
 
     def reconcile(self, id: int, charge: int) -> tuple[int, ...]:
         """Correct a running request's charge (the engine's own count, after the fact)."""
         if id not in self._running:
             return ()
-        self._running[id] = max(0, charge)
+        charge = max(0, charge)
+        self._charged += charge - self._running[id]
+        self._running[id] = charge
         return self._admit()
 
-    def set_limits(
-        self, *, budget: int, max_concurrent: int, ceiling: int | None = None
-    ) -> tuple[int, ...]:
-        """New limits (the engine restarted with another plan); admits what now fits.
-        Queued entries over the new ceiling stay queued until the caller abandons them."""
+    def set_limits(self, *, budget: int, max_concurrent: int, ceiling: int | None = None) -> Offer:
+        """New limits (the engine restarted with another plan). Running requests keep their
+        charge; queued ones keep their place, except those now larger than a request may
+        ever be, which leave the queue (``refused`` is TOO_LARGE when there were any).
+        ``admitted``: what now fits; the caller answers the refused ones (:attr:`dropped`)."""
+        if budget < 1 or max_concurrent < 1:
+            raise ValueError("budget and max_concurrent must be >= 1")
         self.budget, self.max_concurrent = budget, max_concurrent
         self.ceiling = budget if ceiling is None else min(ceiling, budget)
-        return self._admit()
+        self.dropped = tuple(
+            e.id for e in self._queue.values() if not e.gone and self._too_large(e.charge, e.places)
+        )
+        for id in self.dropped:
+            del self._queue[id]
+        return Offer(Refusal.TOO_LARGE if self.dropped else None, self._admit())
 
     # -- the rule ---------------------------------------------------------------------
 
-    def _fits_now(self, charge: int) -> bool:
-        return (
-            not self._queue
-            and len(self._running) < self.max_concurrent
-            and self.charged + charge <= self.budget
-        )
+    def _too_large(self, charge: int, places: int) -> bool:
+        return charge > min(self.budget, self.ceiling * places)
+
+    def _fits(self, charge: int, places: int) -> bool:
+        taken = min(places, self.max_concurrent)
+        return self._busy + taken <= self.max_concurrent and self._charged + charge <= self.budget
+
+    def _fits_now(self, charge: int, places: int) -> bool:
+        return not self._queue and self._fits(charge, places)
 
     def _admit(self) -> tuple[int, ...]:
         admitted: list[int] = []
-        charged = self.charged
         while self._queue:
             head = next(iter(self._queue.values()))
             if head.gone:
                 self._queue.popitem(last=False)
                 self.skipped_gone += 1
                 continue
-            if len(self._running) >= self.max_concurrent or charged + head.charge > self.budget:
+            if not self._fits(head.charge, head.places):
                 break
             self._queue.popitem(last=False)
             self._running[head.id] = head.charge
-            charged += head.charge
+            self._places[head.id] = min(head.places, self.max_concurrent)
+            self._charged += head.charge
+            self._busy += self._places[head.id]
             admitted.append(head.id)
         return tuple(admitted)

@@ -69,6 +69,14 @@ class SlotBook:
                 self._owner.popitem(last=False)
         return slot
 
+    def resize(self, slots: int) -> None:
+        """The engine restarted with ``slots`` slots: conversations on slots that are gone
+        are forgotten (busy ones are given back as their requests end)."""
+        self.slots = slots
+        for conversation, slot in list(self._owner.items()):
+            if slot >= slots:
+                del self._owner[conversation]
+
     def give(self, slot: int | None) -> None:
         if slot is not None:
             self.busy.discard(slot)

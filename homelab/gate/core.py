@@ -58,11 +58,41 @@ class Gate:
                     self._use(limits)
         return self.queue
 
-    async def prompt_tokens(self, asked: Asked) -> tuple[int, bool]:
-        """(prompt tokens, exact): the engine's count, else a conservative estimate."""
-        counted = await self.upstream.count_tokens(asked.route.count_path, asked.count_body())
-        if counted is not None:
-            return counted, True
+    async def retarget(self, facts: PlanFacts | None) -> Limits | None:
+        """The engine restarted on another plan: its limits for the live queue (queued
+        requests keep their place, running ones their charge; a queued one that could never
+        fit now is refused). Without facts, the limits come from the engine's ``/props``.
+        Returns the limits in force (None: not known yet)."""
+        async with self._limits_lock:
+            self.facts = facts
+            props = None if facts is not None else await self.upstream.props()
+            limits = resolve_limits(self.settings, facts, props)
+            if limits is None:
+                return None if self.queue is None else self.queue.limits
+            if self.queue is None:
+                self._use(limits)
+                return limits
+            self.queue.set_limits(limits)
+            if self.slots is not None and limits.slots is not None:
+                self.slots.resize(limits.slots)
+            elif self.settings.affinity and limits.slots is not None:
+                self.slots = SlotBook(limits.slots)
+            else:
+                self.slots = None
+            log.info("gate limits now: %s", limits)
+            return limits
+
+    async def prompt_tokens(self, asked: Asked) -> tuple[list[int], bool]:
+        """(prompt tokens of each task, exact): the engine's counts, else conservative
+        estimates."""
+        path = asked.route.count_path
+        bodies = asked.count_bodies()
+        if len(bodies) == 1:
+            counted = [await self.upstream.count_tokens(path, bodies[0])]
+        else:
+            counted = await asyncio.gather(*(self.upstream.count_tokens(path, b) for b in bodies))
+        if all(n is not None for n in counted):
+            return [n for n in counted if n is not None], True
         return asked.estimate_tokens(), False
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:

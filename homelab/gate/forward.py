@@ -58,23 +58,19 @@ async def complete(gate: Gate, request: web.Request, route: Route) -> web.Stream
         queue.refuse(Refusal.QUEUE_FULL)  # refused before the engine is asked to count
         return _queue_full(queue, queue.retry_after_s(), anthropic)
     estimated = estimate_if_it_runs_now(queue, asked, gate.settings.max_tokens_cap)
-    prompt, exact = estimated if estimated is not None else await gate.prompt_tokens(asked)
+    prompts, exact = estimated if estimated is not None else await gate.prompt_tokens(asked)
     ceiling = queue.limits.ceiling_tokens
-    completion = completion_cap(asked, prompt, cap=gate.settings.max_tokens_cap, ceiling=ceiling)
+    largest = max(prompts)
+    completion = completion_cap(asked, largest, cap=gate.settings.max_tokens_cap, ceiling=ceiling)
     if completion < 1:
         queue.refuse(Refusal.TOO_LARGE)
-        size = f"{prompt} tokens" if exact else f"about {prompt} tokens (estimated)"
-        return refusal_reply(
-            Refusal.TOO_LARGE,
-            f"This request's prompt is {size}; the gate admits at most {ceiling} tokens per "
-            f"request (prompt and completion together), so it could never run. "
-            f"Send a prompt of at most {ceiling - 1} tokens.",
-            None,
-            anthropic=anthropic,
-        )
+        return _too_large(largest, exact, ceiling, asked)
+    prompt = sum(prompts)
     try:
-        ticket = queue.enter(prompt + completion)
+        ticket = queue.enter(prompt + asked.tasks * completion, asked.tasks)
     except Refused as refused:  # the queue filled while the prompt was counted
+        if refused.reason is Refusal.TOO_LARGE:  # several prompts: more than the budget
+            return _too_large(prompt, exact, queue.limits.budget_tokens, asked, every=True)
         return _queue_full(queue, refused.retry_after_s, anthropic)
     response: web.StreamResponse | None = None
     try:
@@ -83,8 +79,26 @@ async def complete(gate: Gate, request: web.Request, route: Route) -> web.Stream
         queue.leave(ticket, Refusal.CLIENT_GONE)
         raise
     if not ticket.admitted:
+        if ticket.refused is not None and response is None:  # new limits it never fits
+            return _too_large(largest, exact, queue.limits.ceiling_tokens, asked)
         return response if response is not None else _timeout_reply(gate, queue, anthropic)
     return await _run(gate, queue, ticket, request, asked, completion, prompt, response)
+
+
+def _too_large(
+    prompt: int, exact: bool, fits: int, asked: Asked, *, every: bool = False
+) -> web.Response:
+    size = f"{prompt} tokens" if exact else f"about {prompt} tokens (estimated)"
+    what = "prompts are" if every else "prompt is"
+    per = "at once (all its prompts with their completions)" if every else "per request"
+    return refusal_reply(
+        Refusal.TOO_LARGE,
+        f"This request's {what} {size}; the gate admits at most {fits} tokens {per} "
+        f"(prompt and completion together), so it could never run. "
+        f"Send at most {fits - 1} prompt tokens.",
+        None,
+        anthropic=asked.route.anthropic,
+    )
 
 
 async def _wait(
@@ -100,6 +114,15 @@ async def _wait(
         now = time.monotonic()
         until = deadline if not asked.stream else min(deadline, next_tick)
         if await queue.wait(ticket, until - now):
+            if ticket.refused is not None and response is not None:
+                message = "The engine restarted with limits this request can never fit."
+                await response.write(
+                    sse_error(
+                        message, "invalid_request_error", ticket.refused.value,
+                        anthropic=asked.route.anthropic,
+                    )
+                )  # fmt: skip
+                await response.write_eof()
             return response
         now = time.monotonic()
         if now >= deadline:
@@ -122,18 +145,18 @@ async def _wait(
 
 def estimate_if_it_runs_now(
     queue: AdmissionQueue, asked: Asked, cap: int
-) -> tuple[int, bool] | None:
+) -> tuple[list[int], bool] | None:
     """(the conservative estimate, False) when, charged by it, the request runs at once
     with its completion bound untouched: then asking the engine to count the prompt (a
     round trip, most of the gate's added latency, bench/bench_gate_latency.py) changes
     nothing but the charge, which the engine's ``usage`` corrects afterwards. None: count."""
-    if not _may_start(queue):
+    if asked.tasks > 1 or not _may_start(queue):  # several prompts: no usage corrects it
         return None
-    estimate = asked.estimate_tokens()
+    estimate = asked.estimate_tokens()[0]
     wanted = cap if asked.max_tokens is None else min(asked.max_tokens, cap)
     state = queue.state
     room = min(queue.limits.ceiling_tokens, state.budget - state.charged)
-    return (estimate, False) if estimate + wanted <= room else None
+    return ([estimate], False) if estimate + wanted <= room else None
 
 
 def _may_start(queue: AdmissionQueue) -> bool:
@@ -175,7 +198,8 @@ async def _run(
     started: web.StreamResponse | None,
 ) -> web.StreamResponse:
     slot = None
-    if gate.slots is not None and asked.id_slot is None:
+    single = asked.tasks == 1  # several prompts: the engine's usage is one task's
+    if gate.slots is not None and asked.id_slot is None and single:
         slot = gate.slots.take(asked.conversation)
     outcome = Outcome()
     clean = False
@@ -185,9 +209,10 @@ async def _run(
         clean = True
         return result
     finally:
-        if outcome.prompt is not None and outcome.prompt != prompt:
+        if single and outcome.prompt is not None and outcome.prompt != prompt:
             queue.reconcile(ticket, outcome.prompt + completion)
-        _account(gate, asked, outcome, slot if slot is not None else asked.id_slot)
+        if single:
+            _account(gate, asked, outcome, slot if slot is not None else asked.id_slot)
         if clean:
             _release(gate, queue, ticket, slot)
         else:

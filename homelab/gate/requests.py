@@ -5,8 +5,12 @@ Routes and the fields llama-server (b11312) reads for the completion length:
 - ``/v1/chat/completions``: ``max_tokens`` or ``max_completion_tokens``; prompt tokens
   counted exactly by ``/v1/chat/completions/input_tokens`` (chat template applied).
 - ``/v1/messages`` (Anthropic): ``max_tokens``; counted by ``/v1/messages/count_tokens``.
+- ``/v1/responses`` (OpenAI Responses, which Codex speaks): ``max_output_tokens`` (also
+  ``max_tokens``, ``n_predict``: the engine takes the smallest); counted by
+  ``/v1/responses/input_tokens``.
 - ``/v1/completions``: ``max_tokens``; ``/completion``: ``n_predict`` (``-1``: unlimited);
-  both counted by ``/tokenize`` of the prompt.
+  both counted by ``/tokenize`` of the prompt. A list of prompts runs as one engine task
+  per prompt, each charged its own prompt and completion.
 
 Without a cap llama-server generates until end of text or context (``n_predict = -1``), so
 the gate's charge would lie; the gate therefore writes ``min(asked, max_tokens_cap,
@@ -30,7 +34,16 @@ class Route:
     """Fields that bound the completion; the first is written when the client sent none."""
     count_path: str
     """The engine endpoint that counts the prompt's tokens."""
+    prompt_field: str
+    """The body's (required) field of messages or prompt text."""
+    system_field: str | None = None
+    """A field of its own for the system prompt."""
     anthropic: bool = False
+
+    @property
+    def text_prompt(self) -> bool:
+        """A raw text prompt (counted by ``/tokenize``), not a chat."""
+        return self.count_path == "/tokenize"
 
 
 ROUTES: dict[str, Route] = {
@@ -40,10 +53,25 @@ ROUTES: dict[str, Route] = {
             "/v1/chat/completions",
             ("max_tokens", "max_completion_tokens", "n_predict"),
             "/v1/chat/completions/input_tokens",
+            "messages",
         ),
-        Route("/v1/messages", ("max_tokens",), "/v1/messages/count_tokens", anthropic=True),
-        Route("/v1/completions", ("max_tokens", "n_predict"), "/tokenize"),
-        Route("/completion", ("n_predict", "max_tokens"), "/tokenize"),
+        Route(
+            "/v1/messages",
+            ("max_tokens",),
+            "/v1/messages/count_tokens",
+            "messages",
+            "system",
+            anthropic=True,
+        ),
+        Route(
+            "/v1/responses",
+            ("max_output_tokens", "max_tokens", "n_predict"),
+            "/v1/responses/input_tokens",
+            "input",
+            "instructions",
+        ),
+        Route("/v1/completions", ("max_tokens", "n_predict"), "/tokenize", "prompt"),
+        Route("/completion", ("n_predict", "max_tokens"), "/tokenize", "prompt"),
     )
 }
 
@@ -64,23 +92,31 @@ class Asked:
     """Hash of the conversation's first messages (system + first user); None: no text."""
     id_slot: int | None
     """A slot the client pinned itself."""
+    prompts: tuple[Any, ...] = ()
+    """A text route's prompts, one per engine task (a list of prompts runs as that many
+    tasks, each with its own completion); empty for chat routes (one task)."""
+    size: int = 0
+    """The body's length in bytes (see :meth:`estimate_tokens`)."""
 
-    def count_body(self) -> dict[str, Any]:
-        """The body for the route's token-count endpoint."""
-        if self.route.count_path == "/tokenize":
-            prompt = self.body.get("prompt", "")
-            return {"content": prompt, "add_special": True}
-        return {k: v for k, v in self.body.items() if k not in ("stream", "stream_options")}
+    @property
+    def tasks(self) -> int:
+        """The engine tasks this request becomes (each takes a slot and its own charge)."""
+        return max(1, len(self.prompts))
 
-    def estimate_tokens(self) -> int:
-        """A conservative prompt size without the engine: one token per UTF-8 byte of the
-        request's text parts (a BPE token is at least one byte; the JSON punctuation covers
-        the chat template's tokens)."""
-        if self.route.count_path == "/tokenize":
-            parts: Any = self.body.get("prompt", "")
-        else:
-            parts = {k: self.body.get(k) for k in ("system", "messages", "tools") if k in self.body}
-        return len(json.dumps(parts, ensure_ascii=False).encode()) + 16
+    def count_bodies(self) -> list[dict[str, Any]]:
+        """The bodies for the route's token-count endpoint, one per task."""
+        if self.route.text_prompt:
+            return [{"content": p, "add_special": True} for p in self.prompts]
+        return [{k: v for k, v in self.body.items() if k not in ("stream", "stream_options")}]
+
+    def estimate_tokens(self) -> list[int]:
+        """Conservative prompt sizes without the engine, one per task: one token per byte
+        (a BPE token is at least one byte). One task: the whole body's bytes (its JSON
+        punctuation and other fields cover the chat template's tokens); several: each
+        prompt's JSON bytes."""
+        if self.tasks == 1:
+            return [self.size + 16]
+        return [len(json.dumps(p, ensure_ascii=False).encode()) + 16 for p in self.prompts]
 
 
 def parse(route: Route, raw: bytes) -> Asked:
@@ -95,15 +131,11 @@ def parse(route: Route, raw: bytes) -> Asked:
         raise BadRequest(f"The request body is not valid JSON: {error}") from None
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")
-    if route.count_path == "/tokenize":
-        if "prompt" not in body:
-            raise BadRequest("The request has no 'prompt'.")
-    elif not isinstance(body.get("messages"), list) or not body["messages"]:
-        raise BadRequest("The request needs a non-empty 'messages' list.")
+    prompts = _prompts(route, body)
     bounds = []
     for name in route.cap_fields:
-        if name in body and body[name] is not None:
-            value = body[name]
+        value = body.get(name)
+        if value is not None:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise BadRequest(f"'{name}' must be a whole number, not {value!r}.")
             if value >= 0:
@@ -114,20 +146,50 @@ def parse(route: Route, raw: bytes) -> Asked:
         body=body,
         stream=body.get("stream") is True,
         max_tokens=min(bounds) if bounds else None,
-        conversation=conversation_key(route, body),
+        conversation=conversation_key(route, body) if len(prompts) <= 1 else None,
         id_slot=id_slot if isinstance(id_slot, int) and id_slot >= 0 else None,
+        prompts=prompts,
+        size=len(raw),
     )
 
 
+def _prompts(route: Route, body: dict[str, Any]) -> tuple[Any, ...]:
+    """A text route's prompts as llama-server splits them into tasks: a string or a list of
+    token ids is one prompt; any other list is one prompt per element."""
+    field = route.prompt_field
+    if field not in body:
+        raise BadRequest(f"The request has no '{field}'.")
+    value = body[field]
+    if route.text_prompt:
+        if isinstance(value, list) and value and not all(_is_token(v) for v in value):
+            return tuple(value)
+        return (value,)
+    if route.path == "/v1/responses":
+        if not (isinstance(value, str) or (isinstance(value, list) and value)):
+            raise BadRequest("The request needs 'input': a string or a non-empty list.")
+    elif not isinstance(value, list) or not value:
+        raise BadRequest(f"The request needs a non-empty '{field}' list.")
+    return ()
+
+
+def _is_token(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def conversation_key(route: Route, body: dict[str, Any]) -> str | None:
-    """A short hash of what starts the conversation: the system prompt and the first user
-    message (for text prompts, their first characters)."""
-    if route.count_path == "/tokenize":
+    """A short hash of what starts the conversation: the system prompt (``instructions``)
+    and the first user message (for text prompts, their first characters)."""
+    head: Any
+    if route.text_prompt:
         prompt = body.get("prompt")
-        head: Any = prompt[:TEXT_PREFIX_CHARS] if isinstance(prompt, str) else None
+        head = prompt[:TEXT_PREFIX_CHARS] if isinstance(prompt, str) else None
     else:
-        head = [body.get("system")] if "system" in body else []
-        for message in body.get("messages") or ():
+        system = route.system_field
+        head = [body[system]] if system is not None and system in body else []
+        messages = body.get(route.prompt_field)
+        if isinstance(messages, str):
+            head.append(messages)
+        for message in messages if isinstance(messages, list) else ():
             head.append(message)
             if isinstance(message, dict) and message.get("role") == "user":
                 break

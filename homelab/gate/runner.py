@@ -21,12 +21,14 @@ from homelab.engine.supervision.ports import port_holder
 from homelab.gate.admission import Refusal
 from homelab.gate.core import Gate
 from homelab.gate.errors import GateError, GatePortInUseError
+from homelab.gate.limits import Limits
 from homelab.gate.server import build_app
 from homelab.gate.settings import GateSettings
 from homelab.gate.state import GateState
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
+RETARGET_TIMEOUT_S = 15.0
 SHUTDOWN_GRACE_S = 2.0
 """How long ``stop()`` lets running requests finish before closing their connections."""
 
@@ -109,6 +111,20 @@ class GateRunner:
             return asyncio.run_coroutine_threadsafe(_state(gate), loop).result(timeout=5.0)
         except (RuntimeError, TimeoutError):
             return gate.state()
+
+    def retarget(self, facts: PlanFacts | None) -> Limits | None:
+        """The engine now runs on another plan (``facts``; None: ask its ``/props``): the
+        live queue takes its limits (see :meth:`Gate.retarget`). Returns the limits in
+        force; None when the gate does not run (the facts are kept for its start)."""
+        self.facts = facts
+        gate, loop = self._gate, self._loop
+        if gate is None or loop is None or loop.is_closed():
+            return None
+        try:
+            future = asyncio.run_coroutine_threadsafe(gate.retarget(facts), loop)
+            return future.result(timeout=RETARGET_TIMEOUT_S)
+        except (RuntimeError, TimeoutError):
+            return None
 
     # -- the gate's thread ---------------------------------------------------------------
 

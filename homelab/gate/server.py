@@ -28,6 +28,7 @@ PASSTHROUGH = (
     ("GET", "/slots"),
     ("POST", "/v1/chat/completions/input_tokens"),
     ("POST", "/v1/messages/count_tokens"),
+    ("POST", "/v1/responses/input_tokens"),
 )
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -46,9 +46,10 @@ class Outcome:
         if "error" in data and "choices" not in data:
             error = data["error"]
             self.error = str(error.get("message", error) if isinstance(error, dict) else error)
-        message = data.get("message")
-        if isinstance(message, dict):  # Anthropic message_start
-            self.take({"usage": message.get("usage")})
+        for name in ("message", "response"):  # Anthropic message_start, Responses events
+            inner = data.get(name)
+            if isinstance(inner, dict) and isinstance(inner.get("usage"), dict):
+                self.take({"usage": inner["usage"]})
         timings = data.get("timings")
         if isinstance(timings, dict):
             self.cached = _int(timings.get("cache_n"), self.cached)
@@ -57,6 +58,14 @@ class Outcome:
             return
         usage = data.get("usage")
         if not isinstance(usage, dict):
+            return
+        details = usage.get("input_tokens_details")
+        if isinstance(details, dict):  # OpenAI Responses: input_tokens counts the cached ones
+            total = _int(usage.get("input_tokens"), None)
+            if total is not None:
+                self.cached = _int(details.get("cached_tokens"), 0)
+                self.processed = total - (self.cached or 0)
+            self.completion = _int(usage.get("output_tokens"), self.completion)
             return
         if "input_tokens" in usage or "output_tokens" in usage:  # Anthropic
             self.processed = _int(usage.get("input_tokens"), self.processed)

@@ -37,8 +37,11 @@ class Ticket:
     charge: int
     arrived: float
     event: asyncio.Event = field(default_factory=asyncio.Event)
+    places: int = 1
     admitted_at: float | None = None
     released: bool = False
+    refused: Refusal | None = None
+    """Set when the gate refuses it while queued (new limits it can never fit)."""
 
     @property
     def admitted(self) -> bool:
@@ -76,15 +79,16 @@ class AdmissionQueue:
 
     # -- in --------------------------------------------------------------------------
 
-    def enter(self, charge: int) -> Ticket:
-        """A ticket, admitted at once or queued.
+    def enter(self, charge: int, places: int = 1) -> Ticket:
+        """A ticket for ``places`` engine tasks charged ``charge`` in all, admitted at once
+        or queued.
 
         Raises:
             Refused: too large for the ceiling, or the queue is full.
         """
-        ticket = Ticket(next(self._ids), charge, self.clock())
+        ticket = Ticket(next(self._ids), charge, self.clock(), places=places)
         self._tickets[ticket.id] = ticket
-        offer = self.state.offer(ticket.id, charge)
+        offer = self.state.offer(ticket.id, charge, places)
         if offer.refused is not None:
             del self._tickets[ticket.id]
             self.refuse(offer.refused)
@@ -94,13 +98,14 @@ class AdmissionQueue:
         return ticket
 
     async def wait(self, ticket: Ticket, timeout_s: float) -> bool:
-        """True once admitted; False when ``timeout_s`` passed first (still queued)."""
-        if ticket.admitted:
+        """True once admitted or refused (``ticket.refused``); False when ``timeout_s``
+        passed first (still queued)."""
+        if ticket.admitted or ticket.refused is not None:
             return True
         try:
             await asyncio.wait_for(ticket.event.wait(), timeout=max(0.0, timeout_s))
         except TimeoutError:
-            return ticket.admitted
+            return ticket.admitted or ticket.refused is not None
         return True
 
     # -- out -------------------------------------------------------------------------
@@ -140,18 +145,30 @@ class AdmissionQueue:
         self.refused_total[reason.value] += 1
         self.metrics.refused.labels(reason=reason.value).inc()
 
-    def set_limits(self, limits: Limits) -> None:
+    def set_limits(self, limits: Limits) -> tuple[Ticket, ...]:
+        """New limits for the live queue (the engine restarted on another plan): running
+        tickets keep their charge, queued ones keep their place; a queued ticket now larger
+        than a request may ever be is refused (``too_large``, its waiter woken). Returns
+        those refused."""
         self.limits = limits
         self.metrics.token_budget.set(limits.budget_tokens)
         self.metrics.max_concurrent.set(limits.max_concurrent)
-        self._wake(
-            self.state.set_limits(
-                budget=limits.budget_tokens,
-                max_concurrent=limits.max_concurrent,
-                ceiling=limits.ceiling_tokens,
-            )
+        offer = self.state.set_limits(
+            budget=limits.budget_tokens,
+            max_concurrent=limits.max_concurrent,
+            ceiling=limits.ceiling_tokens,
         )
+        refused = []
+        for id in self.state.dropped:
+            ticket = self._tickets.pop(id)
+            ticket.released = True
+            ticket.refused = Refusal.TOO_LARGE
+            self.refuse(Refusal.TOO_LARGE)
+            ticket.event.set()
+            refused.append(ticket)
+        self._wake(offer.admitted)
         self._gauges()
+        return tuple(refused)
 
     def retry_after_s(self) -> int:
         """Seconds until a place is likely free: the queue ahead times the average run."""

@@ -113,3 +113,31 @@ def test_lower_limits_hold_new_admissions_until_room_is_free() -> None:
     s.offer(3, 1)
     assert s.release(1) == ()  # still 2 charged = the new budget
     assert s.release(2) == (3,)
+
+
+def test_a_request_of_several_prompts_takes_a_place_per_prompt() -> None:
+    s = AdmissionState(budget=1000, max_concurrent=3, max_queue=4, ceiling=400)
+    assert s.offer(1, 700, places=2).admitted == (1,)  # two prompts of at most 350 + cap
+    assert s.running == 2 and s.charged == 700
+    assert s.offer(2, 100, places=2).admitted == ()  # one place left: it waits
+    assert s.offer(3, 100).admitted == ()  # FIFO: nothing overtakes the waiting one
+    assert s.release(1) == (2, 3)
+    assert s.running == 3 and s.charged == 200
+    assert s.offer(4, 900, places=2).refused is Refusal.TOO_LARGE  # 2 × 400 is the most
+    assert s.offer(5, 1200, places=4).refused is Refusal.TOO_LARGE  # more than the budget
+
+
+def test_new_limits_keep_the_queue_and_running_charges_and_name_what_never_fits() -> None:
+    s = state(budget=10, max_concurrent=1, ceiling=10)
+    s.offer(1, 6)  # running
+    s.offer(2, 8)  # queued: fits the old ceiling, not the new one
+    s.offer(3, 3)  # queued behind it
+    offer = s.set_limits(budget=20, max_concurrent=2, ceiling=5)
+    assert offer.refused is Refusal.TOO_LARGE and s.dropped == (2,)  # it could never run
+    assert offer.admitted == (3,)  # the one behind it now runs beside the first
+    assert s.charged == 9 and s.is_running(1)  # the admitted one kept its charge
+    assert s.running == 2 and s.queued == 0
+    assert s.offer(4, 6).refused is Refusal.TOO_LARGE  # the new ceiling holds for newcomers
+    assert s.set_limits(budget=20, max_concurrent=2).refused is None and s.dropped == ()
+    with pytest.raises(ValueError):
+        s.set_limits(budget=0, max_concurrent=1)

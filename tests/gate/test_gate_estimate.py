@@ -27,10 +27,10 @@ def _chat(text: str, **fields) -> bytes:
 
 def test_a_small_request_on_an_idle_gate_is_charged_its_estimate() -> None:
     asked = parse(CHAT, _chat("Say hi.", max_tokens=16))
-    estimate = asked.estimate_tokens()
+    estimate = asked.estimate_tokens()[0]
     assert estimate >= len(b"Say hi.")  # at least a token per byte of text
     assert estimate_if_it_runs_now(_queue(budget=4096, ceiling=4096), asked, 8192) == (
-        estimate,
+        [estimate],
         False,
     )
 

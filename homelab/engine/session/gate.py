@@ -71,6 +71,8 @@ class SessionGate:
         self._child: GateChild | None = None
         self._adopted: tuple[int, float] | None = None
         self._fields: dict[str, object] = {}
+        self._facts: PlanFacts | None = None
+        """The plan facts the gate admits by."""
         self._life = threading.Lock()
         """Held by :meth:`start` and :meth:`stop`: a stop that comes while the gate is being
         spawned waits for it, then stops it; a gate asked to start after a stop does not."""
@@ -120,6 +122,7 @@ class SessionGate:
         self, engine_url: str, facts: PlanFacts | None, engine_pid: int | None, *, detached: bool
     ) -> None:
         settings = self._need()
+        self._facts = facts
         if self.public is None:  # an adopted engine without a record of its gate: not here
             raise RuntimeError("the gate's port was not reserved")
         if detached:
@@ -155,6 +158,7 @@ class SessionGate:
             assert record.gate_create_time is not None
             self.url, self.ceiling = record.gate_url, record.gate_budget_tokens
             self._adopted = (record.gate_pid, record.gate_create_time)
+            self._facts = record.facts
             self._fields = {
                 "gate_url": record.gate_url,
                 "gate_budget_tokens": record.gate_budget_tokens,
@@ -180,6 +184,49 @@ class SessionGate:
         if engine_pid is not None and self._fields:
             with contextlib.suppress(OSError):
                 self._store.update(engine_pid, **self._fields)
+
+    def retarget(self, plan_or_facts: object) -> None:
+        """The engine restarted on another plan (a ``Plan`` or its ``PlanFacts``; None: the
+        engine's ``/props`` say): the gate takes the new max_concurrent and token budget on
+        its live queue — queued requests keep their place, admitted ones their charge, and
+        a queued one now larger than a request may be is refused (413 ``too_large``). The
+        record's ceiling follows. A detached gate follows the record's facts by itself."""
+        from homelab.engine.supervision.facts import PlanFacts
+        from homelab.gate.limits import resolve_limits
+
+        facts = getattr(plan_or_facts, "facts", plan_or_facts)
+        if facts is not None and not isinstance(facts, PlanFacts):
+            raise TypeError(f"retarget needs a plan or its facts, not {type(plan_or_facts)}")
+        self._facts = facts
+        runner = self._runner
+        if runner is not None:
+            limits = runner.retarget(facts)
+        elif self.running and self.settings is not None:  # a gate process: the same limits
+            limits = resolve_limits(self.settings, facts, None)
+        else:
+            return
+        if limits is not None and self._fields:
+            self.ceiling = limits.ceiling_tokens
+            self._fields["gate_budget_tokens"] = self.ceiling
+
+    def changed(self, state: str, engine_pid: int | None) -> None:
+        """The engine's state changed: a (re)start writes a new record, which must name the
+        gate; a restart that is ready may run on another plan (:meth:`follow`)."""
+        if state == "starting":
+            self.stamp(engine_pid)
+        elif state == "ready":
+            self.follow(engine_pid)
+
+    def follow(self, engine_pid: int | None) -> None:
+        """Engine ``engine_pid`` is ready: when its record names other plan facts than the
+        gate has (a restart on another plan), :meth:`retarget` to them; then re-stamp."""
+        if engine_pid is None or not self.running:
+            return
+        with contextlib.suppress(OSError):
+            record = self._store.read()
+            if record is not None and record.pid == engine_pid and record.facts != self._facts:
+                self.retarget(record.facts)
+                self.stamp(engine_pid)
 
     @property
     def running(self) -> bool:

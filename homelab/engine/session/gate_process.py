@@ -8,7 +8,8 @@ plan's facts and the engine record's path), runs the one
 (the HomelabError it met). Then it serves until SIGTERM, or until the engine record no
 longer describes an engine with this gate (``homelab stop``, a replace, a start that
 failed), looked at every second. It runs in a session of its own, logging to
-``state_dir()/logs/gate-….log``.
+``state_dir()/logs/gate-….log``. When the engine restarts on another plan (the record's
+facts change), the gate takes the new limits on its live queue.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from homelab.errors import EngineError, ExitCode, HomelabError, UsageError
 
 if TYPE_CHECKING:
     from homelab.engine.supervision.facts import PlanFacts
+    from homelab.engine.supervision.record import EngineRecord
+    from homelab.gate.runner import GateRunner
     from homelab.gate.settings import GateSettings
 
 ANSWER_TIMEOUT_S = 60.0
@@ -141,18 +144,32 @@ def _error_from(data: dict[str, object]) -> HomelabError:
     return error
 
 
-def _engine_goes_on(state_file: Path, misses: int) -> tuple[str | None, int]:
-    """(why the gate ends, or None to keep serving; misses so far) after one look."""
+def _engine_goes_on(state_file: Path, misses: int) -> tuple[str | None, int, EngineRecord | None]:
+    """(why the gate ends, or None to keep serving; misses so far; the record) after one look."""
     from homelab.engine.supervision.state_file import StateFile
 
     record = StateFile(state_file).read()
     if record is not None and record.gate_pid not in (None, os.getpid()):
-        return f"the record names another gate (pid {record.gate_pid})", misses
+        return f"the record names another gate (pid {record.gate_pid})", misses, None
     if record is None or not (record.engine_alive() or record.supervisor_alive()):
         misses += 1
         gone = "no engine record" if record is None else f"engine pid {record.pid} is gone"
-        return (gone if misses >= GONE_AFTER else None), misses
-    return None, 0
+        return (gone if misses >= GONE_AFTER else None), misses, None
+    return None, 0, record
+
+
+def _follow_plan(runner: GateRunner, record: EngineRecord, state_file: Path) -> None:
+    """The engine restarted on another plan (its record's facts changed): take its limits
+    and put the new per-request ceiling in the record."""
+    from homelab.engine.supervision.state_file import StateFile
+
+    if record.facts == runner.facts or not record.engine_alive():
+        return
+    limits = runner.retarget(record.facts)
+    print(f"{time.strftime('%H:%M:%S')} new plan, limits now: {limits}", file=sys.stderr)
+    if limits is not None and record.gate_budget_tokens != limits.ceiling_tokens:
+        with contextlib.suppress(OSError):
+            StateFile(state_file).update(record.pid, gate_budget_tokens=limits.ceiling_tokens)
 
 
 def main() -> int:
@@ -196,10 +213,12 @@ def main() -> int:
     misses = 0
     try:
         while not stop.wait(WATCH_EVERY_S):
-            why, misses = _engine_goes_on(state_file, misses)
+            why, misses, record = _engine_goes_on(state_file, misses)
             if why is not None:
                 print(f"{time.strftime('%H:%M:%S')} the gate ends: {why}", file=sys.stderr)
                 break
+            if record is not None:
+                _follow_plan(runner, record, state_file)
     finally:
         runner.stop()
     return 0

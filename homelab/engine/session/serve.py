@@ -261,8 +261,8 @@ class ServeSession:
         return supervisor
 
     def _changed(self, transition) -> None:
-        if self.gate is not None and transition.state is State.STARTING:
-            self.gate.stamp(transition.pid)  # a restart wrote a new record: it names the gate
+        if self.gate is not None:  # a restart: its record names the gate; another plan: limits
+            self.gate.changed(transition.state.value, transition.pid)
         self._emit(ev.EngineChanged(transition))
 
     def wait_ready(self) -> None:

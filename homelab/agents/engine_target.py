@@ -3,7 +3,8 @@
 The record (:class:`~homelab.engine.supervision.record.EngineRecord`) says how the engine
 was planned (``facts``) and, when the gate stands in front, the gate's URL and per-request
 ceiling (``gate_url``, ``gate_budget_tokens``; read with ``getattr`` until every record
-has them). The gate's key is never in the record: it lives in ``state_dir()/gate.key``.
+has them). The gate's key is never in the record: it lives in ``state_dir()/gate.key``,
+read by :func:`homelab.gate.key_file.stored_key` (the one reader: 0600 or refused).
 The model id is what the server itself reports (``GET /v1/models``, asked at the URL the
 agent will use, so a target that is handed out is one that answered).
 """
@@ -19,9 +20,8 @@ from homelab.engine.loopback import loopback_client
 from homelab.engine.supervision.record import EngineRecord
 from homelab.engine.supervision.state_file import StateFile
 from homelab.errors import EngineError
-from homelab.paths import state_dir
+from homelab.gate.key_file import KEY_NAME, key_path, stored_key
 
-GATE_KEY_FILE = "gate.key"
 _ANY_ADDRESS = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}
 
 
@@ -35,22 +35,6 @@ class EngineNotAnsweringError(EngineError):
     """The engine (or its gate) runs but did not name its model."""
 
     title = "Engine not answering"
-
-
-def gate_key(state: Path | None = None) -> str | None:
-    """The gate's API key (``state_dir()/gate.key``); None when there is none."""
-    path = (state if state is not None else state_dir()) / GATE_KEY_FILE
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
-        return None
-    except OSError as error:
-        raise EngineError(
-            f"cannot read the gate's key {path}: {error.strerror or error}",
-            hint=f"it must be readable by you (mode 0600, your file): {path}",
-            title="Gate key unreadable",
-        ) from None
-    return text or None
 
 
 def local_url(url: str) -> str:
@@ -87,7 +71,7 @@ def served_model(base_url: str, api_key: str | None = None, timeout_s: float = 5
     if response.status_code in (401, 403):
         raise EngineNotAnsweringError(
             f"{base_url} refused homelab's key for /v1/models (HTTP {response.status_code})",
-            hint=f"the gate's key is read from {state_dir() / GATE_KEY_FILE}",
+            hint=f"the gate's key is read from {key_path()}",
         )
     if response.status_code != 200:
         raise EngineNotAnsweringError(
@@ -136,7 +120,7 @@ def engine_target(
         )
     gate_url, budget = record.gate_url, record.gate_budget_tokens
     base = local_url(gate_url) if gate_url else record.url
-    key = gate_key(state) if gate_url else None
+    key = stored_key(None if state is None else state / KEY_NAME) if gate_url else None
     model = served_model(base, key, timeout_s)
     return target_for(
         facts,

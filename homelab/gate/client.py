@@ -35,11 +35,11 @@ def live_gate_state(url: str) -> dict[str, object] | None:
     """:func:`read_gate_state` with the gate's key when one is stored (``gate.key``): a
     gate off loopback checks it on every route, its own state included."""
     from homelab.errors import UsageError
-    from homelab.gate.key_file import key_path, read_key
+    from homelab.gate.key_file import stored_key
 
     try:
-        key: str | None = read_key(key_path())
-    except (FileNotFoundError, UsageError):
+        key = stored_key()
+    except UsageError:
         key = None  # no key, or one not to be sent (status says nothing about it here)
     return read_gate_state(url, key)
 

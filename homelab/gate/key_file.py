@@ -39,16 +39,15 @@ def load_or_create_key(path: Path | None = None) -> tuple[str, bool]:
             holds no key.
     """
     path = path or key_path()
-    try:
-        return read_key(path), False
-    except FileNotFoundError:
-        pass
+    key = stored_key(path)
+    if key is not None:
+        return key, False
     path.parent.mkdir(parents=True, exist_ok=True)
     key = secrets.token_urlsafe(KEY_BYTES)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except FileExistsError:  # another homelab made it a moment ago: use that one
-        return read_key(path), False
+        return _read_key(path), False
     try:
         os.fchmod(fd, 0o600)
         os.write(fd, (key + "\n").encode("ascii"))
@@ -62,7 +61,21 @@ def load_or_create_key(path: Path | None = None) -> tuple[str, bool]:
     return key, True
 
 
-def read_key(path: Path) -> str:
+def stored_key(path: Path | None = None) -> str | None:
+    """The key stored in ``path`` (default :func:`key_path`); None when there is no key
+    file (the gate then checks none). The one reader of the key: the gate, ``status`` and
+    ``homelab agent`` all read it so.
+
+    Raises:
+        UsageError: it is not a private (0600) regular file holding one key.
+    """
+    try:
+        return _read_key(path or key_path())
+    except FileNotFoundError:
+        return None
+
+
+def _read_key(path: Path) -> str:
     """The key stored in ``path``.
 
     Raises:

@@ -19,15 +19,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from homelab.agents.engine_target import (
-    GATE_KEY_FILE,
-    EngineNotAnsweringError,
-    engine_target,
-    served_model,
-)
+from homelab.agents.engine_target import EngineNotAnsweringError, engine_target, served_model
 from homelab.engine.supervision.facts import PlanFacts
 from homelab.engine.supervision.record import EngineRecord
 from homelab.engine.supervision.state_file import StateFile
+from homelab.gate.key_file import KEY_NAME
 from homelab.paths import state_dir
 from tests.engine.supervisor_child import REPO, script_env, serve_on_a_free_port
 from tests.factory.server_log import free_port
@@ -164,7 +160,8 @@ def gated_record_is_read(record: EngineRecord, facts: PlanFacts) -> None:
     assert record.gate_url is not None and record.gate_url != record.url
     assert record.gate_budget_tokens == facts.ctx_per_slot  # split slots: one slot's share
     budget = facts.ctx_per_slot // 2
-    (state_dir() / GATE_KEY_FILE).write_text("k-0451\n")
+    (state_dir() / KEY_NAME).write_text("k-0451\n")
+    (state_dir() / KEY_NAME).chmod(0o600)
     target = engine_target(replace(record, gate_budget_tokens=budget))
     assert target.gated and target.base_url == record.gate_url and target.api_key == "k-0451"
     assert target.context_tokens == budget and "gate's ceiling" in target.context.source

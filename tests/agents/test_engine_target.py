@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import pytest
 
-from homelab.agents.engine_target import (
-    GATE_KEY_FILE,
-    NoEngineError,
-    gate_key,
-    local_url,
-    running_target,
-)
+from homelab.agents.engine_target import NoEngineError, local_url, running_target
 from homelab.engine.supervision.state_file import StateFile
-from homelab.errors import ExitCode
+from homelab.errors import ExitCode, UsageError
+from homelab.gate.key_file import KEY_NAME, stored_key
 
 
-def test_the_gate_key_is_read_from_the_state_folder(tmp_path) -> None:
-    assert gate_key(tmp_path) is None  # no file: the gate checks no key
-    (tmp_path / GATE_KEY_FILE).write_text("  k-77\n")
-    assert gate_key(tmp_path) == "k-77"
-    (tmp_path / GATE_KEY_FILE).write_text("\n")
-    assert gate_key(tmp_path) is None
+def test_the_gate_key_has_one_reader_and_it_wants_a_private_file(tmp_path) -> None:
+    path = tmp_path / KEY_NAME
+    assert stored_key(path) is None  # no file: the gate checks no key
+    path.write_text("  k-77\n")
+    path.chmod(0o600)
+    assert stored_key(path) == "k-77"
+    path.chmod(0o644)
+    with pytest.raises(UsageError, match="may be read by others") as raised:
+        stored_key(path)
+    assert f"chmod 600 {path}" in (raised.value.hint or "")
+    path.write_text("\n")
+    path.chmod(0o600)
+    with pytest.raises(UsageError, match="does not hold one key"):
+        stored_key(path)
 
 
 def test_a_gate_on_every_address_is_reached_on_loopback() -> None:

@@ -1,6 +1,8 @@
-"""200 concurrent clients through the gate against two engine slots: every client is
-answered or refused (429/503 with Retry-After, or a queued stream's in-band timeout), none
-is lost or hangs, and the engine never runs more requests than the gate allows."""
+"""200 concurrent clients through the gate against two engine slots (the gate's default
+max_concurrent, the engine's ``-np 2``): every client is answered or refused with 429/503
+and Retry-After (a queued stream's keep-alive interval is longer than the queue timeout,
+so it is refused before its 200 is sent), none is lost or hangs, and the engine's
+``/slots`` never shows more busy slots than the two allowed — and shows both in use."""
 
 from __future__ import annotations
 
@@ -36,8 +38,6 @@ async def one(session: aiohttp.ClientSession, url: str, i: int) -> tuple[str, in
             return "refused", resp.status, text
         assert resp.status == 200, text[:300]
         if body["stream"]:
-            if '"code": "timeout"' in text:
-                return "refused", 200, text
             assert text.rstrip().endswith("data: [DONE]"), text[-300:]
         else:
             assert json.loads(text)["choices"][0]["message"]["content"] is not None
@@ -53,7 +53,8 @@ async def crowd(url: str) -> list[tuple[str, int, str]]:
 
 
 def test_200_clients_against_two_slots_are_each_answered_or_refused(engine, gate) -> None:
-    g = gate(engine, max_concurrent=1, max_queue=64, queue_timeout_s=15.0, keepalive_s=1.0)
+    g = gate(engine, max_queue=64, queue_timeout_s=15.0, keepalive_s=30.0)
+    assert g.state().max_concurrent == 2  # the engine's two slots
     most_busy = 0
     done = threading.Event()
 
@@ -77,13 +78,14 @@ def test_200_clients_against_two_slots_are_each_answered_or_refused(engine, gate
     state = g.state()
     print(
         f"200 clients in {took:.1f} s: {len(answered)} answered, "
-        f"{statuses.count(429)} × 429, {statuses.count(503)} × 503, "
-        f"{statuses.count(200)} in-band timeouts; most busy slots seen {most_busy}"
+        f"{statuses.count(429)} × 429, {statuses.count(503)} × 503; "
+        f"most busy slots seen {most_busy}"
     )
     assert len(results) == CLIENTS
     assert answered and statuses.count(429) > 0  # both happen with this crowd
-    assert most_busy <= 1
+    assert most_busy == 2  # both slots served, never more
+    assert sorted(set(statuses)) in ([429], [429, 503])
     assert state.admitted == len(answered)
     assert state.refused["queue_full"] == statuses.count(429)
-    assert state.refused["timeout"] == statuses.count(503) + statuses.count(200)
+    assert state.refused["timeout"] == statuses.count(503)
     assert (state.running, state.queued, state.charged_tokens) == (0, 0, 0)

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 
 def add_prove_arguments(serve: argparse.ArgumentParser) -> None:
-    """``--prove/--no-prove`` and ``--engine-memory-limit``."""
+    """``--prove/--no-prove`` (``serve`` only)."""
     serve.add_argument(
         "--prove",
         action=argparse.BooleanOptionalAction,
@@ -15,7 +15,11 @@ def add_prove_arguments(serve: argparse.ArgumentParser) -> None:
         help="after ready, fill the largest slot once and watch memory before announcing it; "
         "an out-of-memory restarts on a smaller plan (default: on for a GPU plan, off for CPU)",
     )
-    serve.add_argument(
+
+
+def add_memory_limit_argument(parser: argparse.ArgumentParser) -> None:
+    """``--engine-memory-limit SIZE`` (every command that plans: a miss is kept per limit)."""
+    parser.add_argument(
         "--engine-memory-limit",
         metavar="SIZE",
         help="cap the engine's memory (address space), e.g. 12GiB, so it cannot swap the "
@@ -23,22 +27,27 @@ def add_prove_arguments(serve: argparse.ArgumentParser) -> None:
     )
 
 
-def prove_options(args: argparse.Namespace, options):
-    """``options`` with the proof and memory-limit flags applied.
+def memory_limit_of(args: argparse.Namespace) -> int | None:
+    """``--engine-memory-limit`` in bytes; None when not given.
 
     Raises:
-        UsageError: the memory limit is not a size (or too small).
+        UsageError: it is not a size.
     """
     from homelab.errors import UsageError
     from homelab.units import parse_size
 
-    limit = None
-    if getattr(args, "engine_memory_limit", None) is not None:
-        try:
-            limit = parse_size(args.engine_memory_limit)
-        except ValueError as error:
-            raise UsageError(f"--engine-memory-limit: {error}") from None
-    return replace(options, prove=getattr(args, "prove", None), engine_memory_limit=limit)
+    text = getattr(args, "engine_memory_limit", None)
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise UsageError(f"--engine-memory-limit: {error}") from None
+
+
+def prove_options(args: argparse.Namespace, options):
+    """``options`` with ``--prove/--no-prove`` applied."""
+    return replace(options, prove=getattr(args, "prove", None))
 
 
 def print_prove_event(event) -> bool:

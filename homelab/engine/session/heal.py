@@ -236,7 +236,7 @@ class Healer:
         )
 
     def _prove(self, ready: Transition) -> ProofResult:
-        from homelab.engine.session.prove import prove
+        from homelab.engine.session.prove import prove, save_launch
         from homelab.plan.calibration_miss import predicted_bytes
 
         plan = self.plan.plan
@@ -259,6 +259,7 @@ class Healer:
         finally:
             self.proving = False
         self.proof = result
+        save_launch(ready.pid, proof=result.as_dict())
         session._emit(ev.Proved(result))
         return result
 
@@ -275,7 +276,7 @@ class Healer:
         version = engine_version(Path(self.supervisor.spec.argv[0]))
         if version is None or self.plan.model is None:
             why = "the engine's version is unknown" if version is None else "no model header"
-            self.session._emit(ev.Healed(failed, worked, False, why))
+            self._healed(failed, worked, why)
             return
         key = miss_key(
             self.plan.plan,
@@ -286,9 +287,24 @@ class Healer:
         try:
             record_miss(key, failed, worked, stage=self.stage or "load", said=self.said or "")
         except CalibrationError as error:
-            self.session._emit(ev.Healed(failed, worked, False, error.message))
+            self._healed(failed, worked, error.message)
             return
-        self.session._emit(ev.Healed(failed, worked, True))
+        self._healed(failed, worked, None)
+
+    def _healed(self, failed: tuple[Setting, ...], worked: Setting, why_not: str | None) -> None:
+        from dataclasses import asdict
+
+        from homelab.engine.session.prove import save_launch
+
+        healed = {
+            "stage": self.stage,
+            "said": self.said,
+            "failed": [asdict(s) for s in failed],
+            "worked": asdict(worked),
+            "recorded": why_not is None,
+        }
+        save_launch(self.supervisor.pid, healed=healed)
+        self.session._emit(ev.Healed(failed, worked, why_not is None, why_not))
 
 
 def _said(transition: Transition, lines: list[str]) -> str:

@@ -236,3 +236,42 @@ def prove(
         oom=oom,
         error=error,
     )
+
+
+LAUNCH_FILE = "launch.json"
+"""``state_dir()/launch.json``: what the last launch's proof and heal saw, by engine pid."""
+
+
+def save_launch(pid: int | None, **facts: object) -> None:
+    """Merge ``facts`` (``proof=``, ``healed=``: JSON-able) into the launch file of ``pid``;
+    a file of another pid is replaced. Best effort: a state folder that cannot be written
+    costs the report, never the serve."""
+    import contextlib
+    import json
+    import os
+
+    from homelab.paths import state_dir
+
+    path = state_dir() / LAUNCH_FILE
+    data = launch_of(pid) or {}
+    data.update({"pid": pid, **facts})
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{LAUNCH_FILE}.{os.getpid()}")
+        tmp.write_text(json.dumps(data, indent=1) + "\n", "utf-8")
+        os.replace(tmp, path)
+
+
+def launch_of(pid: int | None) -> dict[str, object] | None:
+    """The launch file's facts when they are ``pid``'s (the engine ``status`` shows); None."""
+    import json
+
+    from homelab.paths import state_dir
+
+    try:
+        data = json.loads((state_dir() / LAUNCH_FILE).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or pid is None or data.get("pid") != pid:
+        return None
+    return data

@@ -272,11 +272,12 @@ class Healer:
         from homelab.plan.calibration_miss import miss_key, record_miss, setting_of
 
         failed, worked = tuple(self.failed), setting_of(self.plan.plan)
-        self.failed = []
+        stage, said = self.stage or "load", self.said or ""
+        self.failed, self.stage, self.said = [], None, None  # a later heal starts afresh
         version = engine_version(Path(self.supervisor.spec.argv[0]))
         if version is None or self.plan.model is None:
             why = "the engine's version is unknown" if version is None else "no model header"
-            self._healed(failed, worked, why)
+            self._healed(failed, worked, why, stage, said)
             return
         key = miss_key(
             self.plan.plan,
@@ -285,20 +286,27 @@ class Healer:
             self.options.engine_memory_limit,
         )
         try:
-            record_miss(key, failed, worked, stage=self.stage or "load", said=self.said or "")
+            record_miss(key, failed, worked, stage=stage, said=said)
         except CalibrationError as error:
-            self._healed(failed, worked, error.message)
+            self._healed(failed, worked, error.message, stage, said)
             return
-        self._healed(failed, worked, None)
+        self._healed(failed, worked, None, stage, said)
 
-    def _healed(self, failed: tuple[Setting, ...], worked: Setting, why_not: str | None) -> None:
+    def _healed(
+        self,
+        failed: tuple[Setting, ...],
+        worked: Setting,
+        why_not: str | None,
+        stage: str,
+        said: str,
+    ) -> None:
         from dataclasses import asdict
 
         from homelab.engine.session.prove import save_launch
 
         healed = {
-            "stage": self.stage,
-            "said": self.said,
+            "stage": stage,
+            "said": said,
             "failed": [asdict(s) for s in failed],
             "worked": asdict(worked),
             "recorded": why_not is None,

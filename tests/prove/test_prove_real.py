@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from homelab.engine.session import events as ev
-from homelab.engine.session.prove import MARGIN_TOKENS, N_PREDICT
+from homelab.engine.session.prove import MARGIN_TOKENS, N_PREDICT, launch_of
 from homelab.engine.session.serve import ServeRequest, ServeSession
 from homelab.plan.calibration_miss import predicted_bytes
 from homelab.plan.options import PlanOptions
@@ -39,6 +39,7 @@ def test_the_proof_fills_the_largest_slot_before_ready_is_announced(
         assert session.supervisor is not None
         log_path = session.supervisor.log_path
         assert log_path is not None
+        launch = launch_of(session.supervisor.pid)  # what `status --json` reports as "launch"
         session.bus.flush()
     finally:
         session.stop(let_go=False)
@@ -58,6 +59,7 @@ def test_the_proof_fills_the_largest_slot_before_ready_is_announced(
     assert result.predicted_bytes == predicted_bytes(session.plan.plan)
     assert result.seconds > 0
     assert session.healer is not None and session.healer.proof == result
+    assert launch is not None and launch["proof"] == result.as_dict()
     # the engine says so itself: one slot, its whole context, no prompt cache reused
     log = log_path.read_text()
     started = re.findall(

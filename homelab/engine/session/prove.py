@@ -114,11 +114,15 @@ class MemoryWatch:
 
     def start(self) -> None:
         if self._gpu is not None:
+            from homelab.errors import HomelabError
             from homelab.gpu.telemetry import TelemetryPoller
 
             poller = TelemetryPoller(interval_s=SAMPLE_S, own_pids=frozenset({self._pid or 0}))
-            poller.start()
-            self._poller = poller
+            try:
+                poller.start()
+                self._poller = poller
+            except HomelabError:  # the card cannot be read now: watch the process instead
+                self._gpu, self.source = None, "process"
         self.before = self._read()
         self.peak = self.before
         self._thread.start()

@@ -6,6 +6,7 @@ import argparse
 import shlex
 
 from homelab.cli.common import add_gpu_options, print_json
+from homelab.cli.serve_prove import add_memory_limit_argument, memory_limit_of
 from homelab.cli.vllm_cmd import add_engine_option
 from homelab.errors import ExitCode, UsageError
 from homelab.units import format_bytes, parse_size
@@ -65,6 +66,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         "--port", type=_whole(1, 65535), default=8080, help="port for the argv (default 8080)"
     )
     add_gpu_options(parser)
+    add_memory_limit_argument(parser)
 
 
 def _whole(low: int, high: int | None = None):
@@ -123,6 +125,7 @@ def options_from_args(args: argparse.Namespace):
         sample_seconds=args.sample_seconds,
         engine=getattr(args, "engine", "llama.cpp"),
         port=args.port,
+        engine_memory_limit=memory_limit_of(args),
     )
 
 

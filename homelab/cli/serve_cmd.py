@@ -34,6 +34,7 @@ from homelab.cli.serve_output import (
     signals_interrupt,
     watch_status,
 )
+from homelab.cli.serve_prove import add_prove_arguments, print_prove_event, prove_options
 from homelab.cli.stop_status import register_stop_status, worded, worded_transition
 from homelab.cli.vllm_cmd import add_engine_option
 from homelab.errors import ExitCode, HomelabError, UsageError
@@ -78,6 +79,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="stop a running homelab engine first (instead of adopting or refusing)",
     )
     add_gate_arguments(serve)
+    add_prove_arguments(serve)
     serve.add_argument(
         "--start-timeout",
         type=float,
@@ -168,7 +170,7 @@ def run_serve(args: argparse.Namespace) -> int:
             raise UsageError("--start-timeout must be positive")
         request = ServeRequest(
             model=args.model,
-            options=options_from_args(args),
+            options=prove_options(args, options_from_args(args)),
             detach=args.detach,
             replace=args.replace,
             start_timeout_s=args.start_timeout,
@@ -233,6 +235,8 @@ class ServeText:
     def __call__(self, event) -> None:
         from homelab.engine.session import events as ev
 
+        if print_prove_event(event):
+            return
         if isinstance(event, ev.PresetChosen):
             print(f"preset {event.key}: {event.name} ({event.ref})", flush=True)
         elif isinstance(event, ev.PullProgress):

@@ -132,6 +132,7 @@ def run_status(args: argparse.Namespace) -> int:
     """``homelab status [--json]``: 0 whether or not an engine runs (``running`` says which)."""
     from homelab.engine.kinds import KINDS
     from homelab.engine.llamacpp.client import status_line
+    from homelab.engine.session.prove import launch_of
     from homelab.engine.supervision.ownership import running
     from homelab.engine.supervision.state_file import StateFile
 
@@ -212,6 +213,7 @@ def run_status(args: argparse.Namespace) -> int:
                     "detail": health.detail,
                 },
                 "status_line": line,
+                "launch": launch_of(record.pid),  # the launch proof and heal, when there was one
                 "unrecorded": unrecorded,
             }
         )

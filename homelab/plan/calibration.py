@@ -14,6 +14,10 @@ measurement was used.
 The key (model, engine version, compute-relevant flags) is
 :class:`~homelab.plan.calibration_key.CalibrationKey`.
 
+Plans that ran out of memory for real (and the smaller setting that then held) are the
+other half of calibration: :mod:`homelab.plan.calibration_miss`, consulted in the same
+planning path.
+
 Records live in ``state_dir()/calibration.json``, written atomically under a
 lock. A file that cannot be read as a calibration store is renamed aside
 (``calibration.json.corrupt-<time>``) with a warning and treated as empty: a

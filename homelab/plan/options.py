@@ -22,6 +22,8 @@ from homelab.plan.workload import AGENT, Workload
 ENGINES = ("llama.cpp", "vllm")
 """Engine names, the same everywhere (presets, records, options)."""
 DEFAULT_CACHE_TYPE = {"llama.cpp": "q8_0", "vllm": "auto"}
+MIN_ENGINE_MEMORY = 64 << 20
+"""The smallest engine memory limit worth trying (llama-server maps more than this empty)."""
 MAX_VRAM = 1 << 50
 """1 PiB: a card size beyond this is a typo, not a card."""
 
@@ -54,6 +56,12 @@ class PlanOptions:
     engine: str = "llama.cpp"
     port: int | None = None
     """Where the engine listens; None: its default, or the next free port."""
+    engine_memory_limit: int | None = None
+    """Cap on the engine process's memory (address space) in bytes, so it cannot swap the
+    desktop; an allocation past it fails in the engine (and ``serve`` heals). None: no cap."""
+    prove: bool | None = None
+    """After ready, fill the largest slot once and watch memory; None: on for a GPU plan,
+    off for a CPU plan."""
 
     def __post_init__(self) -> None:
         for name in ("ctx", "slots", "ubatch"):
@@ -77,6 +85,12 @@ class PlanOptions:
         if self.engine not in ENGINES:
             raise UsageError(
                 f"Unknown engine {self.engine!r}: homelab runs {' or '.join(ENGINES)}."
+            )
+        limit = self.engine_memory_limit
+        if limit is not None and (not _whole(limit) or limit < MIN_ENGINE_MEMORY):
+            raise UsageError(
+                f"The engine memory limit must be at least {MIN_ENGINE_MEMORY >> 20} MiB, "
+                f"not {limit!r} bytes."
             )
         if self.port is not None and (not _whole(self.port) or not 1 <= self.port <= 65535):
             raise UsageError(f"The port must be between 1 and 65535, not {self.port}.")

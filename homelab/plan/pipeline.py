@@ -34,7 +34,9 @@ def plan_model(
     ``engine_version`` is the llama-server build the plan is for (a tag, or a function
     giving it, called only when the store holds a record of this model; front-ends pass
     ``homelab.engine.llamacpp.calibrate.current_engine_version``): its measured compute
-    buffers price the candidates whose flags they were measured at. None: estimates only.
+    buffers price the candidates whose flags they were measured at, and a launch that ran
+    out of memory before keeps the plan at the setting that then held
+    (:mod:`homelab.plan.calibration_miss`). None: estimates only.
 
     Raises:
         DoesNotFitError: nothing worth serving fits (the message says what would).
@@ -46,4 +48,14 @@ def plan_model(
         measured = measurements_for(model, engine_version, path=calibration_path)
         if measured is not None:
             request = replace(request, calibration=measured)
-    return make_plan(model, label, report, request)
+    plan = make_plan(model, label, report, request)
+    if engine_version is None:
+        return plan
+    from homelab.plan.calibration_miss import FILE_NAME, avoid_misses  # an earlier OOM
+
+    def replan(narrowed):
+        return make_plan(model, label, report, narrowed)
+
+    misses = None if calibration_path is None else calibration_path.with_name(FILE_NAME)
+    limit = options.engine_memory_limit
+    return avoid_misses(plan, model, request, engine_version, limit, replan, path=misses)

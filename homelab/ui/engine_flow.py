@@ -212,7 +212,7 @@ class EngineFlow:
 
         if isinstance(event, ev.EngineChanged):
             self.post_message(EngineChanged(event.transition))
-        elif isinstance(event, ev.Actuals | ev.GateStarted):
+        elif isinstance(event, ev.Actuals | ev.GateStarted | ev.Proved | ev.Healing | ev.Healed):
             self.post_message(ServeEvent(event))
 
     @while_mounted

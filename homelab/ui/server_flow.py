@@ -18,6 +18,7 @@ from textual import work
 
 from homelab.errors import HomelabError
 from homelab.ui import backend
+from homelab.ui.heal_note import heal_note
 from homelab.ui.log_feed import LogArrived
 from homelab.ui.messages import (
     EngineChanged,
@@ -53,7 +54,10 @@ class ServerFlow:
     @while_mounted
     def on_serve_event(self, message: ServeEvent) -> None:
         measured = getattr(message.event, "measured", None)
-        if measured is not None:
+        if (note := heal_note(message.event)) is not None:  # the launch proof, a heal
+            self.engine_note = note
+            self.notify(note.splitlines()[0], title="launch")
+        elif measured is not None:
             self.actuals = measured
         else:  # the gate listens: its URL is the one to use
             name = self.running.name if self.running else "engine"

@@ -13,6 +13,10 @@ With the admission gate asked for (``ServeRequest.gate``): ``GateKeyCreated`` fi
 API key was made for it, then after ``Ready`` (and ``Actuals``) ``GateStarted`` — or, for an
 adopted engine, ``GateAdopted`` (its gate runs already) or ``GateMissing`` (it runs
 without one) — and ``GateStopped`` before ``Stopped`` when the session stopped its gate.
+
+With the launch proof (``PlanOptions.prove``): ``Proving`` and ``Proved`` before ``Ready``.
+An out-of-memory (at load, in the proof, at run time): ``Healing`` then ``Planned Starting
+Started ...`` again for the smaller plan, and ``Healed`` once one held.
 """
 
 from __future__ import annotations
@@ -200,3 +204,48 @@ class GateStopped:
     """The session stopped the gate at ``url``."""
 
     url: str
+
+
+@dataclass(frozen=True, slots=True)
+class Proving:
+    """The launch proof starts: one request filling ``slot``'s context (``prompt_tokens``)."""
+
+    slot: int
+    prompt_tokens: int
+    ctx_per_slot: int
+
+
+@dataclass(frozen=True, slots=True)
+class Proved:
+    """What the launch proof saw (``result`` is ``prove.ProofResult``): peak memory against
+    the plan's figure, the time, and whether it ran out of memory."""
+
+    result: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Healing:
+    """The engine ran out of memory (``stage``: load, proof or run); it restarts smaller.
+
+    ``was`` and ``now`` are :class:`~homelab.plan.calibration_miss.Setting` rows; ``said``
+    is the engine's own out-of-memory line."""
+
+    stage: str
+    said: str
+    was: Any
+    now: Any
+    step: int
+    max_steps: int
+    argv: tuple[str, ...] = ()
+    """The smaller plan's command line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Healed:
+    """A smaller plan held after an out-of-memory; the miss is in the calibration store
+    (``recorded`` False, with ``not_recorded`` saying why, when it could not be written)."""
+
+    failed: tuple[Any, ...]
+    worked: Any
+    recorded: bool
+    not_recorded: str | None = None

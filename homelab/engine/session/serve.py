@@ -28,6 +28,7 @@ from homelab.engine.kinds import KINDS, EngineKind, ServePlan, engine_kind
 from homelab.engine.session import events as ev
 from homelab.engine.session.bus import EventBus
 from homelab.engine.session.gate import SessionGate, stop_recorded_gate, wait_port_freed
+from homelab.engine.session.heal import Healer, attach_healer
 from homelab.engine.session.model_ref import resolve_model
 from homelab.engine.supervision.facts import Asked
 from homelab.engine.supervision.ownership import Running, decide, running, stop_engine, stop_found
@@ -103,11 +104,11 @@ class ServeSession:
         self.supervisor: Supervisor | None = None
         self.plan: ServePlan | None = None
         self.adopted: EngineRecord | None = None
-        self._policy = policy
-        self._log_dir = log_dir
+        self._policy, self._log_dir = policy, log_dir
         self._default_workload: Workload | None = request.default_workload
         self._asked_stop = False
         self.gate: SessionGate | None = None
+        self.healer: Healer | None = None  # proves a planned engine and heals an out-of-memory
         if request.gate is not None:
             self.gate = SessionGate(request.gate, self.store, self._emit)
 
@@ -200,6 +201,7 @@ class ServeSession:
             detached=self.request.detach,
             start_timeout_s=self.request.start_timeout_s,
             facts=plan.facts,
+            memory_limit=options.engine_memory_limit,
         )
         supervisor = self._supervisor(spec, kind.profile(plan, plan.model_path))
         self._emit(ev.Starting(kind.name, kind.program))
@@ -257,7 +259,7 @@ class ServeSession:
             spec, profile, policy=self._policy, state_file=self.store, log_dir=self._log_dir
         )
         supervisor.subscribe(self._changed)
-        self.supervisor = supervisor
+        self.supervisor, self.healer = supervisor, attach_healer(self, supervisor)
         return supervisor
 
     def _changed(self, transition) -> None:
@@ -273,7 +275,7 @@ class ServeSession:
         """
         supervisor = self._need()
         try:
-            ready = supervisor.wait_ready()
+            ready = supervisor.wait_ready() if self.healer is None else self.healer.ready()
         except HomelabError as error:
             raise self._failed(error) from None
         self._emit(ev.Ready(ready.url or "", ready.pid, supervisor.profile.name, ready.reason))

@@ -84,6 +84,21 @@ def _die_with_parent(parent_pid: int):
     return arm
 
 
+def _preexec(parent_pid: int | None, memory_limit: int | None):
+    """The ``preexec_fn``: the parent-death signal (``parent_pid``) and the memory cap."""
+    arm = None if parent_pid is None else _die_with_parent(parent_pid)
+    if memory_limit is None:
+        return arm
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+        if arm is not None:
+            arm()
+
+    return limit
+
+
 def _open_log(path: Path, header: str | None) -> BinaryIO:
     """The log file opened for appending, ``header`` written first.
 
@@ -156,6 +171,7 @@ class EngineProcess:
         die_with_parent: bool = True,
         env: Mapping[str, str] | None = None,
         header: str | None = None,
+        memory_limit: int | None = None,
     ) -> EngineProcess:
         """Start ``argv`` (never through a shell) in a new session, output appended to ``log_path``.
 
@@ -165,6 +181,8 @@ class EngineProcess:
             die_with_parent: arm the parent-death signal (off for a detached engine).
             env: extra environment variables on top of ours.
             header: a line written to the log just before the engine's own output.
+            memory_limit: cap the engine's address space at this many bytes (``RLIMIT_AS``):
+                an allocation past it fails in the engine, which logs it and exits.
 
         Raises:
             EngineError: the binary is missing or not executable, the log cannot be
@@ -186,7 +204,7 @@ class EngineProcess:
                     env={**os.environ, **(env or {})},
                     start_new_session=True,
                     close_fds=True,
-                    preexec_fn=_die_with_parent(os.getpid()) if die_with_parent else None,
+                    preexec_fn=_preexec(os.getpid() if die_with_parent else None, memory_limit),
                 )
             except FileNotFoundError:
                 raise EngineError(f"the engine binary {argv[0]} does not exist") from None

@@ -212,6 +212,7 @@ class RunLoop:
             die_with_parent=not self.spec.detached,
             env={**self.profile.env, **marker},
             header=marker_line(attempt, argv),
+            memory_limit=self.spec.memory_limit,
         )
         with self.lock:
             self.proc = proc

@@ -71,6 +71,8 @@ class EngineSpec:
     stop_grace_s: float = 20.0
     facts: PlanFacts | None = None
     """What the plan gave it (written into the state file's record)."""
+    memory_limit: int | None = None
+    """Cap on the engine's address space in bytes (``RLIMIT_AS``); None: no cap."""
 
 
 @dataclass(frozen=True, slots=True)

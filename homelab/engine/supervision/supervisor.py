@@ -22,6 +22,7 @@ Engine-agnostic: what differs between llama-server and vLLM comes in an
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -249,6 +250,15 @@ class Supervisor:
                     hint="start it with `detach` set to leave it running",
                 )
         self._ask(release=True)
+
+    def respec(self, spec: EngineSpec, *, restart: bool = False) -> None:
+        """Run ``spec`` (a healed, smaller plan's argv and facts) from the next (re)start on;
+        with ``restart``, end the running engine now (SIGTERM) so the loop restarts into it."""
+        with self._lock:
+            self.spec = self._loop.spec = spec
+            proc = self._loop.proc
+        if restart and proc is not None:
+            proc.signal_group(signal.SIGTERM)
 
     def _ask(self, *, stop: bool = False, release: bool = False) -> None:
         self._loop.inbox.ask(stop=stop, release=release)

@@ -1,0 +1,93 @@
+"""``homelab serve``'s launch proof and heal: the flags, and the lines their events print."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+
+def add_prove_arguments(serve: argparse.ArgumentParser) -> None:
+    """``--prove/--no-prove`` (``serve`` only)."""
+    serve.add_argument(
+        "--prove",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="after ready, fill the largest slot once and watch memory before announcing it; "
+        "an out-of-memory restarts on a smaller plan (default: on for a GPU plan, off for CPU)",
+    )
+
+
+def add_memory_limit_argument(parser: argparse.ArgumentParser) -> None:
+    """``--engine-memory-limit SIZE`` (every command that plans: a miss is kept per limit)."""
+    parser.add_argument(
+        "--engine-memory-limit",
+        metavar="SIZE",
+        help="cap the engine's memory (address space), e.g. 12GiB, so it cannot swap the "
+        "desktop; an allocation past it fails in the engine and serve heals to a smaller plan",
+    )
+
+
+def memory_limit_of(args: argparse.Namespace) -> int | None:
+    """``--engine-memory-limit`` in bytes; None when not given.
+
+    Raises:
+        UsageError: it is not a size.
+    """
+    from homelab.errors import UsageError
+    from homelab.units import parse_size
+
+    text = getattr(args, "engine_memory_limit", None)
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise UsageError(f"--engine-memory-limit: {error}") from None
+
+
+def prove_options(args: argparse.Namespace, options):
+    """``options`` with ``--prove/--no-prove`` applied."""
+    return replace(options, prove=getattr(args, "prove", None))
+
+
+def print_prove_event(event) -> bool:
+    """Print a proof or heal event; False when ``event`` is neither."""
+    from homelab.engine.session import events as ev
+    from homelab.units import format_bytes
+
+    if isinstance(event, ev.Proving):
+        print(
+            f"proving the plan: slot {event.slot} filled with {event.prompt_tokens:,} of its "
+            f"{event.ctx_per_slot:,} tokens...",
+            flush=True,
+        )
+    elif isinstance(event, ev.Proved):
+        r = event.result
+        where = "the card's used memory" if r.memory_source == "card" else "the engine's RSS"
+        seen = (
+            f"{where} {format_bytes(r.before_bytes)} → peak {format_bytes(r.peak_bytes)}"
+            f" (plan: {format_bytes(r.predicted_bytes)})"
+        )
+        if r.ok:
+            print(f"proved in {r.seconds:.1f} s: {r.prompt_tokens:,} tokens; {seen}", flush=True)
+        else:
+            print(f"the proof failed after {r.seconds:.1f} s: {r.oom or r.error}; {seen}")
+    elif isinstance(event, ev.Healing):
+        print(
+            f"out of memory ({event.stage}): {event.said}\n"
+            f"  healing {event.step}/{event.max_steps}: {event.was.describe()} → "
+            f"{event.now.describe()}; restarting on the smaller plan",
+            flush=True,
+        )
+        if event.argv:
+            print("  " + " ".join(event.argv))
+    elif isinstance(event, ev.Healed):
+        failed = ", ".join(s.describe() for s in event.failed)
+        print(f"healed: {event.worked.describe()} holds ({failed} ran out of memory)")
+        if event.recorded:
+            print("recorded the miss in the calibration store: the next plan starts there")
+        else:
+            print(f"the miss was not recorded: {event.not_recorded}")
+    else:
+        return False
+    return True

@@ -1,0 +1,330 @@
+"""Heal a plan that was wrong: on an out-of-memory, restart with the next smaller plan.
+
+A :class:`Healer` watches one serve session's llama-server from before its first spawn:
+
+- **at load** (the engine exits with an allocation failure in its load log) and **at run
+  time** (a crash whose log says out-of-memory), it re-plans with fewer slots (halved,
+  each keeping its context), then with less context per slot (halved), through the one
+  planning path (:func:`homelab.plan.pipeline.plan_model` via the engine kind, the
+  options' ``slots``/``ctx`` set), and hands the smaller command line to the supervisor,
+  which restarts into it (:meth:`~homelab.engine.supervision.supervisor.Supervisor.respec`);
+- **in the launch proof** (:mod:`homelab.engine.session.prove`, run by :meth:`Healer.ready`
+  after ready and before the session announces it) the same, when the proof's request saw
+  an out-of-memory;
+- at most :data:`MAX_STEPS` steps, then a clear :class:`HealError` naming what was tried;
+- once a smaller plan held (ready, and proved when the proof is on), the miss goes into
+  the calibration store (:func:`homelab.plan.calibration_miss.record_miss`) so the next
+  plan of that model on that card starts there.
+
+It says what happened and what changed as ``Healing``/``Healed``/``Proving``/``Proved``
+session events. Only llama.cpp plans are healed (an adopted engine has no plan here).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from homelab.engine.llamacpp.oom import is_oom, oom_lines
+from homelab.engine.session import events as ev
+from homelab.engine.supervision.states import State, Transition
+from homelab.errors import DoesNotFitError, EngineError, HomelabError
+
+if TYPE_CHECKING:
+    from homelab.engine.kinds import ServePlan
+    from homelab.engine.session.prove import ProofResult
+    from homelab.engine.session.serve import ServeSession
+    from homelab.engine.supervision.supervisor import Supervisor
+    from homelab.plan.calibration_miss import Setting
+
+MAX_STEPS = 4
+"""Smaller plans tried after an out-of-memory before giving up (below the crash-loop limit)."""
+MIN_CTX_PER_SLOT = 512
+"""Less context per slot than this is not worth serving: give up instead."""
+PROOF_TIMEOUT_S = 900.0
+
+
+class HealError(DoesNotFitError):
+    """Every smaller plan tried ran out of memory too (or none was left to try)."""
+
+    title = "Out of memory, not healed"
+
+
+def smaller(setting: Setting) -> tuple[int, int] | None:
+    """(slots, total context) of the next smaller plan: half the slots (each keeps its
+    context), then half the context of the one slot; None when nothing smaller is worth it."""
+    if setting.slots > 1:
+        slots = setting.slots // 2
+        return slots, slots * setting.ctx_per_slot
+    per_slot = setting.ctx_per_slot // 2 // 256 * 256
+    if per_slot < MIN_CTX_PER_SLOT:
+        return None
+    return 1, per_slot
+
+
+def wants_proof(session: ServeSession) -> bool:
+    """The proof setting, or its default: on for a plan on a real card, off for a CPU plan
+    (and for a synthetic or recorded card: there is no card memory to watch)."""
+    options, plan = session.request.options, session.plan
+    if options.prove is not None:
+        return options.prove
+    real_card = options.vram is None and options.gpu_snapshot is None
+    return real_card and plan is not None and bool(getattr(plan.plan, "on_gpu", False))
+
+
+def attach_healer(session: ServeSession, supervisor: Supervisor) -> Healer | None:
+    """A healer for ``supervisor`` when the session planned a llama.cpp engine; else None."""
+    plan = session.plan
+    if plan is None or session.adopted is not None or plan.kind != "llama.cpp":
+        return None
+    return Healer(session, supervisor, plan)
+
+
+class Healer:
+    """Proves and heals one session's engine (see the module docstring)."""
+
+    def __init__(self, session: ServeSession, supervisor: Supervisor, plan: ServePlan) -> None:
+        self.session = session
+        self.supervisor = supervisor
+        self.plan = plan
+        self.options = session.request.options
+        self.failed: list[Setting] = []
+        self.stage: str | None = None
+        self.said: str | None = None
+        self.gave_up: HealError | None = None
+        self.proving = False
+        self.proof: ProofResult | None = None
+        """What the last launch proof saw."""
+        self._healed_attempts: set[int] = set()
+        self._ready_once = False
+        self._lock = threading.Lock()
+        supervisor.subscribe(self._changed)
+
+    # -- the supervisor's transitions (on its run-loop thread) -------------------------------
+
+    def _changed(self, transition: Transition) -> None:
+        if transition.state is State.CRASHED:
+            lines = self.supervisor.attempt_lines()
+            if is_oom(transition.failure, lines):
+                stage = "proof" if self.proving else "run" if self._ready_once else "load"
+                self._heal(stage, transition.attempt, _said(transition, lines))
+        elif transition.state is State.READY and self.failed and self.stage == "run":
+            self._record()  # a run-time heal held (the front-end is watching, not proving)
+
+    def _heal(self, stage: str, attempt: int, said: str) -> bool:
+        """Plan smaller and hand it to the supervisor; False (and stop) when out of steps."""
+        with self._lock:
+            if attempt in self._healed_attempts:
+                return True
+            from homelab.plan.calibration_miss import setting_of
+
+            self._healed_attempts.add(attempt)
+            was = setting_of(self.plan.plan)
+            self.failed.append(was)
+            self.stage = self.stage or stage
+            self.said = self.said or said
+            step = len(self.failed)
+            try:
+                nxt = self._smaller_plan(was, step)
+            except HomelabError as error:
+                self.gave_up = HealError(
+                    f"{self._tried()}; {error.message}", hint=error.hint, title=error.title
+                )
+                nxt = None
+            if nxt is None:
+                self.supervisor.stop()
+                return False
+            argv = self.session.kind.argv(
+                nxt, self.supervisor.spec.port, self.supervisor.spec.argv[0]
+            )
+            spec = replace(self.supervisor.spec, argv=tuple(argv), facts=nxt.facts)
+            self.supervisor.respec(spec)
+            self.plan = nxt
+            self.session.plan = nxt
+            now = setting_of(nxt.plan)
+            self.session._emit(ev.Healing(stage, said, was, now, step, MAX_STEPS, tuple(argv)))
+            if stage == "run" and self.session.gate is not None:
+                # gate: retarget to the healed plan
+                # (SessionGate.retarget, from gate9: its budget and ceiling must follow
+                # nxt.facts; at load and in the proof the gate starts later, with them)
+                pass
+            return True
+
+    def _smaller_plan(self, was: Setting, step: int) -> ServePlan | None:
+        if step > MAX_STEPS:
+            self.gave_up = HealError(
+                f"{self._tried()}: still out of memory after {MAX_STEPS} smaller plans",
+                hint="set a smaller `ctx` or `slots`, raise the `engine memory limit`, "
+                "or close programs that use the memory",
+            )
+            return None
+        target = smaller(was)
+        if target is None:
+            self.gave_up = HealError(
+                f"{self._tried()}: nothing smaller is worth serving "
+                f"(one slot of {MIN_CTX_PER_SLOT} tokens is the least)",
+                hint="raise the `engine memory limit`, pick a smaller quant, "
+                "or close programs that use the memory",
+            )
+            return None
+        slots, ctx = target
+        options = replace(self.options, slots=slots, ctx=ctx)
+        report = self.session.request.report
+        if report is None:
+            from homelab.plan.card import card_for
+
+            report = card_for(options)
+        kind = self.session.kind
+        return kind.plan(
+            self.plan.model_path, report, options, default_workload=self.session._default_workload
+        )
+
+    def _tried(self) -> str:
+        tried = ", ".join(s.describe() for s in self.failed)
+        return f"llama-server ran out of memory ({self.stage}: {self.said}) at {tried}"
+
+    # -- the session's wait for ready (front-end thread) ------------------------------------
+
+    def ready(self) -> Transition:
+        """Wait until the engine is ready (healing on the way), prove it when asked (healing
+        an out-of-memory in the proof), record a heal; the READY transition.
+
+        Raises:
+            HealError: out of memory, and no smaller plan held.
+            HomelabError: it failed otherwise (the supervisor's explained failure).
+        """
+        prove_it = wants_proof(self.session)
+        while True:
+            try:
+                ready = self.supervisor.wait_ready()
+            except HomelabError:
+                if self.gave_up is not None:
+                    raise self.gave_up from None
+                raise
+            if not prove_it:
+                break
+            result = self._prove(ready)
+            if result.ok:
+                break
+            if not self._still_up(ready.attempt):
+                continue  # it crashed in the proof: healed (out of memory) or restarted as it was
+            if result.oom is None:
+                raise EngineError(
+                    f"the launch proof failed: {result.error}",
+                    hint="serve without the proof (`prove` off) to skip it; the log says more",
+                )
+            from homelab.engine.llamacpp.diagnose import strip_prefix
+
+            if self._heal("proof", ready.attempt, strip_prefix(result.oom)):
+                self.supervisor.respec(self.supervisor.spec, restart=True)
+        self._ready_once = True
+        if self.failed:
+            self._record()
+        return ready
+
+    def _still_up(self, attempt: int, settle_s: float = 3.0) -> bool:
+        """True when the attempt that failed its proof is still the one serving after
+        ``settle_s`` (an engine that ran out of memory may take a moment to die)."""
+        import time
+
+        deadline = time.monotonic() + settle_s
+        while time.monotonic() < deadline:
+            if attempt in self._healed_attempts or self.supervisor.state is not State.READY:
+                return False
+            time.sleep(0.1)
+        return (
+            self.supervisor.state is State.READY and self.supervisor.events[-1].attempt == attempt
+        )
+
+    def _prove(self, ready: Transition) -> ProofResult:
+        from homelab.engine.session.prove import prove, save_launch
+        from homelab.plan.calibration_miss import predicted_bytes
+
+        plan = self.plan.plan
+        session = self.session
+
+        def started(slot: int, tokens: int, ctx: int) -> None:
+            session._emit(ev.Proving(slot, tokens, ctx))
+
+        self.proving = True
+        try:
+            result = prove(
+                ready.url or self.supervisor.url or "",
+                self.supervisor,
+                pid=ready.pid,
+                gpu=plan.budget.name if plan.on_gpu else None,
+                predicted_bytes=predicted_bytes(plan),
+                timeout_s=PROOF_TIMEOUT_S,
+                on_start=started,
+            )
+        finally:
+            self.proving = False
+        self.proof = result
+        save_launch(ready.pid, proof=result.as_dict())
+        session._emit(ev.Proved(result))
+        return result
+
+    # -- the calibration store ---------------------------------------------------------------
+
+    def _record(self) -> None:
+        from homelab.engine.llamacpp.locate import engine_version
+        from homelab.plan.calibration import CalibrationError
+        from homelab.plan.calibration_key import model_identity
+        from homelab.plan.calibration_miss import miss_key, record_miss, setting_of
+
+        failed, worked = tuple(self.failed), setting_of(self.plan.plan)
+        stage, said = self.stage or "load", self.said or ""
+        self.failed, self.stage, self.said = [], None, None  # a later heal starts afresh
+        version = engine_version(Path(self.supervisor.spec.argv[0]))
+        if version is None or self.plan.model is None:
+            why = "the engine's version is unknown" if version is None else "no model header"
+            self._healed(failed, worked, why, stage, said)
+            return
+        key = miss_key(
+            self.plan.plan,
+            model_identity(self.plan.model),
+            version,
+            self.options.engine_memory_limit,
+        )
+        try:
+            record_miss(key, failed, worked, stage=stage, said=said)
+        except CalibrationError as error:
+            self._healed(failed, worked, error.message, stage, said)
+            return
+        self._healed(failed, worked, None, stage, said)
+
+    def _healed(
+        self,
+        failed: tuple[Setting, ...],
+        worked: Setting,
+        why_not: str | None,
+        stage: str,
+        said: str,
+    ) -> None:
+        from dataclasses import asdict
+
+        from homelab.engine.session.prove import save_launch
+
+        healed = {
+            "stage": stage,
+            "said": said,
+            "failed": [asdict(s) for s in failed],
+            "worked": asdict(worked),
+            "recorded": why_not is None,
+        }
+        save_launch(self.supervisor.pid, healed=healed)
+        self.session._emit(ev.Healed(failed, worked, why_not is None, why_not))
+
+
+def _said(transition: Transition, lines: list[str]) -> str:
+    """The engine's own out-of-memory line (prefix stripped)."""
+    from homelab.engine.llamacpp.diagnose import strip_prefix
+
+    found = oom_lines(lines) or oom_lines(transition.failure.quoted if transition.failure else ())
+    return (
+        strip_prefix(found[0])
+        if found
+        else (transition.failure.title if transition.failure else "?")
+    )

@@ -1,0 +1,454 @@
+"""The GPU check's driver: record the card, then plan and serve generated geometries with
+``homelab serve`` and write predicted vs actual memory (bench/GPU_CHECK.md).
+
+    python bench/gpu_check.py --out DIR --server LLAMA_SERVER [--cpu] [--set gpu|cpu|smoke]
+        [--deadline-s S] [--workdir DIR] [--build-json FILE]
+    python bench/gpu_check.py --table DIR/gpu_check.json     # print the table again
+
+Per case: the model is written by the test factory (``tests.factory``) into ``--workdir``
+(several GB on a GPU machine's disk; reused by the cases that share it), planned in
+process exactly as ``homelab plan`` does (fresh state folder per case, so no calibration
+is consulted), then served by ``python -m homelab serve MODEL --no-gate`` (with
+``--prove`` when ``homelab serve --help`` lists it) until it is ready and has printed its
+predicted-vs-actual table; NVML is read while it runs (the engine process's memory, and
+the card's used memory against the moment before it started); then it is stopped
+(SIGTERM, as Ctrl-C). The engine's load log (the supervisor's session log without homelab's
+marker lines) is parsed by ``homelab.engine.llamacpp.log`` and compared by
+``homelab.engine.llamacpp.actuals``.
+
+Parts, each predicted/actual in bytes: weights, KV (full + SWA), recurrent, compute
+(llama.cpp's compute buffer on the plan's device), fa_copy (the flash-attention F16 copy
+of a quantized cache: planned per token; actual = this case's compute buffer minus that
+of the same model/context/slots with an f16 cache, when both ran), cuda_context (456 MiB
+planned; actual = the engine's NVML memory minus every device buffer its log reports),
+total (weights + KV + engine; actual = the engine's NVML memory, else the card's used
+growth; on CPU the log's buffers summed). Results are rewritten after every case
+(``gpu_check.json``, ``fixtures/llama_logs-<card>.tar.gz``) so a run cut short still
+returns what it did; the table is printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+for _entry in (ROOT, ROOT / "bench"):
+    if str(_entry) not in sys.path:
+        sys.path.insert(0, str(_entry))
+
+from _gpu_cases import CASE_SETS, Case, Model, format_table
+
+RESULTS = "gpu_check.json"
+SERVE_TIMEOUT_S = {"gpu": 120.0, "cpu": 150.0}
+CASE_RESERVE_S = {"gpu": 40.0, "cpu": 25.0}
+"""A case starts only while at least this much of the deadline is left."""
+_PID_LOG = re.compile(r"^pid (\d+), log (.+)$")
+_MARKER = "---- homelab "
+
+
+def card_slug(name: str) -> str:
+    """``NVIDIA GeForce RTX 3090`` -> ``rtx3090``; ``NVIDIA H200`` -> ``h200`` (file names)."""
+    words = [w for w in name.lower().split() if w not in ("nvidia", "geforce")]
+    return re.sub(r"[^a-z0-9]", "", "".join(words)) or "gpu"
+
+
+def homelab_env(state: Path) -> dict[str, str]:
+    """The environment for homelab subprocesses: this repo first, its own folders."""
+    env = dict(os.environ)
+    for kind in ("state", "config", "cache"):
+        env[f"HOMELAB_{kind.upper()}_DIR"] = str(state / kind)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    )
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def homelab(*args: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """``python -m homelab ARGS`` to completion (output captured)."""
+    return subprocess.run(
+        [sys.executable, "-m", "homelab", *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+# -- the card --------------------------------------------------------------------------
+
+
+def read_card(window_s: float = 0.0) -> Any:
+    """The NVML report now (``homelab.gpu.probe``); a CPU report when there is no driver."""
+    from homelab.gpu.probe import probe
+
+    return probe(window_s=window_s, interval_s=0.25)
+
+
+def record_card(out: Path, env: dict[str, str]) -> dict[str, Any]:
+    """``homelab gpu --record`` into ``out/fixtures/gpu/<card>.json``, then replayed once."""
+    report = read_card()
+    if not report.devices:
+        return {"skipped": report.note or "no NVIDIA card"}
+    device = report.devices[0]
+    display = "" if device.display_active else "_headless"
+    path = out / "fixtures" / "gpu" / f"{card_slug(device.name)}{display}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    done = homelab("gpu", "--record", str(path), "--sample-seconds", "2", env=env, timeout=60)
+    replay = homelab("gpu", "--gpu-snapshot", str(path), "--json", env=env, timeout=60)
+    return {
+        "file": str(path.relative_to(out)),
+        "rc": done.returncode,
+        "seconds": round(time.monotonic() - started, 1),
+        "output": (done.stdout + done.stderr)[-2000:],
+        "replay_rc": replay.returncode,
+        "replay": json.loads(replay.stdout) if replay.returncode == 0 else replay.stderr[-2000:],
+    }
+
+
+def engine_memory(report: Any, pid: int | None) -> dict[str, int | None]:
+    """The card's used bytes and the engine process's own (None where NVML does not say)."""
+    if not report.devices:
+        return {"device_used": None, "process_used": None}
+    device = report.devices[0]
+    used = next(
+        (p.used_bytes for p in device.processes or () if pid is not None and p.pid == pid), None
+    )
+    return {"device_used": device.used, "process_used": used}
+
+
+# -- one case --------------------------------------------------------------------------
+
+
+def write_model(model: Model, workdir: Path) -> tuple[Path, float]:
+    """The model's GGUF in ``workdir`` (written once); (path, seconds spent writing)."""
+    from tests.factory import write_gguf
+
+    path = workdir / "models" / f"{model.label}.gguf"
+    if path.exists():
+        return path, 0.0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    partial = path.with_suffix(".partial")
+    write_gguf(model.arch, partial, **model.geometry)
+    partial.rename(path)
+    return path, time.monotonic() - started
+
+
+def plan_case(model_path: Path, case: Case, state: Path) -> tuple[Any, list[str]]:
+    """The plan ``homelab plan MODEL FLAGS`` makes, in this process, against ``state``."""
+    from homelab.cli import build_parser
+    from homelab.cli.plan_cmd import plan_from_args
+
+    for key, value in homelab_env(state).items():
+        if key.startswith("HOMELAB_"):
+            os.environ[key] = value
+    args = build_parser().parse_args(
+        ["plan", str(model_path), *case.serve_flags(), "--sample-seconds", "0.5"]
+    )
+    return plan_from_args(args)
+
+
+class Serve:
+    """``homelab serve`` in its own session, its output read by a thread."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.lines: list[str] = []
+        self.pid: int | None = None
+        self.log_path: Path | None = None
+        self.ready = threading.Event()
+        self.actuals_done = threading.Event()
+        self.proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._pump, daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            line = raw.rstrip("\n")
+            self.lines.append(line)
+            if found := _PID_LOG.match(line):
+                self.pid, self.log_path = int(found[1]), Path(found[2])
+            elif line.startswith("ready: "):
+                self.ready.set()
+            elif line.startswith(("recorded the measured", "calibration not recorded")):
+                self.actuals_done.set()
+        self.ready.set()
+        self.actuals_done.set()
+
+    def wait(self, timeout: float) -> bool:
+        """True once ready (and its table printed, or 10 s after ready); False on exit/timeout."""
+        if not self.ready.wait(timeout) or self.proc.poll() is not None:
+            return False
+        self.actuals_done.wait(10.0)
+        return self.proc.poll() is None
+
+    def stop(self) -> int:
+        """SIGTERM (serve's clean stop), then SIGKILL to its process group; the engine too."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._reader.join(timeout=5)
+        return self.proc.returncode
+
+
+def engine_log(path: Path | None) -> str:
+    """The engine's own output from the session log (homelab's attempt markers left out)."""
+    if path is None or not path.exists():
+        return ""
+    text = path.read_text("utf-8", errors="replace")
+    return "".join(line for line in text.splitlines(True) if not line.startswith(_MARKER))
+
+
+def parts_of(plan: Any, argv: list[str], text: str, memory: dict[str, Any], cpu: bool) -> dict:
+    """Predicted and actual bytes of each part (module docstring), and homelab's own rows."""
+    from homelab.engine.llamacpp.actuals import actuals_to_dict, compare, is_host_buffer, row
+    from homelab.engine.llamacpp.log import MIB, parse_load_log
+    from homelab.plan.serialize import plan_to_dict
+
+    planned = plan_to_dict(plan, argv)
+    load = parse_load_log(text)
+    rows = compare(plan, load)
+    budget, engine = planned["budget"], planned["engine"]
+
+    def actual(name: str) -> int | None:
+        found = row(rows, name)
+        return found.actual if found is not None else None
+
+    device_buffers = sum(b.mib for b in load.buffers if not is_host_buffer(b.device))
+    host_buffers = sum(b.mib for b in load.buffers if is_host_buffer(b.device))
+    measured = memory.get("process_used")
+    if measured is None and memory.get("device_used") is not None:
+        measured = memory["device_used"] - memory["device_used_before"]
+    total_actual = round(host_buffers * MIB) if cpu else measured
+    context = None if cpu or measured is None else measured - round(device_buffers * MIB)
+    kv = row(rows, "KV")
+    return {
+        "rows": actuals_to_dict(rows),
+        "parts": {
+            "weights": {"predicted": budget["weights"], "actual": actual("weights")},
+            "kv": {"predicted": kv.predicted if kv else 0, "actual": actual("KV")},
+            "recurrent": {
+                "predicted": planned["kv_breakdown"]["recurrent"],
+                "actual": actual("recurrent"),
+            },
+            "compute": {"predicted": engine["compute_buffer"], "actual": actual("compute")},
+            "fa_copy": {"predicted": engine["fa_scratch"], "actual": None},
+            "cuda_context": {"predicted": engine["cuda_context"], "actual": context},
+            "total": {
+                "predicted": budget["weights"] + budget["kv"] + budget["engine"],
+                "actual": total_actual,
+            },
+        },
+        "plan": {k: planned[k] for k in ("ctx_size", "parallel", "kv_unified", "argv")}
+        | {"verdict": planned["verdict"], "device": budget["device"]},
+        "load_ready": load.ready,
+        "failures": [f.kind.name for f in load.failures],
+    }
+
+
+def run_case(case: Case, workdir: Path, server: Path, cpu: bool, prove: bool) -> dict[str, Any]:
+    """Write, plan, serve, measure and stop one case; its result (``error`` set on failure)."""
+    from tests.factory.capture_fixtures import args_slug
+
+    name = f"{case.model.label}__{args_slug(case.llama_args())}"
+    result: dict[str, Any] = {"name": name, "arch": case.model.arch, "error": None}
+    result["geometry"] = case.model.geometry
+    started = time.monotonic()
+    state = workdir / "state" / name
+    shutil.rmtree(state, ignore_errors=True)  # no calibration from an earlier run
+    env = homelab_env(state) | {"HOMELAB_LLAMA_SERVER": str(server)}
+    model_path, wrote_s = write_model(case.model, workdir)
+    result["model_bytes"] = model_path.stat().st_size
+    result["write_s"] = round(wrote_s, 1)
+    plan, argv = plan_case(model_path, case, state)
+    before = engine_memory(read_card(), None)["device_used"]
+    serve_argv = [sys.executable, "-m", "homelab", "serve", str(model_path), "--no-gate"]
+    serve_argv += [*case.serve_flags(), "--sample-seconds", "0.5", "--port", str(_free_port())]
+    serve_argv += ["--prove"] if prove and case.prove else []
+    serve_argv += ["--start-timeout", str(int(SERVE_TIMEOUT_S["cpu" if cpu else "gpu"]))]
+    result["serve_argv"] = serve_argv[2:]
+    serve = Serve(serve_argv, env)
+    try:
+        ready = serve.wait(SERVE_TIMEOUT_S["cpu" if cpu else "gpu"] + 30)
+        result["ready_s"] = round(time.monotonic() - started - wrote_s, 1)
+        memory: dict[str, Any] = engine_memory(read_card(), serve.pid) if ready else {}
+        memory["device_used_before"] = before
+        result["nvml"] = memory
+        if not ready:
+            result["error"] = "homelab serve did not get ready"
+    finally:
+        result["serve_rc"] = serve.stop()
+    result["serve_output"] = serve.lines[-60:]
+    text = engine_log(serve.log_path)
+    result["log_text"] = text
+    if text:
+        result |= parts_of(plan, argv, text, result["nvml"], cpu)
+    elif result["error"] is None:
+        result["error"] = "no engine log"
+    result["seconds"] = round(time.monotonic() - started, 1)
+    return result
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def fill_fa_copy(results: list[dict[str, Any]], cases: dict[str, Case]) -> None:
+    """fa_copy actual = compute(quantized cache) − compute(f16 cache) of sibling cases."""
+    f16 = {
+        cases[r["name"]].sibling_key(): r
+        for r in results
+        if r.get("parts") and cases[r["name"]].cache == "f16"
+    }
+    for r in results:
+        if not r.get("parts"):
+            continue
+        case = cases[r["name"]]
+        base = f16.get(case.sibling_key())
+        if case.cache == "f16":
+            r["parts"]["fa_copy"]["actual"] = 0 if r["parts"]["compute"]["actual"] else None
+        elif base is not None:
+            mine, theirs = r["parts"]["compute"]["actual"], base["parts"]["compute"]["actual"]
+            if mine is not None and theirs is not None:
+                r["parts"]["fa_copy"]["actual"] = mine - theirs
+
+
+# -- results ---------------------------------------------------------------------------
+
+
+def save(out: Path, report: dict[str, Any], card: str) -> None:
+    """``gpu_check.json`` (logs left out) and the load logs as one tarball (8 files come back
+    from a device run, so the logs travel together), both replaced atomically."""
+    logs = {r["name"]: r.get("log_text", "") for r in report["cases"]}
+    slim = {
+        **report,
+        "cases": [{k: v for k, v in r.items() if k != "log_text"} for r in report["cases"]],
+    }
+    tmp = out / (RESULTS + ".partial")
+    tmp.write_text(json.dumps(slim, indent=2) + "\n", "utf-8")
+    tmp.replace(out / RESULTS)
+    tarball = out / "fixtures" / f"llama_logs-{card}.tar.gz"
+    tarball.parent.mkdir(parents=True, exist_ok=True)
+    partial = tarball.with_name(tarball.name + ".partial")
+    with tarfile.open(partial, "w:gz") as tar:
+        for name, text in logs.items():
+            if text:
+                data = text.encode("utf-8")
+                info = tarfile.TarInfo(f"{name}.log")
+                info.size, info.mtime = len(data), int(time.time())
+                tar.addfile(info, io.BytesIO(data))
+    partial.replace(tarball)
+
+
+def server_version(server: Path) -> str:
+    from homelab.engine.llamacpp.locate import run_version
+
+    return (run_version(server) or "").strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, help="folder for gpu_check.json and the fixtures")
+    parser.add_argument("--server", type=Path, help="the llama-server to run")
+    parser.add_argument("--cpu", action="store_true", help="rehearse on CPU (no NVML record)")
+    parser.add_argument("--set", choices=sorted(CASE_SETS), help="cases (default: gpu or cpu)")
+    parser.add_argument("--deadline-s", type=float, default=420.0, help="stop starting cases")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/homelab-gpu-check"))
+    parser.add_argument("--build-json", type=Path, help="the build step's JSON, kept in results")
+    parser.add_argument("--no-table", action="store_true", help="leave the table out")
+    parser.add_argument("--table", type=Path, help="print the table of a gpu_check.json; exit")
+    args = parser.parse_args(argv)
+    if args.table:
+        print(format_table(json.loads(args.table.read_text("utf-8"))["cases"]))
+        return 0
+    if args.out is None or args.server is None:
+        parser.error("--out and --server are needed")
+    return check(args)
+
+
+def check(args: argparse.Namespace) -> int:
+    """Every step, results saved after each; 0 when every case served and was compared."""
+    deadline = time.monotonic() + args.deadline_s
+    mode = "cpu" if args.cpu else "gpu"
+    cases = CASE_SETS[args.set or mode]
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    env = homelab_env(args.workdir / "state" / "_record")
+    help_text = homelab("serve", "--help", env=env, timeout=60).stdout
+    report: dict[str, Any] = {
+        "mode": mode,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "server": str(args.server),
+        "server_version": server_version(args.server),
+        "python": sys.version.split()[0],
+        "prove": "--prove" in help_text,
+        "build": json.loads(args.build_json.read_text()) if args.build_json else None,
+        "record": None if args.cpu else record_card(args.out, env),
+        "cases": [],
+        "skipped": [],
+    }
+    devices = () if args.cpu else read_card().devices
+    card = card_slug(devices[0].name) if devices else "cpu" if args.cpu else "gpu"
+    save(args.out, report, card)
+    by_name: dict[str, Case] = {}
+    for case in cases:
+        if deadline - time.monotonic() < CASE_RESERVE_S[mode]:
+            report["skipped"].append(case.model.label + " " + " ".join(case.llama_args()))
+            continue
+        print(f"case {case.model.label} {' '.join(case.llama_args())}", flush=True)
+        try:
+            result = run_case(case, args.workdir, args.server, args.cpu, report["prove"])
+        except Exception as error:  # one broken case must not lose the others
+            result = {"name": case.model.label, "error": f"{type(error).__name__}: {error}"}
+        by_name[result["name"]] = case
+        report["cases"].append(result)
+        fill_fa_copy([r for r in report["cases"] if r["name"] in by_name], by_name)
+        save(args.out, report, card)
+        print(f"  {result.get('seconds', '?')} s, error: {result['error']}", flush=True)
+    if not args.no_table:
+        print(format_table(report["cases"]))
+    ok = report["cases"] and all(not r["error"] and r.get("parts") for r in report["cases"])
+    return 0 if ok and not report["skipped"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

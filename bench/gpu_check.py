@@ -32,14 +32,10 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tarfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -49,45 +45,28 @@ for _entry in (ROOT, ROOT / "bench"):
     if str(_entry) not in sys.path:
         sys.path.insert(0, str(_entry))
 
-from _gpu_cases import CASE_SETS, Case, Model, format_table
+from _gpu_cases import CASE_SETS, Case, format_table
+from _gpu_serve import (
+    Serve,
+    engine_log,
+    free_port,
+    homelab,
+    homelab_env,
+    plan_case,
+    write_model,
+    write_models,
+)
 
 RESULTS = "gpu_check.json"
 SERVE_TIMEOUT_S = {"gpu": 120.0, "cpu": 150.0}
 CASE_RESERVE_S = {"gpu": 40.0, "cpu": 25.0}
 """A case starts only while at least this much of the deadline is left."""
-_PID_LOG = re.compile(r"^pid (\d+), log (.+)$")
-_MARKER = "---- homelab "
 
 
 def card_slug(name: str) -> str:
     """``NVIDIA GeForce RTX 3090`` -> ``rtx3090``; ``NVIDIA H200`` -> ``h200`` (file names)."""
     words = [w for w in name.lower().split() if w not in ("nvidia", "geforce")]
     return re.sub(r"[^a-z0-9]", "", "".join(words)) or "gpu"
-
-
-def homelab_env(state: Path) -> dict[str, str]:
-    """The environment for homelab subprocesses: this repo first, its own folders."""
-    env = dict(os.environ)
-    for kind in ("state", "config", "cache"):
-        env[f"HOMELAB_{kind.upper()}_DIR"] = str(state / kind)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
-    )
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def homelab(*args: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    """``python -m homelab ARGS`` to completion (output captured)."""
-    return subprocess.run(
-        [sys.executable, "-m", "homelab", *args],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 # -- the card --------------------------------------------------------------------------
@@ -134,104 +113,6 @@ def engine_memory(report: Any, pid: int | None) -> dict[str, int | None]:
 
 
 # -- one case --------------------------------------------------------------------------
-
-
-def write_model(model: Model, workdir: Path) -> tuple[Path, float]:
-    """The model's GGUF in ``workdir`` (written once); (path, seconds spent writing)."""
-    from tests.factory import write_gguf
-
-    path = workdir / "models" / f"{model.label}.gguf"
-    if path.exists():
-        return path, 0.0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    partial = path.with_suffix(".partial")
-    write_gguf(model.arch, partial, **model.geometry)
-    partial.rename(path)
-    return path, time.monotonic() - started
-
-
-def plan_case(model_path: Path, case: Case, state: Path) -> tuple[Any, list[str]]:
-    """The plan ``homelab plan MODEL FLAGS`` makes, in this process, against ``state``."""
-    from homelab.cli import build_parser
-    from homelab.cli.plan_cmd import plan_from_args
-
-    for key, value in homelab_env(state).items():
-        if key.startswith("HOMELAB_"):
-            os.environ[key] = value
-    args = build_parser().parse_args(
-        ["plan", str(model_path), *case.serve_flags(), "--sample-seconds", "0.5"]
-    )
-    return plan_from_args(args)
-
-
-class Serve:
-    """``homelab serve`` in its own session, its output read by a thread."""
-
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        self.lines: list[str] = []
-        self.pid: int | None = None
-        self.log_path: Path | None = None
-        self.ready = threading.Event()
-        self.actuals_done = threading.Event()
-        self.proc = subprocess.Popen(
-            argv,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            start_new_session=True,
-        )
-        self._reader = threading.Thread(target=self._pump, daemon=True)
-        self._reader.start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            line = raw.rstrip("\n")
-            self.lines.append(line)
-            if found := _PID_LOG.match(line):
-                self.pid, self.log_path = int(found[1]), Path(found[2])
-            elif line.startswith("ready: "):
-                self.ready.set()
-            elif line.startswith(("recorded the measured", "calibration not recorded")):
-                self.actuals_done.set()
-        self.ready.set()
-        self.actuals_done.set()
-
-    def wait(self, timeout: float) -> bool:
-        """True once ready (and its table printed, or 10 s after ready); False on exit/timeout."""
-        if not self.ready.wait(timeout) or self.proc.poll() is not None:
-            return False
-        self.actuals_done.wait(10.0)
-        return self.proc.poll() is None
-
-    def stop(self) -> int:
-        """SIGTERM (serve's clean stop), then SIGKILL to its process group; the engine too."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        if self.pid is not None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self._reader.join(timeout=5)
-        return self.proc.returncode
-
-
-def engine_log(path: Path | None) -> str:
-    """The engine's own output from the session log (homelab's attempt markers left out)."""
-    if path is None or not path.exists():
-        return ""
-    text = path.read_text("utf-8", errors="replace")
-    return "".join(line for line in text.splitlines(True) if not line.startswith(_MARKER))
 
 
 def parts_of(plan: Any, argv: list[str], text: str, memory: dict[str, Any], cpu: bool) -> dict:
@@ -281,7 +162,7 @@ def parts_of(plan: Any, argv: list[str], text: str, memory: dict[str, Any], cpu:
     }
 
 
-def run_case(case: Case, workdir: Path, server: Path, cpu: bool, prove: bool) -> dict[str, Any]:
+def run_case(case: Case, workdir: Path, server: Path, cpu: bool, serve_help: str) -> dict[str, Any]:
     """Write, plan, serve, measure and stop one case; its result (``error`` set on failure)."""
     from tests.factory.capture_fixtures import args_slug
 
@@ -298,8 +179,11 @@ def run_case(case: Case, workdir: Path, server: Path, cpu: bool, prove: bool) ->
     plan, argv = plan_case(model_path, case, state)
     before = engine_memory(read_card(), None)["device_used"]
     serve_argv = [sys.executable, "-m", "homelab", "serve", str(model_path), "--no-gate"]
-    serve_argv += [*case.serve_flags(), "--sample-seconds", "0.5", "--port", str(_free_port())]
-    serve_argv += ["--prove"] if prove and case.prove else []
+    serve_argv += [*case.serve_flags(), "--sample-seconds", "0.5", "--port", str(free_port())]
+    if case.prove and "--prove" in serve_help:
+        serve_argv.append("--prove")
+    elif not case.prove and "--no-prove" in serve_help:
+        serve_argv.append("--no-prove")
     serve_argv += ["--start-timeout", str(int(SERVE_TIMEOUT_S["cpu" if cpu else "gpu"]))]
     result["serve_argv"] = serve_argv[2:]
     serve = Serve(serve_argv, env)
@@ -322,14 +206,6 @@ def run_case(case: Case, workdir: Path, server: Path, cpu: bool, prove: bool) ->
         result["error"] = "no engine log"
     result["seconds"] = round(time.monotonic() - started, 1)
     return result
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def fill_fa_copy(results: list[dict[str, Any]], cases: dict[str, Case]) -> None:
@@ -394,12 +270,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline-s", type=float, default=420.0, help="stop starting cases")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/homelab-gpu-check"))
     parser.add_argument("--build-json", type=Path, help="the build step's JSON, kept in results")
+    parser.add_argument(
+        "--write-models", action="store_true", help="only write the set's models (beside a build)"
+    )
     parser.add_argument("--no-table", action="store_true", help="leave the table out")
     parser.add_argument("--table", type=Path, help="print the table of a gpu_check.json; exit")
     args = parser.parse_args(argv)
     if args.table:
         print(format_table(json.loads(args.table.read_text("utf-8"))["cases"]))
         return 0
+    if args.write_models:
+        return write_models(CASE_SETS[args.set or ("cpu" if args.cpu else "gpu")], args.workdir)
     if args.out is None or args.server is None:
         parser.error("--out and --server are needed")
     return check(args)
@@ -436,7 +317,7 @@ def check(args: argparse.Namespace) -> int:
             continue
         print(f"case {case.model.label} {' '.join(case.llama_args())}", flush=True)
         try:
-            result = run_case(case, args.workdir, args.server, args.cpu, report["prove"])
+            result = run_case(case, args.workdir, args.server, args.cpu, help_text)
         except Exception as error:  # one broken case must not lose the others
             result = {"name": case.model.label, "error": f"{type(error).__name__}: {error}"}
         by_name[result["name"]] = case

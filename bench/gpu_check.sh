@@ -28,6 +28,11 @@ need = ('homelab', 'gguf', 'numpy', 'platformdirs', 'psutil', 'httpx', 'pynvml',
 gone = [n for n in need if u.find_spec(n) is None]
 print('python packages:', 'all there' if not gone else 'MISSING ' + ' '.join(gone))"
 
+MODELS=(python3 bench/gpu_check.py --write-models --workdir "$WORK")
+[[ $CPU == 1 ]] && MODELS+=(--cpu)
+"${MODELS[@]}" >"$WORK/models.log" 2>&1 &  # the models are written while llama-server builds
+MODELS_PID=$!
+
 if [[ $CPU == 1 ]]; then
   SERVER=$(python3 -m homelab engine path) || exit 2
   echo '{"variant": "cpu", "skipped": "CPU rehearsal: the cached engine"}' >"$WORK/build.json"
@@ -54,6 +59,9 @@ print(' '.join(cmake_args('cuda', nvcc=find_nvcc(), cuda_architectures='$CC')))"
   [[ $RC == 0 ]] || echo "== the build did not finish: run this script again on the warm machine"
 fi
 
+timeout "$(box 200)" tail --pid="$MODELS_PID" -f /dev/null
+kill "$MODELS_PID" 2>/dev/null  # past its box: the driver writes what is missing
+wait "$MODELS_PID"; echo "models rc=$?: $(tr '\n' ';' <"$WORK/models.log")"
 echo "== driver ($(left) s left)"
 DRIVER=(python3 bench/gpu_check.py --out "$OUT" --server "$SERVER" --workdir "$WORK"
   --build-json "$WORK/build.json" --no-table --deadline-s "$(box 90)")

@@ -5,11 +5,11 @@ The source is the one homelab already builds (``homelab.engine.llamacpp.source``
 llama-cpp-python sdist, checksummed, in ``cache_dir()/sources``; fetched from PyPI when
 absent). Kept: the top-level CMake files, ``cmake/``, ``ggml/`` (its core, and of its
 backends only CPU, CUDA and RPC), ``src/``, ``include/``, ``common/``, ``vendor/``,
-``licenses/``, ``app/`` (the unified binary's two files), ``scripts/*.cmake`` and ``tools/`` (every tool's CMake file and sources,
-since ``tools/CMakeLists.txt`` adds them all; the web UI's sources, the server's Python
-tests and benchmarks dropped: with ``LLAMA_BUILD_UI=OFF`` the UI is generated from its two
-templates). Dropped: tests, examples, docs, models (vocabulary GGUFs), other backends,
-gguf-py, the git link, CI files.
+``licenses/``, ``app/`` (the unified binary's two files), ``scripts/*.cmake`` and ``tools/``
+(every tool's CMake file and sources, since ``tools/CMakeLists.txt`` adds them all; the web
+UI's sources, the server's Python tests and benchmarks dropped: with ``LLAMA_BUILD_UI=OFF``
+the UI is generated from its two templates). Dropped: tests, examples, docs, models
+(vocabulary GGUFs), other backends, gguf-py, the git link, CI files.
 
     python tools/trim_llama_source.py [--out .gpu_kit/llama.cpp] [--sdist FILE]
 

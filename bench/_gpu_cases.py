@@ -37,6 +37,12 @@ class Case:
     prove: bool = True
     """Pass ``--prove`` (when ``homelab serve`` has it): fill the largest slot once."""
 
+    def name(self) -> str:
+        """``<model label>__<flags>``, as the factory's fixture logs are named."""
+        from tests.factory.capture_fixtures import args_slug
+
+        return f"{self.model.label}__{args_slug(self.llama_args())}"
+
     def llama_args(self) -> list[str]:
         """The llama-server flags this case sets (they name its load log)."""
         args = ["-c", str(self.ctx), "-np", str(self.slots), "-ctk", self.cache]

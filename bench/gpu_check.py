@@ -57,6 +57,8 @@ from _gpu_serve import (
     write_models,
 )
 
+from homelab.engine.llamacpp.locate import is_executable_file
+
 RESULTS = "gpu_check.json"
 SERVE_TIMEOUT_S = {"gpu": 120.0, "cpu": 150.0}
 CASE_RESERVE_S = {"gpu": 40.0, "cpu": 25.0}
@@ -164,9 +166,7 @@ def parts_of(plan: Any, argv: list[str], text: str, memory: dict[str, Any], cpu:
 
 def run_case(case: Case, workdir: Path, server: Path, cpu: bool, serve_help: str) -> dict[str, Any]:
     """Write, plan, serve, measure and stop one case; its result (``error`` set on failure)."""
-    from tests.factory.capture_fixtures import args_slug
-
-    name = f"{case.model.label}__{args_slug(case.llama_args())}"
+    name = case.name()
     result: dict[str, Any] = {"name": name, "arch": case.model.arch, "error": None}
     result["geometry"] = case.model.geometry
     started = time.monotonic()
@@ -258,7 +258,7 @@ def save(out: Path, report: dict[str, Any], card: str) -> None:
 def server_version(server: Path) -> str:
     from homelab.engine.llamacpp.locate import run_version
 
-    return (run_version(server) or "").strip()
+    return (run_version(server) or "").strip() if is_executable_file(server) else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,6 +286,14 @@ def main(argv: list[str] | None = None) -> int:
     return check(args)
 
 
+def _guarded(step: Any, *args: Any) -> Any:
+    """``step(*args)``, or ``{"error": ...}`` when it raised (a later step still runs)."""
+    try:
+        return step(*args)
+    except Exception as error:
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
 def check(args: argparse.Namespace) -> int:
     """Every step, results saved after each; 0 when every case served and was compared."""
     deadline = time.monotonic() + args.deadline_s
@@ -303,28 +311,33 @@ def check(args: argparse.Namespace) -> int:
         "python": sys.version.split()[0],
         "prove": "--prove" in help_text,
         "build": json.loads(args.build_json.read_text()) if args.build_json else None,
-        "record": None if args.cpu else record_card(args.out, env),
+        "record": None if args.cpu else _guarded(record_card, args.out, env),
         "cases": [],
         "skipped": [],
     }
-    devices = () if args.cpu else read_card().devices
+    devices = () if args.cpu else getattr(_guarded(read_card), "devices", ())
     card = card_slug(devices[0].name) if devices else "cpu" if args.cpu else "gpu"
     save(args.out, report, card)
     by_name: dict[str, Case] = {}
+    if not is_executable_file(args.server):
+        report["skipped"] = [case.name() for case in cases]
+        report["no_server"] = f"{args.server} is not an executable file (the build failed?)"
+        cases = ()
     for case in cases:
         if deadline - time.monotonic() < CASE_RESERVE_S[mode]:
-            report["skipped"].append(case.model.label + " " + " ".join(case.llama_args()))
+            report["skipped"].append(case.name())
             continue
         print(f"case {case.model.label} {' '.join(case.llama_args())}", flush=True)
         try:
             result = run_case(case, args.workdir, args.server, args.cpu, help_text)
         except Exception as error:  # one broken case must not lose the others
-            result = {"name": case.model.label, "error": f"{type(error).__name__}: {error}"}
+            result = {"name": case.name(), "error": f"{type(error).__name__}: {error}"}
         by_name[result["name"]] = case
         report["cases"].append(result)
         fill_fa_copy([r for r in report["cases"] if r["name"] in by_name], by_name)
         save(args.out, report, card)
         print(f"  {result.get('seconds', '?')} s, error: {result['error']}", flush=True)
+    save(args.out, report, card)
     if not args.no_table:
         print(format_table(report["cases"]))
     ok = report["cases"] and all(not r["error"] and r.get("parts") for r in report["cases"])

@@ -18,6 +18,7 @@ BUILD_BOX=${GPU_CHECK_BUILD_S:-400}
 mkdir -p "$OUT" "$WORK"
 export PYTHONPATH="$ROOT:$ROOT/.gpu_kit/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/gpu_check.log") 2>&1
+TEE_PID=$!
 left() { echo $((BUDGET - SECONDS)); }
 box() { local n=$(($(left) - $1)); echo $((n > 5 ? n : 5)); }  # what is left minus $1, >= 5
 
@@ -56,7 +57,14 @@ print(' '.join(cmake_args('cuda', nvcc=find_nvcc(), cuda_architectures='$CC')))"
   if [[ $RC == 0 ]]; then tail -n 30 "$WORK/build.log" >"$OUT/build_tail.log"
   else tail -n 200 "$WORK/build.log" >"$OUT/build_tail.log"; fi
   echo "== build rc=$RC in ${SECS} s ($("$SERVER" --version 2>&1 | head -n1))"
-  [[ $RC == 0 ]] || echo "== the build did not finish: run this script again on the warm machine"
+  if [[ $RC != 0 ]]; then
+    echo "== the build did not finish: run this script again at once (the warm machine keeps"
+    echo "   .gpu_build/, and the build resumes); CUDA libraries beside nvcc:"
+    ls "$(dirname "$(command -v nvcc)")/../lib64" 2>&1 | grep -E 'cublas|cudart' | head -n 8
+    grep -E 'error|Error' "$WORK/build.log" | head -n 20
+  fi
+  CUDA_LIB=$(dirname "$(command -v nvcc)")/../lib64
+  export LD_LIBRARY_PATH="$CUDA_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 
 timeout "$(box 200)" tail --pid="$MODELS_PID" -f /dev/null
@@ -66,7 +74,8 @@ echo "== driver ($(left) s left)"
 DRIVER=(python3 bench/gpu_check.py --out "$OUT" --server "$SERVER" --workdir "$WORK"
   --build-json "$WORK/build.json" --no-table --deadline-s "$(box 90)")
 [[ $CPU == 1 ]] && DRIVER+=(--cpu)
-if [[ -x $SERVER ]]; then timeout "$(box 45)" "${DRIVER[@]}"; echo "driver rc=$?"; fi
+timeout "$(box 45)" "${DRIVER[@]}"  # without a built server: the card's record alone
+echo "driver rc=$?"
 
 echo "== tests ($(left) s left)"
 timeout "$(($(left) > 70 ? 60 : 5))" python3 -m pytest -q -p no:cacheprovider tests/gpu \
@@ -76,3 +85,5 @@ echo "pytest rc=$? ($(tail -n1 "$OUT/pytest.log"))"
 echo "== predicted vs actual (MiB, predicted/actual; goal: total within 3 %)"
 [[ -f $OUT/gpu_check.json ]] && python3 bench/gpu_check.py --table "$OUT/gpu_check.json"
 echo "== done in ${SECONDS} s"
+exec >&- 2>&-
+wait "$TEE_PID" 2>/dev/null  # every line reaches the log and the caller

@@ -119,3 +119,46 @@ def test_card_names_and_engine_memory_from_a_recorded_card() -> None:
     memory = gpu_check.engine_memory(report, process.pid)
     assert memory == {"device_used": device.used, "process_used": process.used_bytes}
     assert gpu_check.engine_memory(report, None)["process_used"] is None
+
+
+def _cuda_lines(model_mib: float, kv_mib: float, compute_mib: float) -> str:
+    """Buffer lines as llama.cpp b11312 prints them for a CUDA load (format strings of
+    llama-model.cpp, llama-kv-cache.cpp, llama-context.cpp)."""
+    return "\n".join(
+        [
+            f"load_tensors:   CPU_Mapped model buffer size = {0.29:8.2f} MiB",
+            f"load_tensors:        CUDA0 model buffer size = {model_mib:8.2f} MiB",
+            f"llama_kv_cache:      CUDA0 KV buffer size = {kv_mib:8.2f} MiB",
+            f"llama_kv_cache: size = {kv_mib:7.2f} MiB (  2048 cells,  32 layers,  1/1 seqs), "
+            f"K (q8_0): {kv_mib / 2:7.2f} MiB, V (q8_0): {kv_mib / 2:7.2f} MiB",
+            f"sched_reserve:      CUDA0 compute buffer size = {compute_mib:8.2f} MiB",
+            f"sched_reserve:  CUDA_Host compute buffer size = {4.0:8.2f} MiB",
+        ]
+    )
+
+
+def test_gpu_parts_take_the_context_from_nvml_minus_the_logged_buffers(tmp_path: Path) -> None:
+    from homelab.cli import build_parser
+    from homelab.cli.plan_cmd import plan_from_args
+    from tests.factory import write_gguf
+
+    model = write_gguf("llama", tmp_path / "llama.gguf")
+    snapshot = ROOT / "tests" / "fixtures" / "gpu" / "rtx3090_headless.json"
+    args = build_parser().parse_args(
+        ["plan", str(model), "--ctx", "2048", "--parallel", "1", "--gpu-snapshot", str(snapshot)]
+    )
+    plan, argv = plan_from_args(args)
+    assert plan.on_gpu
+    mib = 1 << 20
+    text = _cuda_lines(20.0, 136.0, 50.0)
+    memory = {"process_used": 700 * mib, "device_used": 5000 * mib, "device_used_before": 0}
+    parts = gpu_check.parts_of(plan, argv, text, memory, cpu=False)["parts"]
+    assert parts["cuda_context"] == {"predicted": 456 * mib, "actual": (700 - 206) * mib}
+    assert parts["total"]["actual"] == 700 * mib
+    assert parts["total"]["predicted"] == (
+        plan.weights_on_device + plan.candidate.allocation.total + plan.candidate.engine.total
+    )
+    assert parts["compute"]["actual"] == 50 * mib and parts["kv"]["actual"] == 136 * mib
+    no_process = {"process_used": None, "device_used": 5000 * mib, "device_used_before": 4300 * mib}
+    parts = gpu_check.parts_of(plan, argv, text, no_process, cpu=False)["parts"]
+    assert parts["total"]["actual"] == 700 * mib  # the card's growth while it ran

@@ -78,12 +78,14 @@ CASE_SETS: dict[str, tuple[Case, ...]] = {
         Case(LLAMA_1G7, 32768, 1, "q8_0"),
         Case(LLAMA_1G7, 65536, 4, "q8_0"),
         Case(LLAMA_1G7, 65536, 4, "q8_0", unified=True),
-        Case(LLAMA, 131072, 1, "q8_0", prove=False),
-        Case(LLAMA, 131072, 1, "f16", prove=False),
         Case(GEMMA3, 32768, 1, "q8_0"),
         Case(QWEN35, 32768, 2, "q8_0"),
         Case(GPT_OSS, 32768, 1, "f16"),
         Case(DEEPSEEK2, 16384, 1, "q8_0"),
+        # KV of 8.5 and 16 GiB; last, since a proof at 131k tokens (if serve proves by default
+        # and has no --no-prove) is a long prefill
+        Case(LLAMA, 131072, 1, "q8_0", prove=False),
+        Case(LLAMA, 131072, 1, "f16", prove=False),
     ),
     "cpu": (
         Case(LLAMA_53M, 4096, 1, "f16", prove=False),

@@ -92,7 +92,9 @@ def plan_case(model_path: Path, case: Case, state: Path) -> tuple[Any, list[str]
 class Serve:
     """``homelab serve`` in its own session, its output read by a thread."""
 
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], pid_file: Path | None = None) -> None:
+        self.pid_file = pid_file
+        """Where the serve's and the engine's pids are kept while they run (for a later run)."""
         self.lines: list[str] = []
         self.pid: int | None = None
         self.log_path: Path | None = None
@@ -118,6 +120,8 @@ class Serve:
             self.lines.append(line)
             if found := _PID_LOG.match(line):
                 self.pid, self.log_path = int(found[1]), Path(found[2])
+                if self.pid_file is not None:
+                    self.pid_file.write_text(f"{self.proc.pid} {self.pid}\n")
             elif line.startswith("ready: "):
                 self.ready.set()
             elif line.startswith(("recorded the measured", "calibration not recorded")):
@@ -142,12 +146,26 @@ class Serve:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         if self.pid is not None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_if_engine(self.pid)
         self._reader.join(timeout=5)
         return self.proc.returncode
+
+
+def kill_if_engine(pid: int) -> bool:
+    """SIGKILL ``pid`` when it is still a llama-server or a ``homelab serve`` (a run cut short
+    leaves them: serve runs in its own session); True when one was killed."""
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        argv = process.cmdline()
+        engine = bool(argv) and Path(argv[0]).name == "llama-server"
+        if not engine and not ("homelab" in argv and "serve" in argv):
+            return False
+        process.kill()
+        return True
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
 
 
 def engine_log(path: Path | None) -> str:

@@ -34,6 +34,7 @@ import io
 import json
 import re
 import shutil
+import signal
 import sys
 import tarfile
 import time
@@ -52,6 +53,7 @@ from _gpu_serve import (
     free_port,
     homelab,
     homelab_env,
+    kill_if_engine,
     plan_case,
     write_model,
     write_models,
@@ -60,6 +62,8 @@ from _gpu_serve import (
 from homelab.engine.llamacpp.locate import is_executable_file
 
 RESULTS = "gpu_check.json"
+PID_FILE = "running.pids"
+"""The serve and engine pids of the case running now (a cut run's are killed by the next)."""
 SERVE_TIMEOUT_S = {"gpu": 120.0, "cpu": 150.0}
 CASE_RESERVE_S = {"gpu": 40.0, "cpu": 25.0}
 """A case starts only while at least this much of the deadline is left."""
@@ -186,7 +190,7 @@ def run_case(case: Case, workdir: Path, server: Path, cpu: bool, serve_help: str
         serve_argv.append("--no-prove")
     serve_argv += ["--start-timeout", str(int(SERVE_TIMEOUT_S["cpu" if cpu else "gpu"]))]
     result["serve_argv"] = serve_argv[2:]
-    serve = Serve(serve_argv, env)
+    serve = Serve(serve_argv, env, pid_file=workdir / PID_FILE)
     try:
         ready = serve.wait(SERVE_TIMEOUT_S["cpu" if cpu else "gpu"] + 30)
         result["ready_s"] = round(time.monotonic() - started - wrote_s, 1)
@@ -197,6 +201,7 @@ def run_case(case: Case, workdir: Path, server: Path, cpu: bool, serve_help: str
             result["error"] = "homelab serve did not get ready"
     finally:
         result["serve_rc"] = serve.stop()
+        (workdir / PID_FILE).unlink(missing_ok=True)
     result["serve_output"] = serve.lines[-60:]
     text = engine_log(serve.log_path)
     result["log_text"] = text
@@ -301,6 +306,13 @@ def check(args: argparse.Namespace) -> int:
     cases = CASE_SETS[args.set or mode]
     args.out.mkdir(parents=True, exist_ok=True)
     args.workdir.mkdir(parents=True, exist_ok=True)
+    left_over = args.workdir / PID_FILE
+    if left_over.exists():  # a cut run's serve and engine still hold the card
+        killed = [pid for pid in left_over.read_text().split() if kill_if_engine(int(pid))]
+        print(f"killed what a cut run left running: pids {killed}" if killed else "", end="")
+        left_over.unlink()
+    # the outer time box's SIGTERM stops the running case's serve (run_case's finally)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     env = homelab_env(args.workdir / "state" / "_record")
     help_text = homelab("serve", "--help", env=env, timeout=60).stdout
     report: dict[str, Any] = {

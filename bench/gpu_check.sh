@@ -74,7 +74,7 @@ echo "== driver ($(left) s left)"
 DRIVER=(python3 bench/gpu_check.py --out "$OUT" --server "$SERVER" --workdir "$WORK"
   --build-json "$WORK/build.json" --no-table --deadline-s "$(box 90)")
 [[ $CPU == 1 ]] && DRIVER+=(--cpu)
-timeout "$(box 45)" "${DRIVER[@]}"  # without a built server: the card's record alone
+timeout -k 40 "$(box 45)" "${DRIVER[@]}"  # without a built server: the card's record alone
 echo "driver rc=$?"
 
 echo "== tests ($(left) s left)"

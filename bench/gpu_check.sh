@@ -78,7 +78,7 @@ timeout -k 40 "$(box 45)" "${DRIVER[@]}"  # without a built server: the card's r
 echo "driver rc=$?"
 
 echo "== tests ($(left) s left)"
-timeout "$(($(left) > 70 ? 60 : 5))" python3 -m pytest -q -p no:cacheprovider tests/gpu \
+PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 timeout "$(($(left) > 70 ? 60 : 5))" python3 -m pytest -q -p no:cacheprovider tests/gpu \
   >"$OUT/pytest.log" 2>&1
 echo "pytest rc=$? ($(tail -n1 "$OUT/pytest.log"))"
 

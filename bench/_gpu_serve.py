@@ -96,6 +96,7 @@ class Serve:
         self.pid_file = pid_file
         """Where the serve's and the engine's pids are kept while they run (for a later run)."""
         self.lines: list[str] = []
+        self.url: str | None = None
         self.pid: int | None = None
         self.log_path: Path | None = None
         self.ready = threading.Event()
@@ -123,6 +124,7 @@ class Serve:
                 if self.pid_file is not None:
                     self.pid_file.write_text(f"{self.proc.pid} {self.pid}\n")
             elif line.startswith("ready: "):
+                self.url = line.split()[1]
                 self.ready.set()
             elif line.startswith(("recorded the measured", "calibration not recorded")):
                 self.actuals_done.set()
@@ -180,3 +182,22 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def one_request(url: str | None, timeout_s: float = 30.0) -> float | None:
+    """One short completion (what a first user sends: lazy buffers grow here); its seconds,
+    or None when there is no URL or it failed."""
+    import httpx
+
+    if url is None:
+        return None
+    started = time.monotonic()
+    try:
+        answer = httpx.post(
+            f"{url}/completion",
+            json={"prompt": "The card holds", "n_predict": 8},
+            timeout=timeout_s,
+        )
+    except httpx.HTTPError:
+        return None
+    return round(time.monotonic() - started, 2) if answer.status_code == 200 else None

@@ -54,6 +54,7 @@ from _gpu_serve import (
     homelab,
     homelab_env,
     kill_if_engine,
+    one_request,
     plan_case,
     write_model,
     write_models,
@@ -121,6 +122,17 @@ def engine_memory(report: Any, pid: int | None) -> dict[str, int | None]:
 # -- one case --------------------------------------------------------------------------
 
 
+def _engine_bytes(ready: dict[str, Any], later: dict[str, Any]) -> int | None:
+    """The engine's memory on the card: NVML's figure for its process (the larger of at
+    ready and after one request), else how much the card's used memory grew; None on CPU."""
+    own = [m["process_used"] for m in (ready, later) if m.get("process_used") is not None]
+    if own:
+        return max(own)
+    used = [m["device_used"] for m in (ready, later) if m.get("device_used") is not None]
+    before = ready.get("device_used_before")
+    return max(used) - before if used and before is not None else None
+
+
 def parts_of(plan: Any, argv: list[str], text: str, memory: dict[str, Any], cpu: bool) -> dict:
     """Predicted and actual bytes of each part (module docstring), and homelab's own rows."""
     from homelab.engine.llamacpp.actuals import actuals_to_dict, compare, is_host_buffer, row
@@ -138,9 +150,7 @@ def parts_of(plan: Any, argv: list[str], text: str, memory: dict[str, Any], cpu:
 
     device_buffers = sum(b.mib for b in load.buffers if not is_host_buffer(b.device))
     host_buffers = sum(b.mib for b in load.buffers if is_host_buffer(b.device))
-    measured = memory.get("process_used")
-    if measured is None and memory.get("device_used") is not None:
-        measured = memory["device_used"] - memory["device_used_before"]
+    measured = _engine_bytes(memory, memory.get("after_request") or {})
     total_actual = round(host_buffers * MIB) if cpu else measured
     context = None if cpu or measured is None else measured - round(device_buffers * MIB)
     kv = row(rows, "KV")
@@ -196,6 +206,9 @@ def run_case(case: Case, workdir: Path, server: Path, cpu: bool, serve_help: str
         result["ready_s"] = round(time.monotonic() - started - wrote_s, 1)
         memory: dict[str, Any] = engine_memory(read_card(), serve.pid) if ready else {}
         memory["device_used_before"] = before
+        if ready:
+            result["request_s"] = one_request(serve.url)
+            memory["after_request"] = engine_memory(read_card(), serve.pid)
         result["nvml"] = memory
         if not ready:
             result["error"] = "homelab serve did not get ready"

@@ -162,3 +162,6 @@ def test_gpu_parts_take_the_context_from_nvml_minus_the_logged_buffers(tmp_path:
     no_process = {"process_used": None, "device_used": 5000 * mib, "device_used_before": 4300 * mib}
     parts = gpu_check.parts_of(plan, argv, text, no_process, cpu=False)["parts"]
     assert parts["total"]["actual"] == 700 * mib  # the card's growth while it ran
+    grew = {**memory, "after_request": {"process_used": 730 * mib, "device_used": None}}
+    parts = gpu_check.parts_of(plan, argv, text, grew, cpu=False)["parts"]
+    assert parts["total"]["actual"] == 730 * mib  # lazy buffers of the first request count

@@ -75,12 +75,13 @@ def write_models(cases: tuple[Case, ...], workdir: Path) -> int:
     return 0
 
 
-def plan_case(model_path: Path, case: Case, state: Path) -> tuple[Any, list[str]]:
-    """The plan ``homelab plan MODEL FLAGS`` makes, in this process, against ``state``."""
+def plan_case(model_path: Path, case: Case, env: dict[str, str]) -> tuple[Any, list[str]]:
+    """The plan ``homelab plan MODEL FLAGS`` makes, in this process, with ``env``'s homelab
+    settings (its folders, its llama-server)."""
     from homelab.cli import build_parser
     from homelab.cli.plan_cmd import plan_from_args
 
-    for key, value in homelab_env(state).items():
+    for key, value in env.items():
         if key.startswith("HOMELAB_"):
             os.environ[key] = value
     args = build_parser().parse_args(

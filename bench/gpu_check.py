@@ -190,7 +190,7 @@ def run_case(case: Case, workdir: Path, server: Path, cpu: bool, serve_help: str
     model_path, wrote_s = write_model(case.model, workdir)
     result["model_bytes"] = model_path.stat().st_size
     result["write_s"] = round(wrote_s, 1)
-    plan, argv = plan_case(model_path, case, state)
+    plan, argv = plan_case(model_path, case, env)
     before = engine_memory(read_card(), None)["device_used"]
     serve_argv = [sys.executable, "-m", "homelab", "serve", str(model_path), "--no-gate"]
     serve_argv += [*case.serve_flags(), "--sample-seconds", "0.5", "--port", str(free_port())]

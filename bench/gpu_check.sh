@@ -44,6 +44,7 @@ else
   SERVER=$BUILD/bin/llama-server
   ARGS=$(python3 -c "from homelab.engine.llamacpp.build import cmake_args, find_nvcc
 print(' '.join(cmake_args('cuda', nvcc=find_nvcc(), cuda_architectures='$CC')))") || exit 2
+  command -v ninja >/dev/null && ARGS="-G Ninja $ARGS"  # the image has it: less make overhead
   echo "== build: sm_$CC, -j$(nproc), at most ${BUILD_BOX} s: cmake $ARGS"
   T0=$SECONDS
   # shellcheck disable=SC2086  # ARGS is a list of -D options

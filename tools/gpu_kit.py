@@ -109,16 +109,17 @@ def run_call() -> dict[str, object]:
     return {"command": RUN_COMMAND, "carry": list(CARRY), "timeout_s": RUN_TIMEOUT_S}
 
 
-def unpack(files_at: Path) -> list[Path]:
-    """File a returned run's fixtures into the repository; the paths written."""
+def unpack(files_at: Path, root: Path = ROOT) -> list[Path]:
+    """File a returned run's fixtures into the repository at ``root``; the paths written."""
     written: list[Path] = []
     for snapshot in sorted((files_at / "fixtures" / "gpu").glob("*.json")):
-        target = ROOT / "tests" / "fixtures" / "gpu" / snapshot.name
+        target = root / "tests" / "fixtures" / "gpu" / snapshot.name
+        target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(snapshot, target)
         written.append(target)
     for tarball in sorted((files_at / "fixtures").glob("llama_logs-*.tar.gz")):
         card = tarball.name[len("llama_logs-") : -len(".tar.gz")]
-        folder = ROOT / "tests" / "fixtures" / "llama_logs" / card
+        folder = root / "tests" / "fixtures" / "llama_logs" / card
         folder.mkdir(parents=True, exist_ok=True)
         with tarfile.open(tarball) as tar:
             for member in tar.getmembers():
@@ -127,7 +128,7 @@ def unpack(files_at: Path) -> list[Path]:
                     written.append(folder / member.name)
         results = files_at / "gpu_check.json"
         if results.exists():
-            target = ROOT / "bench" / "results" / f"gpu_check-{card}.json"
+            target = root / "bench" / "results" / f"gpu_check-{card}.json"
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(results, target)
             written.append(target)

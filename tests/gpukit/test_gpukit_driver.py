@@ -165,3 +165,24 @@ def test_gpu_parts_take_the_context_from_nvml_minus_the_logged_buffers(tmp_path:
     grew = {**memory, "after_request": {"process_used": 730 * mib, "device_used": None}}
     parts = gpu_check.parts_of(plan, argv, text, grew, cpu=False)["parts"]
     assert parts["total"]["actual"] == 730 * mib  # lazy buffers of the first request count
+
+
+def test_unpack_files_a_returned_run(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tools"))
+    import gpu_kit
+
+    back = tmp_path / "files_at"
+    (back / "fixtures" / "gpu").mkdir(parents=True)
+    (back / "fixtures" / "gpu" / "h200_headless.json").write_text("{}")
+    (back / "gpu_check.json").write_text('{"cases": []}')
+    with tarfile.open(back / "fixtures" / "llama_logs-h200.tar.gz", "w:gz") as tar:
+        log = tmp_path / f"{SMOKE_NAME}.log"
+        log.write_text("llama_kv_cache: size = ...\n")
+        tar.add(log, arcname=log.name)
+    repo = tmp_path / "repo"
+    written = gpu_kit.unpack(back, root=repo)
+    assert sorted(p.relative_to(repo).as_posix() for p in written) == [
+        "bench/results/gpu_check-h200.json",
+        "tests/fixtures/gpu/h200_headless.json",
+        f"tests/fixtures/llama_logs/h200/{SMOKE_NAME}.log",
+    ]

@@ -7,7 +7,7 @@
 
 PYTHON ?= python3
 
-.PHONY: test engine check install
+.PHONY: test engine check install gpu-kit
 
 test: engine
 	$(PYTHON) -m pytest
@@ -24,3 +24,8 @@ check: install
 	$(PYTHON) -m ruff format --check .
 	lint-imports
 	$(PYTHON) -m mypy
+
+# `make gpu-kit`: the GPU check kit in .gpu_kit/ (trimmed llama.cpp source, the pure-Python
+# packages a lent GPU machine lacks); prints the device `run` call (bench/GPU_CHECK.md).
+gpu-kit:
+	$(PYTHON) tools/gpu_kit.py prepare

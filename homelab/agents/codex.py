@@ -7,8 +7,9 @@ counts against; for an unknown model it assumes 272,000) and
 ``model_auto_compact_token_limit`` ("token usage threshold triggering auto-compaction";
 Codex's default is 90 % of the window). ``wire_api`` is ``"responses"``: current Codex
 rejects ``"chat"`` (``CHAT_WIRE_API_REMOVED_ERROR`` in ``model-provider-info``), and
-llama-server serves ``/v1/responses``. With a gate key, ``env_key`` names
-``HOMELAB_API_KEY``, set for Codex only.
+llama-server (b11312) serves ``/v1/responses``; the gate routes it like its chat routes
+(admitted, ``max_output_tokens`` capped, streamed through). With a gate key, ``env_key``
+names ``HOMELAB_API_KEY``, set for Codex only.
 
 Compaction here: at 90 % of the window, and never later than window − max output, so a
 compacted turn's prompt and its answer both fit under the ceiling.

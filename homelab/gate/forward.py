@@ -209,13 +209,13 @@ async def _run(
         clean = True
         return result
     finally:
-        if single and outcome.prompt is not None and outcome.prompt != prompt:
-            queue.reconcile(ticket, outcome.prompt + completion)
         if single:
             _account(gate, asked, outcome, slot if slot is not None else asked.id_slot)
-        if clean:
+        if clean:  # released now: a corrected charge would change nothing
             _release(gate, queue, ticket, slot)
-        else:
+        else:  # held until the engine's slot is idle: by the engine's own count
+            if single and outcome.prompt is not None and outcome.prompt != prompt:
+                queue.reconcile(ticket, outcome.prompt + completion)
             gate.spawn(_release_when_idle(gate, queue, ticket, slot))
 
 

@@ -77,6 +77,7 @@ ROUTES: dict[str, Route] = {
 
 TEXT_PREFIX_CHARS = 1000
 """A text prompt's conversation key is the hash of its first characters."""
+_BODY_JSON = json.JSONEncoder(ensure_ascii=False).encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +96,8 @@ class Asked:
     prompts: tuple[Any, ...] = ()
     """A text route's prompts, one per engine task (a list of prompts runs as that many
     tasks, each with its own completion); empty for chat routes (one task)."""
-    size: int = 0
-    """The body's length in bytes (see :meth:`estimate_tokens`)."""
+    raw: bytes = b""
+    """The body as the client sent it."""
 
     @property
     def tasks(self) -> int:
@@ -115,7 +116,7 @@ class Asked:
         punctuation and other fields cover the chat template's tokens); several: each
         prompt's JSON bytes."""
         if self.tasks == 1:
-            return [self.size + 16]
+            return [len(self.raw) + 16]
         return [len(json.dumps(p, ensure_ascii=False).encode()) + 16 for p in self.prompts]
 
 
@@ -149,7 +150,7 @@ def parse(route: Route, raw: bytes) -> Asked:
         conversation=conversation_key(route, body) if len(prompts) <= 1 else None,
         id_slot=id_slot if isinstance(id_slot, int) and id_slot >= 0 else None,
         prompts=prompts,
-        size=len(raw),
+        raw=raw,
     )
 
 
@@ -195,8 +196,33 @@ def conversation_key(route: Route, body: dict[str, Any]) -> str | None:
                 break
     if not head:
         return None
-    text = json.dumps(head, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    digest = hashlib.sha256()
+    _feed(digest, head)
+    return digest.hexdigest()[:12]
+
+
+def _feed(digest: Any, value: Any) -> None:
+    """Hash a JSON value by its parts: strings as they are (an agent's system prompt is
+    long, and serializing it again for every turn would cost more than the rest of the
+    gate's work on the request), objects in key order, tags between parts."""
+    if isinstance(value, str):
+        digest.update(b"s")
+        digest.update(value.encode("utf-8", "surrogatepass"))
+    elif isinstance(value, dict):
+        digest.update(b"{")
+        for key in sorted(value, key=str):
+            digest.update(b"k" + str(key).encode("utf-8", "surrogatepass") + b"\0")
+            _feed(digest, value[key])
+        digest.update(b"}")
+    elif isinstance(value, list):
+        digest.update(b"[")
+        for item in value:
+            _feed(digest, item)
+            digest.update(b",")
+        digest.update(b"]")
+    else:
+        digest.update(b"v" + repr(value).encode())
+    digest.update(b"\0")
 
 
 def completion_cap(asked: Asked, prompt_tokens: int, *, cap: int, ceiling: int) -> int:
@@ -208,13 +234,22 @@ def completion_cap(asked: Asked, prompt_tokens: int, *, cap: int, ceiling: int) 
 
 def forwarded_body(asked: Asked, completion: int, id_slot: int | None) -> bytes:
     """The body sent to the engine: the cap written into every length field the client used
-    (the first of the route's fields when it used none), and the pinned slot."""
-    body = dict(asked.body)
+    (the first of the route's fields when it used none), and the pinned slot.
+
+    Fields the client did not send are appended to its own bytes (its JSON is not
+    serialized again: for an agent's long history that is most of the gate's work); a
+    field it sent that must change (a bound over the cap) makes the gate rewrite it."""
+    body = asked.body
     used = [name for name in asked.route.cap_fields if body.get(name) is not None]
+    changed: dict[str, int] = {}
     for name in used or asked.route.cap_fields[:1]:
         value = body.get(name)
         if not isinstance(value, int) or value < 0 or value > completion:
-            body[name] = completion
+            changed[name] = completion
     if id_slot is not None and asked.id_slot is None:
-        body["id_slot"] = id_slot
-    return json.dumps(body, ensure_ascii=False).encode()
+        changed["id_slot"] = id_slot
+    raw = asked.raw.rstrip()
+    if raw[:1] == b"{" and raw[-1:] == b"}" and not any(name in body for name in changed):
+        extra = b"".join(b',"%s":%d' % (name.encode(), v) for name, v in changed.items())
+        return raw[:-1] + extra + b"}"
+    return _BODY_JSON({**body, **changed}).encode()

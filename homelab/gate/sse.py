@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 MARKERS = (b'"timings"', b'"usage"', b'"error"')
+WHOLE_PARSE_BYTES = 4096
+"""A whole answer longer than this has only its accounting objects parsed."""
+_DECODER = json.JSONDecoder()
 MAX_LINE = 1 << 20
 """A line longer than this is not kept for parsing (nothing of ours is that long)."""
 
@@ -88,10 +91,24 @@ def _int(value: Any, default: int | None) -> int | None:
 
 
 def outcome_of(body: bytes) -> Outcome:
-    """The accounting of a whole (non-streamed) JSON answer."""
+    """The accounting of a whole (non-streamed) JSON answer. A long one (a long completion)
+    is not parsed whole: only its ``timings`` and ``usage`` objects, found by their keys
+    (a key in a JSON string has its quotes escaped, so only a real key matches)."""
     outcome = Outcome()
     try:
-        outcome.take(json.loads(body))
+        if len(body) <= WHOLE_PARSE_BYTES or b'"error"' in body:
+            outcome.take(json.loads(body))
+            return outcome
+        text = body.decode()
+        parts = {}
+        for key in ("timings", "usage"):
+            at = text.rfind(f'"{key}":')
+            if at >= 0:
+                start = at + len(key) + 3
+                while text[start : start + 1].isspace():
+                    start += 1
+                parts[key] = _DECODER.raw_decode(text, start)[0]
+        outcome.take(parts)
     except (ValueError, UnicodeDecodeError):
         pass
     return outcome

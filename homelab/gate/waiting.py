@@ -76,6 +76,10 @@ class AdmissionQueue:
         """A moving average of how long an admitted request runs (for Retry-After)."""
         metrics.token_budget.set(limits.budget_tokens)
         metrics.max_concurrent.set(limits.max_concurrent)
+        state = self.state  # read when /metrics is scraped, not set on every change
+        metrics.queue_depth.set_function(lambda: state.queued)
+        metrics.running.set_function(lambda: state.running)
+        metrics.tokens_charged.set_function(lambda: state.charged)
 
     # -- in --------------------------------------------------------------------------
 
@@ -94,7 +98,6 @@ class AdmissionQueue:
             self.refuse(offer.refused)
             raise Refused(offer.refused, self.retry_after_s())
         self._wake(offer.admitted)
-        self._gauges()
         return ticket
 
     async def wait(self, ticket: Ticket, timeout_s: float) -> bool:
@@ -118,14 +121,12 @@ class AdmissionQueue:
         self._tickets.pop(ticket.id, None)
         self.refuse(reason)
         self._wake(self.state.abandon(ticket.id))
-        self._gauges()
 
     def reconcile(self, ticket: Ticket, charge: int) -> None:
         """Correct a running ticket's charge from the engine's own count."""
         if ticket.admitted and not ticket.released:
             ticket.charge = charge
             self._wake(self.state.reconcile(ticket.id, charge))
-            self._gauges()
 
     def release(self, ticket: Ticket) -> None:
         """A running ticket is done (its engine slot is idle). Idempotent."""
@@ -139,7 +140,6 @@ class AdmissionQueue:
             self._wake(self.state.release(ticket.id))
         else:
             self._wake(self.state.abandon(ticket.id))
-        self._gauges()
 
     def refuse(self, reason: Refusal) -> None:
         self.refused_total[reason.value] += 1
@@ -167,7 +167,6 @@ class AdmissionQueue:
             ticket.event.set()
             refused.append(ticket)
         self._wake(offer.admitted)
-        self._gauges()
         return tuple(refused)
 
     def retry_after_s(self) -> int:
@@ -189,8 +188,3 @@ class AdmissionQueue:
             self.metrics.admitted.inc()
             self.metrics.wait_seconds.observe(now - ticket.arrived)
             ticket.event.set()
-
-    def _gauges(self) -> None:
-        self.metrics.queue_depth.set(self.state.queued)
-        self.metrics.running.set(self.state.running)
-        self.metrics.tokens_charged.set(self.state.charged)

@@ -176,3 +176,26 @@ def test_a_runner_not_started_reports_an_empty_state_and_stops_quietly() -> None
     runner.stop()
     with pytest.raises(UsageError):
         GateRunner(GateSettings(host="0.0.0.0", port=0), "http://127.0.0.1:9", None)
+
+
+def test_fields_the_client_lacks_are_appended_to_its_own_bytes() -> None:
+    raw = b'{"messages": [{"role": "user", "content": "h\\u00e9"}],  "temperature": 0}'
+    sent = forwarded_body(parse(CHAT, raw), 300, 1)
+    assert sent.startswith(raw[:-1])  # the client's JSON, not serialized again
+    assert json.loads(sent) == {**json.loads(raw), "max_tokens": 300, "id_slot": 1}
+    over = forwarded_body(parse(CHAT, chat_body(max_tokens=9000)), 300, None)
+    assert over.count(b"max_tokens") == 1 and json.loads(over)["max_tokens"] == 300
+
+
+def test_a_long_answer_has_only_its_accounting_parsed() -> None:
+    text = 'she said "timings": {"prompt_n": 999} ' * 200  # quoted keys in a string do not count
+    body = json.dumps(
+        {
+            "choices": [{"message": {"content": text}}],
+            "usage": {"prompt_tokens": 40, "completion_tokens": 7},
+            "timings": {"cache_n": 30, "prompt_n": 10, "predicted_n": 7},
+        }
+    ).encode()
+    assert len(body) > 4096
+    outcome = outcome_of(body)
+    assert (outcome.cached, outcome.processed, outcome.completion) == (30, 10, 7)

@@ -1,11 +1,16 @@
 """The unified-pool case of issue 9: SmolLM2 on one 4,096-token pool shared by 4 slots
-(``-kvu``). Three concurrent ~1,450-token chats do not fit it together (issue 9 measured
-HTTP 500 "Context size has been exceeded" for all three sent directly); through the gate,
-whose budget is 85 % of the pool, two run and the third waits, and all are answered."""
+(``-kvu``). Three concurrent chats of ~1,300 prompt tokens and 120 generated ones each fit
+the pool by their prompts (3,900 cells) but not with what they generate: sent directly,
+llama-server b11312 admits all three and each fails with HTTP 500 "Context size has been
+exceeded" once the pool is full (issue 9 measured the same with ~1,450-token prompts on an
+older build; b11312 defers a third prompt that does not fit, so the overflow must come from
+generation). Through the gate, whose budget is 85 % of the pool and which charges each its
+prompt and completion cap, two run, the third waits, and all are answered."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -31,7 +36,9 @@ UNIFIED_FACTS = PlanFacts(
     cache_type_k="f16",
     cache_type_v="f16",
 )
-PROMPT_TOKENS = 1450
+PROMPT_TOKENS = 1300
+GENERATED = 120
+"""3 × 1,300 prompt cells fit the 4,096-cell pool; 3 × (1,300 + 120) do not."""
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +56,8 @@ def chats(url: str) -> list[dict]:
         for _ in range(3):
             body = {
                 "messages": [{"role": "user", "content": f"Story {seed}: " + words(n, seed)}],
-                "max_tokens": 16,
+                "max_tokens": GENERATED,
+                "ignore_eos": True,
                 "temperature": 0,
             }
             counted = httpx.post(
@@ -77,10 +85,13 @@ async def send_all(url: str, bodies: list[dict]) -> list[tuple[int, str]]:
         return await asyncio.gather(*(one(b) for b in bodies))
 
 
-def test_three_chats_that_overflow_the_pool_together_are_queued_and_all_answered(
+def test_three_chats_that_overflow_the_pool_fail_direct_and_are_queued_and_answered_gated(
     pool, gate
 ) -> None:
     bodies = chats(pool)
+    direct = asyncio.run(send_all(pool, bodies))
+    assert [status for status, _ in direct] == [500, 500, 500], [t[:200] for _, t in direct]
+    assert all("Context size has been exceeded" in text for _, text in direct)
     g = gate(pool, facts=UNIFIED_FACTS)
     assert g.state().budget_tokens == 3481
     most_charged = most_running = most_queued = 0
@@ -103,7 +114,9 @@ def test_three_chats_that_overflow_the_pool_together_are_queued_and_all_answered
         done.set()
         sampler.join(10)
     assert [status for status, _ in through] == [200, 200, 200], [t[:200] for _, t in through]
-    # 3 × (1,450 + 16) > 3,481: two ran at once, the third waited for room
+    for _, text in through:
+        assert json.loads(text)["usage"]["completion_tokens"] == GENERATED
+    # 3 × (1,300 + 120) > 3,481: two ran at once, the third waited for room
     assert (most_running, most_queued) == (2, 1)
     assert most_charged <= 3481
     state = g.state()

@@ -10,6 +10,7 @@ completed (exit 130).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -109,24 +110,28 @@ def _measure(settings: Any) -> tuple[Any, HomelabError | None, bool]:
                 f"{type(error).__name__}: {error}", title="Bench failed"
             )
 
+    interrupted = threading.Event()
+
+    def on_sigint(_signum: int, _frame: object) -> None:
+        if interrupted.is_set():  # a second Ctrl-C: leave now
+            raise KeyboardInterrupt
+        interrupted.set()
+        cancel.set()
+        print(
+            "bench: stopping; keeping what completed (Ctrl-C again to leave now)", file=sys.stderr
+        )
+
     worker = threading.Thread(target=work, name="homelab-bench", daemon=True)
-    worker.start()
-    interrupted = False
-    while worker.is_alive():
-        try:
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        worker.start()
+        while worker.is_alive():
             worker.join(0.2)
-        except KeyboardInterrupt:
-            if interrupted:  # a second Ctrl-C: leave now
-                raise
-            interrupted = True
-            cancel.set()
-            print(
-                "bench: stopping; keeping what completed (Ctrl-C again to leave now)",
-                file=sys.stderr,
-            )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     error = outcome.get("error")
     report = outcome.get("report") or getattr(error, "partial", None)
-    return report, error, interrupted
+    return report, error, interrupted.is_set()
 
 
 def _store(target: Any, report: Any) -> str | None:

@@ -159,9 +159,7 @@ async def _bench(settings: BenchSettings, emit: Listener, cancel: threading.Even
                     stopped = stopped or run.stop_reason()
                     if stopped:
                         break
-                    result = await _level(run, http, concurrency, via)
-                    into.append(result)
-                    emit(LevelDone(result, via))
+                    result = await _level(run, http, concurrency, via, into)
                     if not result.complete:
                         stopped = run.stop_reason() or "stopped"
                 if stopped:
@@ -240,7 +238,11 @@ async def _deferred(run: _Run, seen: list[int], stop: asyncio.Event) -> None:
             await asyncio.wait_for(stop.wait(), run.settings.metrics_interval_s)
 
 
-async def _level(run: _Run, http: httpx.AsyncClient, concurrency: int, via: str) -> LevelResult:
+async def _level(
+    run: _Run, http: httpx.AsyncClient, concurrency: int, via: str, into: list[LevelResult]
+) -> LevelResult:
+    """Run one level; its result (what completed, when an error or a stop cut it short)
+    goes into ``into`` and out as a :class:`LevelDone` before any error leaves."""
     s = run.settings
     prompts = await _prompts(
         run, concurrency, salt=run.seed * 64 + len(run.levels) * 2 + (via == "gate")
@@ -263,30 +265,36 @@ async def _level(run: _Run, http: httpx.AsyncClient, concurrency: int, via: str)
     sampler = asyncio.create_task(_deferred(run, seen, done_sampling))
     began = time.perf_counter()
     tasks = [asyncio.create_task(client(i, texts)) for i, texts in enumerate(prompts)]
-    complete = True
+    complete = False
     try:
         pending = set(tasks)
         while pending:
             finished, pending = await asyncio.wait(pending, timeout=POLL_S)
             for task in finished:
-                if task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+                failure = task.exception()
+                if failure is not None:
+                    raise failure
             if pending and run.stop_reason():
-                complete = False
                 break
+        complete = not pending
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         done_sampling.set()
         await asyncio.gather(sampler, return_exceptions=True)
-    ended = max((smp.started_at + smp.total_s for smp, _ in samples), default=time.perf_counter())
-    return summarize(
-        concurrency,
-        [smp for smp, _ in samples],
-        planned=planned,
-        complete=complete,
-        wall_s=ended - began,
-        deferred=max(seen) if seen else None,
-        turns=[t for _, t in samples] if s.workload is Workload.AGENT else (),
-    )
+        ended = max(
+            (smp.started_at + smp.total_s for smp, _ in samples), default=time.perf_counter()
+        )
+        result = summarize(
+            concurrency,
+            [smp for smp, _ in samples],
+            planned=planned,
+            complete=complete,
+            wall_s=ended - began,
+            deferred=max(seen) if seen else None,
+            turns=[t for _, t in samples] if s.workload is Workload.AGENT else (),
+        )
+        into.append(result)
+        run.emit(LevelDone(result, via))
+    return result

@@ -1,5 +1,6 @@
 """One real llama-server with SmolLM2 for the bench tests of a module (2 slots of 1,024
-tokens, ``--metrics``), started and stopped by the engine tests' plain helpers."""
+tokens, ``--metrics``), started and stopped by the engine tests' plain helpers; and the
+engine tests' ``engines`` / the gate tests' ``gates`` (nothing left running)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.engine.conftest import engines  # noqa: F401  (the fixture, shared)
 from tests.engine.live_server import serve
+from tests.gate_serve.conftest import gates  # noqa: F401  (the fixture, shared)
 
 SERVER = ["-c", "2048", "-np", "2", "--metrics", "-ngl", "0", "-t", "2"]
 

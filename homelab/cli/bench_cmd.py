@@ -20,6 +20,20 @@ from homelab.cli.common import print_json
 from homelab.errors import ExitCode, HomelabError, UsageError
 
 INTERRUPTED = 130
+SETTING_FLAGS = {
+    "`prompt_tokens`": "--prompt-tokens",
+    "`max_tokens`": "--max-tokens",
+    "`turns`": "--turns",
+    "`concurrency`": "--concurrency",
+    "`time_limit`": "--time-limit",
+    "`url`": "--url",
+    "`serve`": "`homelab serve`",
+    "`status`": "`homelab status`",
+    "`ctx`": "--ctx",
+    "`slots`": "--parallel",
+    "`engine`": "--engine",
+}
+"""How this CLI words the settings and commands the domain's messages name in backquotes."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -148,6 +162,16 @@ def _store(target: Any, report: Any) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except HomelabError as error:  # the domain names settings in backquotes; say flags
+        for setting, flag in SETTING_FLAGS.items():
+            error.message = error.message.replace(setting, flag)
+            error.hint = error.hint and error.hint.replace(setting, flag)
+        raise
+
+
+def _run(args: argparse.Namespace) -> int:
     from homelab.measure.settings import BenchSettings
     from homelab.measure.shapes import Workload
     from homelab.measure.target import find_target
@@ -164,8 +188,6 @@ def run(args: argparse.Namespace) -> int:
         turns=args.turns,
         time_limit_s=args.time_limit,
     )
-    if args.concurrency is not None and not args.concurrency:
-        raise UsageError("--concurrency names no level", hint="e.g. --concurrency 1,2,4")
     report, error, interrupted = _measure(settings)
     stored = (
         None if error is not None or args.no_store or report is None else _store(target, report)

@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "engine_cmd",
     "ui_cmd",
     "agent_cmd",
+    "bench_cmd",
 )
 """Subcommand modules in help order; each has ``register(subparsers)``."""
 
@@ -41,6 +42,7 @@ COMMAND_OWNERS = {
     "engine": "engine_cmd",
     "ui": "ui_cmd",
     "agent": "agent_cmd",
+    "bench": "bench_cmd",
 }
 """The module that registers each command: ``homelab plan ...`` imports and registers only
 ``plan_cmd``, not every subcommand's imports (start-up time); anything else builds the tree."""

@@ -131,6 +131,12 @@ def options_from_args(args: argparse.Namespace):
 
 def plan_from_args(args: argparse.Namespace, model=None, model_path: str | None = None):
     """Read the model (unless given), probe the card and make the plan; returns (plan, argv)."""
+    plan, argv, _model = _plan_and_model(args, model, model_path)
+    return plan, argv
+
+
+def _plan_and_model(args: argparse.Namespace, model=None, model_path: str | None = None):
+    """:func:`plan_from_args` and the model header it planned."""
     from homelab.engine.llamacpp.argv import llama_server_argv
     from homelab.engine.llamacpp.calibrate import current_engine_version
     from homelab.gguf.local_path import local_or_ref
@@ -159,7 +165,8 @@ def plan_from_args(args: argparse.Namespace, model=None, model_path: str | None 
     if fit.plan is None:  # does not fit / cannot be planned: that error is the command's
         assert fit.error is not None  # the judge keeps the error of every verdict without a plan
         raise fit.error
-    return fit.plan, llama_server_argv(fit.plan, port=args.port or 8080, model_args=model_args)
+    argv = llama_server_argv(fit.plan, port=args.port or 8080, model_args=model_args)
+    return fit.plan, argv, model
 
 
 def hf_model_args(resolved) -> list[str]:
@@ -204,11 +211,20 @@ def run(args: argparse.Namespace) -> int:
 
     if options_from_args(args).engine == "vllm":
         return _run_vllm(args)
-    plan, argv = plan_from_args(args)
+    from homelab.engine.llamacpp.calibrate import current_engine_version
+    from homelab.measure.summary import measured_lines
+
+    plan, argv, model = _plan_and_model(args)
+    measured = measured_lines(plan, model, current_engine_version)  # a stored `homelab bench`
     if args.json:
-        print_json(plan_to_dict(plan, argv))
+        data = plan_to_dict(plan, argv)
+        if measured:
+            data["measured"] = measured
+        print_json(data)
     else:
         print_plan(plan, argv)
+        for line in measured:
+            print(line)
     return exit_code(plan)
 
 

@@ -74,6 +74,8 @@ class PlanMade(Message, bubble=False):
     plan: Any
     argv: list[str]
     model_path: Any
+    measured: tuple[str, ...] = ()
+    """Stored bench results of this plan's flags (lines), when there are any."""
 
 
 @dataclass

@@ -13,7 +13,7 @@ from textual import work
 from textual.worker import get_current_worker
 
 from homelab.errors import HomelabError, ModelFileError, UsageError
-from homelab.ui import backend
+from homelab.ui import backend, backend_measure
 from homelab.ui.backend_first_run import judge_preset_seeing_hub
 from homelab.ui.catalog import (
     Judgement,
@@ -178,13 +178,14 @@ class ModelsFlow:
                     )
                 plan = fit.plan
             argv = backend.argv_for(plan, self.port or backend.DEFAULT_PORT)
+            measured = () if path is None else backend_measure.measured(plan, self._header(path))
         except HomelabError as error:
             self.post_message(PlanFailed(entry.key, error))
             return
         except ValueError as error:
             self.post_message(PlanFailed(entry.key, UsageError(str(error))))
             return
-        self.post_message(PlanMade(entry.key, plan, argv, path))
+        self.post_message(PlanMade(entry.key, plan, argv, path, measured))
 
     @while_mounted
     def on_plan_made(self, message: PlanMade) -> None:
@@ -197,7 +198,8 @@ class ModelsFlow:
                 f"{self.running.name} runs now: planned as if it were stopped (its memory "
                 "counts as freed); s switches to this plan (it is stopped first)."
             )
-        self.query_one("#plan", PlanPanel).show_plan(self.picked.name, self.plan, self.argv, note)
+        panel = self.query_one("#plan", PlanPanel)
+        panel.show_plan(self.picked.name, self.plan, self.argv, note, message.measured)
         self._show_card()
 
     @while_mounted

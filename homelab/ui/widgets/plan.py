@@ -1,5 +1,6 @@
 """The plan panel: the settings (workload, cache type, context, slots), the working step by
-step, the warnings and the exact llama-server command line.
+step, the warnings, what a stored bench measured at these flags, and the exact
+llama-server command line.
 
 Editing a setting posts :class:`PlanPanel.SettingsChanged` at once; the app re-plans.
 """
@@ -93,7 +94,14 @@ class PlanPanel(Vertical):
         self.query_one("#steps", Static).update(Text(f"planning {name}…", style="dim italic"))
         self.query_one("#argv", Static).update("")
 
-    def show_plan(self, name: str, plan: Any, argv: list[str], note: str | None) -> None:
+    def show_plan(
+        self,
+        name: str,
+        plan: Any,
+        argv: list[str],
+        note: str | None,
+        measured: tuple[str, ...] = (),
+    ) -> None:
         self.border_subtitle = name
         text = Text()
         if note:
@@ -102,6 +110,8 @@ class PlanPanel(Vertical):
             text.append(render_step(step) + "\n", style="" if step.formula else "bold")
         for warning in plan.warnings:
             text.append("! " + warning + "\n", style="yellow")
+        for line in measured:  # a stored `homelab bench` of these flags: compute's answer
+            text.append(line + "\n", style="cyan" if "measured:" in line else "dim")
         self.query_one("#steps", Static).update(text)
         command = Text("$ ", style="bold")
         command.append(shlex.join(argv), style="bold green")

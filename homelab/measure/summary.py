@@ -1,0 +1,66 @@
+"""The words a plan shows next to its memory answer, from a stored bench (pure but for
+the store read): "memory holds 4 agents; measured: 1 agent TTFT 0.9 s, 4 agents 3.1 s"."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from homelab.gguf.header import GgufModel
+    from homelab.plan.planner import Plan
+
+
+def seconds(value: float | None) -> str:
+    """``0.05 s``, ``0.9 s``, ``3.1 s``, ``12 s``; ``?`` when unknown."""
+    if value is None:
+        return "?"
+    if value >= 10:
+        return f"{value:.0f} s"
+    return f"{value:.1f} s" if value >= 0.1 else f"{value:.2f} s"
+
+
+def _noun(workload: str, count: int) -> str:
+    word = "agent" if workload == "agent" else "chat"
+    return word if count == 1 else f"{word}s"
+
+
+def measured_line(record: dict[str, Any], memory_slots: int | None) -> str:
+    """One stored bench in a line: what memory holds, each level's median TTFT, and the
+    recommendation when compute runs out first."""
+    report = record["report"]
+    workload = str(report.get("workload"))
+    levels = [
+        f"{r['concurrency']} {_noun(workload, r['concurrency'])} TTFT {seconds(r['ttft_s']['p50'])}"
+        for r in report["results"]
+        if isinstance(r, dict) and r.get("requests")
+    ]
+    head = (
+        ""
+        if memory_slots is None
+        else f"memory holds {memory_slots} {_noun(workload, memory_slots)}; "
+    )
+    line = f"{head}measured: {', '.join(levels) or 'nothing completed'}"
+    rec = report.get("recommendation") or {}
+    if rec.get("limited_at"):
+        line += f"; compute runs out at {rec['limited_at']}: max_concurrent {rec['max_concurrent']}"
+    when = str(record.get("recorded_at", ""))[:10]
+    return f"{line} ({report.get('prompt_tokens')}-token prompts, {when})"
+
+
+def measured_lines(
+    plan: Plan,
+    model: GgufModel,
+    engine_version: str | None | Callable[[], str | None],
+) -> list[str]:
+    """The stored benches of what ``plan`` would run, one line each ([] when none)."""
+    from homelab.measure.key import key_for_plan
+    from homelab.measure.store import folder, load_all
+
+    if not folder().is_dir():  # nothing ever measured: don't ask the engine its version
+        return []
+    version = engine_version() if callable(engine_version) else engine_version
+    key = key_for_plan(plan, model, version)
+    if key is None:
+        return []
+    return [measured_line(record, plan.settings.n_seq) for record in load_all(key)]

@@ -16,6 +16,7 @@ from homelab.gpu.report import GpuReport
 from homelab.plan.calibration import EngineVersion, measurements_for
 from homelab.plan.options import PlanOptions
 from homelab.plan.planner import Plan, make_plan
+from homelab.plan.remote_device import RemoteDevice
 from homelab.plan.workload import Workload
 
 
@@ -28,6 +29,7 @@ def plan_model(
     default_workload: Workload | None = None,
     engine_version: EngineVersion = None,
     calibration_path: Path | None = None,
+    remote: tuple[RemoteDevice, ...] = (),
 ) -> Plan:
     """The llama.cpp plan for ``model`` (shown as ``label``) on ``report``'s card.
 
@@ -35,6 +37,10 @@ def plan_model(
     giving it, called only when the store holds a record of this model; front-ends pass
     ``homelab.engine.llamacpp.calibrate.current_engine_version``): its measured compute
     buffers price the candidates whose flags they were measured at. None: estimates only.
+
+    ``remote`` are RPC devices (llama.cpp's ``rpc-server`` on other hosts) the plan may
+    place layers on, budgeted like cards and split over with the local ones; the argv
+    then carries ``--rpc`` and the devices in llama-server's order.
 
     Raises:
         DoesNotFitError: nothing worth serving fits (the message says what would).
@@ -46,4 +52,4 @@ def plan_model(
         measured = measurements_for(model, engine_version, path=calibration_path)
         if measured is not None:
             request = replace(request, calibration=measured)
-    return make_plan(model, label, report, request)
+    return make_plan(model, label, report, request, remote=remote)

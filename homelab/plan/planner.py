@@ -20,6 +20,7 @@ from homelab.plan.budget import DeviceBudget, WeightPlacement, device_budget, pl
 from homelab.plan.engine_state import CUDA_CONTEXT_BYTES
 from homelab.plan.fit import Candidate, ComputeMeasurements, Fitter
 from homelab.plan.kv import CTX_PAD, KvSettings, pad
+from homelab.plan.remote_device import RemoteDevice
 from homelab.plan.steps import describe_plan
 from homelab.plan.working import Step
 from homelab.plan.workload import AGENT, Workload
@@ -90,8 +91,17 @@ class Plan:
         return self.budget.usable - self.weights_on_device - (engine.total - engine.fa_scratch)
 
 
-def make_plan(model: GgufModel, model_path: str, report: GpuReport, request: PlanRequest) -> Plan:
+def make_plan(
+    model: GgufModel,
+    model_path: str,
+    report: GpuReport,
+    request: PlanRequest,
+    *,
+    remote: tuple[RemoteDevice, ...] = (),
+) -> Plan:
     """Work out the plan. Raises DoesNotFitError with the numbers when nothing sensible fits."""
+    if remote:
+        raise UsageError("planning over RPC devices is not built yet (issue 11, in progress)")
     geometry = geometry_of(model)
     if geometry.is_mla and request.type_k != request.type_v:
         raise UsageError(

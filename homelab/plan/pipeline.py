@@ -16,6 +16,7 @@ from homelab.gpu.report import GpuReport
 from homelab.plan.calibration import EngineVersion, measurements_for
 from homelab.plan.options import PlanOptions
 from homelab.plan.planner import Plan, make_plan
+from homelab.plan.remote_device import RemoteDevice
 from homelab.plan.workload import Workload
 
 
@@ -28,6 +29,7 @@ def plan_model(
     default_workload: Workload | None = None,
     engine_version: EngineVersion = None,
     calibration_path: Path | None = None,
+    remote: tuple[RemoteDevice, ...] = (),
 ) -> Plan:
     """The llama.cpp plan for ``model`` (shown as ``label``) on ``report``'s card.
 
@@ -37,6 +39,10 @@ def plan_model(
     buffers price the candidates whose flags they were measured at, and a launch that ran
     out of memory before keeps the plan at the setting that then held
     (:mod:`homelab.plan.calibration_miss`). None: estimates only.
+
+    ``remote`` are RPC devices (llama.cpp's ``rpc-server`` on other hosts) the plan may
+    place layers on, budgeted like cards and split over with the local ones; the argv
+    then carries ``--rpc`` and the devices in llama-server's order.
 
     Raises:
         DoesNotFitError: nothing worth serving fits (the message says what would).
@@ -48,13 +54,13 @@ def plan_model(
         measured = measurements_for(model, engine_version, path=calibration_path)
         if measured is not None:
             request = replace(request, calibration=measured)
-    plan = make_plan(model, label, report, request)
+    plan = make_plan(model, label, report, request, remote=remote)
     if engine_version is None:
         return plan
     from homelab.plan.calibration_miss import FILE_NAME, avoid_misses  # an earlier OOM
 
     def replan(narrowed):
-        return make_plan(model, label, report, narrowed)
+        return make_plan(model, label, report, narrowed, remote=remote)
 
     misses = None if calibration_path is None else calibration_path.with_name(FILE_NAME)
     limit = options.engine_memory_limit

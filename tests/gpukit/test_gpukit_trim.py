@@ -123,7 +123,7 @@ def test_trimmed_copy_is_small_and_cmake_configures_it(sdist: Path, tmp_path: Pa
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     makefile = (build / "Makefile").read_text()
-    assert "llama-server" in makefile and "rpc-server" in makefile
+    assert "llama-server" in makefile and "ggml-rpc-server" in makefile
     # the server's sources include the UI header generated from the two kept templates
     subprocess.run(
         [cmake, "--build", str(build), "--target", "llama-ui-assets"],

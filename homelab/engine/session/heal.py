@@ -146,10 +146,10 @@ class Healer:
             now = setting_of(nxt.plan)
             self.session._emit(ev.Healing(stage, said, was, now, step, MAX_STEPS, tuple(argv)))
             if stage == "run" and self.session.gate is not None:
-                # gate: retarget to the healed plan
-                # (SessionGate.retarget, from gate9: its budget and ceiling must follow
-                # nxt.facts; at load and in the proof the gate starts later, with them)
-                pass
+                # The gate in front takes the healed plan's budget and ceiling now, before
+                # the smaller engine is back (at load and in the proof it starts later,
+                # from the healed spec's facts).
+                self.session.gate.retarget(nxt.facts)
             return True
 
     def _smaller_plan(self, was: Setting, step: int) -> ServePlan | None:

@@ -8,7 +8,6 @@ still used, so the result can be stored under the engine's flags.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 from homelab.engine.loopback import require_loopback
@@ -32,11 +31,10 @@ class Target:
 
 
 def _gate_key() -> str | None:
-    from homelab.gate.key_file import key_path, read_key
+    """The gate's key, from the one reader of it (a bad key file is the UsageError it says)."""
+    from homelab.gate.key_file import stored_key
 
-    with contextlib.suppress(FileNotFoundError, UsageError):
-        return read_key(key_path())
-    return None
+    return stored_key()
 
 
 def find_target(url: str | None = None) -> Target:

@@ -6,7 +6,7 @@ import argparse
 import shlex
 
 from homelab.cli.common import add_gpu_options, print_json
-from homelab.cli.vllm_cmd import add_engine_option
+from homelab.cli.vllm_cmd import add_engine_option, vllm_options_from_args
 from homelab.errors import ExitCode, UsageError
 from homelab.units import format_bytes, parse_size
 
@@ -123,6 +123,7 @@ def options_from_args(args: argparse.Namespace):
         sample_seconds=args.sample_seconds,
         engine=getattr(args, "engine", "llama.cpp"),
         port=args.port,
+        **vllm_options_from_args(args),
     )
 
 

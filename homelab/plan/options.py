@@ -54,6 +54,10 @@ class PlanOptions:
     engine: str = "llama.cpp"
     port: int | None = None
     """Where the engine listens; None: its default, or the next free port."""
+    kv_cache_memory: int | None = None
+    """vLLM's KV pool in bytes (``--kv-cache-memory-bytes``); None: the plan decides."""
+    force: bool = False
+    """Start even where the plan says the engine would refuse (to see its own refusal)."""
 
     def __post_init__(self) -> None:
         for name in ("ctx", "slots", "ubatch"):
@@ -77,6 +81,12 @@ class PlanOptions:
         if self.engine not in ENGINES:
             raise UsageError(
                 f"Unknown engine {self.engine!r}: homelab runs {' or '.join(ENGINES)}."
+            )
+        if self.kv_cache_memory is not None and (
+            not _whole(self.kv_cache_memory) or self.kv_cache_memory < 1
+        ):
+            raise UsageError(
+                f"The KV cache memory must be a positive size, not {self.kv_cache_memory}."
             )
         if self.port is not None and (not _whole(self.port) or not 1 <= self.port <= 65535):
             raise UsageError(f"The port must be between 1 and 65535, not {self.port}.")

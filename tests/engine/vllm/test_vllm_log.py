@@ -66,7 +66,7 @@ def test_kv_too_small_is_read_with_vllms_own_estimate(model_dir, wayland_3090) -
     )
     assert not log.startup_complete and not is_ready(True, log)
     error = failure_error(failure)
-    assert isinstance(error, DoesNotFitError) and "--max-model-len 8928" in (error.hint or "")
+    assert isinstance(error, DoesNotFitError) and "at most 8928 tokens" in (error.hint or "")
     # homelab refuses the same request before booting, for the same reason
     with pytest.raises(DoesNotFitError, match="40,960"):
         vllm_plan(model_dir("Qwen__Qwen3-8B"), wayland_3090, max_model_len=40960)

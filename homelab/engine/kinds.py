@@ -105,7 +105,7 @@ class EngineKind(Protocol):
         """The KV cache in tokens, as the engine's log says it allocated (None: not said)."""
         ...
 
-    def served_facts(self, facts: PlanFacts, lines: Sequence[str]) -> PlanFacts:
+    def served_facts(self, facts: PlanFacts | None, lines: Sequence[str]) -> PlanFacts | None:
         """The plan's facts with what the start-up log measured in place of the estimate
         (the gate's budget comes from these)."""
         ...
@@ -190,7 +190,7 @@ class LlamaCpp:
     def logged_kv_tokens(self, lines: Sequence[str]) -> int | None:
         return self.read_log(lines).n_ctx
 
-    def served_facts(self, facts: PlanFacts, lines: Sequence[str]) -> PlanFacts:
+    def served_facts(self, facts: PlanFacts | None, lines: Sequence[str]) -> PlanFacts | None:
         return facts  # llama-server allocates exactly the planned cells
 
 
@@ -262,11 +262,11 @@ class Vllm:
 
         return last_kv_tokens(lines)
 
-    def served_facts(self, facts: PlanFacts, lines: Sequence[str]) -> PlanFacts:
+    def served_facts(self, facts: PlanFacts | None, lines: Sequence[str]) -> PlanFacts | None:
         from dataclasses import replace
 
         logged = self.logged_kv_tokens(lines)
-        return facts if logged is None else replace(facts, kv_tokens=logged)
+        return facts if facts is None or logged is None else replace(facts, kv_tokens=logged)
 
 
 KINDS: dict[str, EngineKind] = {kind.name: kind for kind in (LlamaCpp(), Vllm())}

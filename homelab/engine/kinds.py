@@ -10,6 +10,7 @@ say what a running engine holds.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -220,9 +221,13 @@ class Vllm:
             cache_type_v=plan.kv_cache_dtype,
         )
         env: dict[str, str] = {}
-        if plan.backend == "cpu":  # the legacy variable would override the priced pool
-            env = {"VLLM_CPU_KVCACHE_SPACE": ""}
-        elif options.gpu is not None:
+        if plan.backend == "cpu" and os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            raise UsageError(
+                f"VLLM_CPU_KVCACHE_SPACE is set ({os.environ['VLLM_CPU_KVCACHE_SPACE']} GiB): vLLM's CPU "
+                "backend would take it over the KV pool homelab priced",
+                hint="Unset VLLM_CPU_KVCACHE_SPACE and use the KV cache memory setting instead.",
+            )
+        if options.gpu is not None:
             # vLLM uses the first visible device: show it only the planned one, numbered as
             # NVML numbers cards (PCI bus order), not CUDA's fastest-first order.
             env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(options.gpu)}

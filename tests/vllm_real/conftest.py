@@ -14,6 +14,8 @@ through module fixtures, and every process they start is stopped by pid.
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,6 +52,12 @@ def tiny_llama(vllm_python: str) -> Path:
 
 @pytest.fixture(scope="module")
 def module_env(vllm_python: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    env = homelab_env(vllm_python, tmp_path_factory.mktemp("vllm-real"))
+    base = tmp_path_factory.mktemp("vllm-real")
+    env = homelab_env(vllm_python, base)
     yield env
     homelab(env, "stop", timeout=120)
+    keep = os.environ.get("HOMELAB_VLLM_CAPTURE_DIR")  # to refresh tests/fixtures/vllm/logs
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        for log in (base / "state").rglob("*.log"):
+            shutil.copy(log, Path(keep) / log.name)

@@ -3,7 +3,7 @@
 On a machine without an NVIDIA card vLLM keeps weights and KV cache in system RAM.
 Its CPU worker does not profile anything: the KV pool is whatever it is handed
 (``--kv-cache-memory-bytes``, or the legacy ``VLLM_CPU_KVCACHE_SPACE`` in GiB, which
-would override the flag, so the plan clears it), split into blocks of 128 tokens
+would override the flag: serving refuses to start while it is set), split into blocks of 128 tokens
 (``vllm/platforms/cpu.py``; MLA models 16). So here the pool is not an estimate:
 homelab hands vLLM the pool it priced and vLLM's start-up check
 (:mod:`homelab.plan.vllm.refusal`) is reproduced byte for byte.

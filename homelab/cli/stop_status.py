@@ -130,7 +130,7 @@ def run_stop(args: argparse.Namespace) -> int:
 
 def run_status(args: argparse.Namespace) -> int:
     """``homelab status [--json]``: 0 whether or not an engine runs (``running`` says which)."""
-    from homelab.engine.kinds import KINDS
+    from homelab.engine.kinds import KINDS, logged_kv_tokens
     from homelab.engine.llamacpp.client import status_line
     from homelab.engine.session.prove import launch_of
     from homelab.engine.supervision.ownership import running
@@ -196,6 +196,7 @@ def run_status(args: argparse.Namespace) -> int:
                 "supervisor_pid": supervisor,
                 "port_pinned": record.port_pinned,
                 "plan": None if record.facts is None else record.facts.to_json(),
+                "kv_tokens": None if kind is None else logged_kv_tokens(kind, record.log_path),
                 "gate": None
                 if record.gate_url is None
                 else {

@@ -17,6 +17,35 @@ def add_engine_option(parser: argparse.ArgumentParser) -> None:
         default="llama.cpp",
         help="llama.cpp (GGUF, default) or vllm (a model folder / cached repo with config.json)",
     )
+    parser.add_argument(
+        "--kv-cache-memory",
+        metavar="SIZE",
+        help="vllm: the KV pool itself (e.g. 2GiB), passed as --kv-cache-memory-bytes; "
+        "default: what the card's budget leaves (on a machine without a GPU: from the RAM)",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="vllm: start even when the pricing says vLLM will refuse (to see its own refusal)",
+    )
+
+
+def vllm_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The vLLM-only plan options (:class:`~homelab.plan.options.PlanOptions` fields)."""
+    from homelab.errors import UsageError
+    from homelab.units import parse_size
+
+    text = getattr(args, "kv_cache_memory", None)
+    size = None
+    if text is not None:
+        try:
+            size = parse_size(text)
+        except (ValueError, OverflowError):
+            raise UsageError(
+                f"not a size: {text[:24]!r} (try e.g. 2GiB, 512MiB)",
+                hint="The KV cache memory setting takes a size with its unit.",
+            ) from None
+    return {"kv_cache_memory": size, "force": bool(getattr(args, "force", False))}
 
 
 def vllm_plan_from_args(args: argparse.Namespace):
@@ -31,9 +60,19 @@ def vllm_plan_from_args(args: argparse.Namespace):
     return plan_vllm(args.model, card_for(options), options)
 
 
-def vllm_argv_for(plan, port: int | None, executable: str = "vllm") -> list[str]:
+def vllm_argv_for(plan, port: int | None, executable: str | None = None) -> list[str]:
+    """The command line homelab would start (with the vLLM it finds; ``vllm serve`` when
+    none is installed here)."""
     from homelab.engine.kinds import engine_kind
     from homelab.engine.vllm.argv import vllm_argv
+    from homelab.engine.vllm.locate import find_vllm
+    from homelab.errors import EngineError
+
+    if executable is None:
+        try:
+            executable = find_vllm().executable
+        except EngineError:
+            executable = "vllm"
 
     return vllm_argv(plan, port=port or engine_kind("vllm").default_port, executable=executable)
 
@@ -61,8 +100,11 @@ def vllm_plan_dict(plan, argv: list[str]) -> dict[str, Any]:
         "max_num_seqs": plan.max_num_seqs,
         "max_num_batched_tokens": plan.max_num_batched_tokens,
         "kv_cache_dtype": plan.kv_cache_dtype,
+        "backend": plan.backend,
         "gpu_memory_utilization": plan.gpu_memory_utilization,
+        "kv_cache_memory_bytes": plan.kv_cache_memory_bytes,
         "kv_pool": plan.kv_pool,
+        "tokens_fit": plan.tokens_fit,
         "longest_fitting": plan.longest_fitting,
         "warnings": list(plan.warnings),
         "steps": render_steps(plan.steps),

@@ -10,14 +10,14 @@ say what a running engine holds.
 
 from __future__ import annotations
 
-import shutil
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from homelab.engine.supervision.facts import PlanFacts
-from homelab.errors import EngineError, UsageError
+from homelab.errors import UsageError
 
 if TYPE_CHECKING:
     from homelab.engine.supervision.readiness import EngineProfile
@@ -100,6 +100,15 @@ class EngineKind(Protocol):
     def measure(self, plan: ServePlan, lines: Sequence[str], executable: str) -> Measured | None:
         """Predicted vs actual from the load log, calibration recorded; None when the kind
         measures nothing."""
+        ...
+
+    def logged_kv_tokens(self, lines: Sequence[str]) -> int | None:
+        """The KV cache in tokens, as the engine's log says it allocated (None: not said)."""
+        ...
+
+    def served_facts(self, facts: PlanFacts | None, lines: Sequence[str]) -> PlanFacts | None:
+        """The plan's facts with what the start-up log measured in place of the estimate
+        (the gate's budget comes from these)."""
         ...
 
 
@@ -191,6 +200,12 @@ class LlamaCpp:
             return Measured(rows, None, error.message)
         return Measured(rows, calibration.compute)
 
+    def logged_kv_tokens(self, lines: Sequence[str]) -> int | None:
+        return self.read_log(lines).context.n_ctx
+
+    def served_facts(self, facts: PlanFacts | None, lines: Sequence[str]) -> PlanFacts | None:
+        return facts  # llama-server allocates exactly the planned cells
+
 
 class Vllm:
     """vLLM: a model folder (or cached repo), priced before its four-minute boot."""
@@ -218,6 +233,12 @@ class Vllm:
             cache_type_v=plan.kv_cache_dtype,
         )
         env: dict[str, str] = {}
+        if plan.backend == "cpu" and os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            raise UsageError(
+                f"VLLM_CPU_KVCACHE_SPACE is set ({os.environ['VLLM_CPU_KVCACHE_SPACE']} GiB): vLLM's CPU "
+                "backend would take it over the KV pool homelab priced",
+                hint="Unset VLLM_CPU_KVCACHE_SPACE and use the KV cache memory setting instead.",
+            )
         if options.gpu is not None:
             # vLLM uses the first visible device: show it only the planned one, numbered as
             # NVML numbers cards (PCI bus order), not CUDA's fastest-first order.
@@ -226,14 +247,9 @@ class Vllm:
         return ServePlan(self.name, plan, str(model), facts, env=env)
 
     def executable(self) -> str:
-        found = shutil.which("vllm")
-        if found is None:
-            raise EngineError(
-                "vLLM is not installed (no `vllm` command on PATH)",
-                hint="Install it in this environment (pip install vllm; it needs an NVIDIA GPU), "
-                "or serve a GGUF with the default llama.cpp engine.",
-            )
-        return found
+        from homelab.engine.vllm.locate import find_vllm
+
+        return find_vllm().executable
 
     def argv(self, plan: ServePlan, port: int, executable: str) -> list[str]:
         from homelab.engine.vllm.argv import vllm_argv
@@ -259,6 +275,17 @@ class Vllm:
     def measure(self, plan: ServePlan, lines: Sequence[str], executable: str) -> Measured | None:
         return None  # its start-up figures are in the log (read_log); not compared yet
 
+    def logged_kv_tokens(self, lines: Sequence[str]) -> int | None:
+        from homelab.engine.vllm.log import last_kv_tokens
+
+        return last_kv_tokens(lines)
+
+    def served_facts(self, facts: PlanFacts | None, lines: Sequence[str]) -> PlanFacts | None:
+        from dataclasses import replace
+
+        logged = self.logged_kv_tokens(lines)
+        return facts if facts is None or logged is None else replace(facts, kv_tokens=logged)
+
 
 KINDS: dict[str, EngineKind] = {kind.name: kind for kind in (LlamaCpp(), Vllm())}
 """Every engine kind, by its one name."""
@@ -277,3 +304,15 @@ def engine_kind(name: str) -> EngineKind:
             f"Unknown engine {name!r}: homelab runs {' or '.join(KINDS)}.",
             title="Unknown engine",
         ) from None
+
+
+def logged_kv_tokens(kind: EngineKind, log_path: str | None) -> int | None:
+    """The running engine's KV cache in tokens, read from its log file (None: no log, or
+    the log does not say)."""
+    if log_path is None:
+        return None
+    try:
+        text = Path(log_path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return kind.logged_kv_tokens(text.splitlines())

@@ -63,6 +63,10 @@ class PlanOptions:
     prove: bool | None = None
     """After ready, fill the largest slot once and watch memory; None: on for a GPU plan,
     off for a CPU plan."""
+    kv_cache_memory: int | None = None
+    """vLLM's KV pool in bytes (``--kv-cache-memory-bytes``); None: the plan decides."""
+    force: bool = False
+    """Start even where the plan says the engine would refuse (to see its own refusal)."""
 
     def __post_init__(self) -> None:
         for name in ("ctx", "slots", "ubatch"):
@@ -99,6 +103,12 @@ class PlanOptions:
             raise UsageError(
                 f"The engine memory limit must be at least {MIN_ENGINE_MEMORY >> 20} MiB, "
                 f"not {limit!r} bytes."
+            )
+        if self.kv_cache_memory is not None and (
+            not _whole(self.kv_cache_memory) or self.kv_cache_memory < 1
+        ):
+            raise UsageError(
+                f"The KV cache memory must be a positive size, not {self.kv_cache_memory}."
             )
         if self.port is not None and (not _whole(self.port) or not 1 <= self.port <= 65535):
             raise UsageError(f"The port must be between 1 and 65535, not {self.port}.")

@@ -287,9 +287,8 @@ class ServeSession:
                 self._emit(ev.Actuals(measured))
         if self.gate is not None and self.adopted is None:
             try:
-                self.gate.start(
-                    ready.url or "", supervisor.spec.facts, ready.pid, detached=self.request.detach
-                )
+                facts = self.kind.served_facts(supervisor.spec.facts, supervisor.attempt_lines())
+                self.gate.start(ready.url or "", facts, ready.pid, detached=self.request.detach)
             except HomelabError as error:  # never an engine left without its gate
                 supervisor.stop()
                 raise self._failed(error) from None

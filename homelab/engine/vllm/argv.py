@@ -1,4 +1,11 @@
-"""``vllm serve``'s command line from a plan: an argv list, never a shell string.
+"""vLLM's command line from a plan: an argv list, never a shell string.
+
+``vllm serve MODEL ...`` where the ``vllm`` script works, else the same server as
+``PYTHON -m vllm.entrypoints.openai.api_server --model MODEL ...`` (the CPU build's
+script is broken; :mod:`homelab.engine.vllm.locate` decides). A plan with an explicit
+KV pool (the CPU backend always, either backend on request) passes it as
+``--kv-cache-memory-bytes`` and no ``--gpu-memory-utilization``: vLLM then skips its
+memory profiling and the pool is exactly what was priced.
 
 ``--enable-prefix-caching`` is always passed: vLLM releases before 0.28 left it off
 for hybrid models (Qwen3-Next, Qwen3.5) without a word in the log, and every agent
@@ -9,6 +16,7 @@ model from the HF cache keeps its repo id as the served name.
 
 from __future__ import annotations
 
+from homelab.engine.vllm.locate import launch_prefix
 from homelab.errors import UsageError
 from homelab.plan.vllm.plan import VllmPlan
 
@@ -33,15 +41,17 @@ def vllm_argv(
     if not host:
         raise UsageError("--host must not be empty")
     argv = [
-        executable,
-        "serve",
-        plan.model_ref,
+        *launch_prefix(executable, plan.model_ref),
         "--max-model-len",
         str(plan.max_model_len),
         "--max-num-seqs",
         str(plan.max_num_seqs),
-        "--gpu-memory-utilization",
-        f"{plan.gpu_memory_utilization:.3f}",
+    ]
+    if plan.kv_cache_memory_bytes is not None:
+        argv += ["--kv-cache-memory-bytes", str(plan.kv_cache_memory_bytes)]
+    else:
+        argv += ["--gpu-memory-utilization", f"{plan.gpu_memory_utilization:.3f}"]
+    argv += [
         "--kv-cache-dtype",
         plan.kv_cache_dtype,
         "--max-num-batched-tokens",

@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from homelab.errors import DoesNotFitError, EngineError, HomelabError, UsageError
+from homelab.plan.vllm.refusal import kv_refusal_error
 
 FailureKind = Literal[
     "kv_too_small",
     "no_kv_memory",
     "free_memory",
+    "ram_for_kv",
     "weights_oom",
     "batch_below_block",
     "max_len_exceeds_model",
@@ -43,6 +46,9 @@ def _int(text: str) -> int:
 
 _ENGINE_VERSION = re.compile(r"Initializing a V1 LLM engine \(v([^)\s]+)\)")
 _SERVER_VERSION = re.compile(r"vLLM server version (\S+), serving model (\S+)")
+_BANNER_VERSION = re.compile(r"█\s+version (\S+)")
+_BANNER_MODEL = re.compile(r"█\s+model\s+(\S+)")
+_PREFIX_CACHING = re.compile(r"enable_prefix_caching=(True|False)")
 _ARCH = re.compile(r"Resolved architecture: (\S+)")
 _MAX_LEN = re.compile(r"Using max model len (\d+)")
 _BLOCK = re.compile(r"Setting attention block size to (\d+) tokens")
@@ -71,6 +77,10 @@ _F_NO_KV = re.compile(r"No available memory for the cache blocks|Cannot auto-fit
 _F_FREE = re.compile(
     r"Free memory on device (\S+) \(([\d.]+)/([\d.]+) GiB\) on startup is less than desired GPU memory "
     r"utilization \(([\d.]+), ([\d.]+) GiB\)"
+)
+_F_RAM = re.compile(
+    r"Available memory on node (\d+) \(([\d.]+)/([\d.]+) GiB\) on kv cache allocation is less than "
+    r"requested memory for kv \(([\d.]+)"
 )
 _F_OOM = re.compile(
     r"Failed to load model - not enough GPU memory|torch\.OutOfMemoryError|CUDA out of memory"
@@ -116,6 +126,10 @@ class VllmStartup:
     cuda_graph_estimate_gib: float | None = None
     available_kv_gib: float | None = None
     kv_cache_tokens: int | None = None
+    kv_cache_device: str | None = None
+    """Where the pool is, as the capacity line names it: ``GPU``, ``CPU``."""
+    prefix_caching: bool | None = None
+    """``enable_prefix_caching`` in the engine's config line."""
     concurrency_tokens: int | None = None
     max_concurrency: float | None = None
     cuda_graph_gib: float | None = None
@@ -145,6 +159,7 @@ def parse_vllm_log(text: str) -> VllmStartup:
         match = _KV_TOKENS.search(line)
         if match and "kv_cache_tokens" not in found:
             found["kv_cache_tokens"] = _int(match.group(2))
+            found["kv_cache_device"] = match.group(1).split()[-1]
         match = _CONCURRENCY.search(line)
         if match and "max_concurrency" not in found:
             found["concurrency_tokens"] = _int(match.group(1))
@@ -156,6 +171,9 @@ def parse_vllm_log(text: str) -> VllmStartup:
 
 _LINE_FIELDS = (
     ("version", _ENGINE_VERSION, lambda m: m.group(1)),
+    ("version", _BANNER_VERSION, lambda m: m.group(1)),
+    ("model", _BANNER_MODEL, lambda m: m.group(1)),
+    ("prefix_caching", _PREFIX_CACHING, lambda m: m.group(1) == "True"),
     ("architecture", _ARCH, lambda m: m.group(1)),
     ("max_model_len", _MAX_LEN, lambda m: int(m.group(1))),
     ("attention_block_size", _BLOCK, lambda m: int(m.group(1))),
@@ -166,6 +184,15 @@ _LINE_FIELDS = (
     ("init_seconds", _INIT_TOOK, lambda m: float(m.group(1))),
     ("url", _URL, lambda m: m.group(1).rstrip(".,")),
 )
+
+
+def last_kv_tokens(lines: Sequence[str]) -> int | None:
+    """The KV pool in tokens from the last capacity line (the latest start in the log)."""
+    for line in reversed(lines):
+        match = _KV_TOKENS.search(line)
+        if match:
+            return _int(match.group(2))
+    return None
 
 
 def find_failure(text: str) -> VllmFailure | None:
@@ -200,6 +227,15 @@ def find_failure(text: str) -> VllmFailure | None:
             total_gib=float(match.group(3)),
             utilization=float(match.group(4)),
             requested_gib=float(match.group(5)),
+        )
+    match = _F_RAM.search(text)
+    if match:  # the CPU backend: the pool asked for is more than the RAM free
+        return VllmFailure(
+            "ram_for_kv",
+            _line_of(text, match),
+            free_gib=float(match.group(2)),
+            total_gib=float(match.group(3)),
+            requested_gib=float(match.group(4)),
         )
     match = _F_BATCH.search(text)
     if match:
@@ -239,6 +275,14 @@ def is_ready(health_ok: bool, log: VllmStartup | str) -> bool:
 def failure_error(failure: VllmFailure) -> HomelabError:
     """The failure as a homelab error with a next step (the CLI and TUI show these)."""
     line = f"vLLM said: {failure.line}"
+    if failure.kind == "kv_too_small" and failure.needed_gib is not None:
+        assert failure.max_model_len is not None and failure.available_gib is not None
+        return kv_refusal_error(
+            failure.max_model_len,
+            f"{failure.needed_gib}",
+            f"{failure.available_gib}",
+            failure.estimated_max_model_len,
+        )
     if failure.kind == "kv_too_small":
         est = failure.estimated_max_model_len
         need = (
@@ -265,6 +309,12 @@ def failure_error(failure: VllmFailure) -> HomelabError:
             f"and --gpu-memory-utilization {failure.utilization} asks for {failure.requested_gib} GiB. {line}",
             hint=f"Use --gpu-memory-utilization {suggest:.3f} (0.5 GiB kept for the desktop), "
             "or close what holds GPU memory and plan again.",
+        )
+    if failure.kind == "ram_for_kv":
+        return DoesNotFitError(
+            f"vLLM's CPU backend found {failure.free_gib} of {failure.total_gib} GiB of RAM free for a "
+            f"{failure.requested_gib} GiB KV pool. {line}",
+            hint="Use a smaller KV cache memory setting, or close programs that hold RAM.",
         )
     if failure.kind == "batch_below_block":
         return UsageError(

@@ -26,6 +26,8 @@ from homelab.errors import UnknownArchitectureError, UsageError
 from homelab.plan.vllm.config import LayerKind, ModelConfig
 
 DEFAULT_BLOCK_SIZE = 16
+CPU_BLOCK_SIZE = 128
+"""vLLM's CPU backend's block when none is asked for (vllm/platforms/cpu.py, non-MLA models)."""
 BLOCK_ALIGNMENT = 16
 """Attention kernels take blocks in multiples of 16 tokens; hybrid blocks are rounded up to it."""
 LINEAR_PAGES_PER_REQUEST = 2
@@ -142,7 +144,13 @@ class KvLayout:
         return int(self.max_concurrency(pool_bytes, max_model_len) * max_model_len)
 
 
-def kv_layout(model: ModelConfig, kv_cache_dtype: str, max_num_batched_tokens: int) -> KvLayout:
+def kv_layout(
+    model: ModelConfig,
+    kv_cache_dtype: str,
+    max_num_batched_tokens: int,
+    *,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> KvLayout:
     """Group the model's layers and size pages as vLLM does.
 
     Raises:
@@ -158,7 +166,7 @@ def kv_layout(model: ModelConfig, kv_cache_dtype: str, max_num_batched_tokens: i
         raise UnknownArchitectureError(
             f"{model.name} has no attention layer homelab can size a KV block by"
         )
-    block = DEFAULT_BLOCK_SIZE
+    block = block_size
     state = model.linear.state_bytes if model.linear is not None and model.is_hybrid else None
     if state is not None:
         block = max(block, BLOCK_ALIGNMENT * cdiv(state, BLOCK_ALIGNMENT * token_layer))

@@ -5,6 +5,15 @@ the budget it buys is spent as vLLM spends it; what is left is the KV pool; the
 pool says which ``--max-model-len`` fits and how many full-length requests run at
 once (``--max-num-seqs``). A length that does not fit is refused here, with the
 numbers and the length that does, instead of four minutes into vLLM's boot.
+
+On a GPU the plan hands vLLM ``--gpu-memory-utilization`` and lets vLLM measure the pool,
+unless a KV cache memory is asked for (then ``--kv-cache-memory-bytes``, which puts the
+pool first in the order and makes the refusal exact). Not by default: vLLM skips its
+memory profiling when given the bytes and does not check them against the card, so an
+error in homelab's estimates of the activation peak, CUDA graphs and memory outside
+torch (estimates never yet checked on a real GPU run) would become an out-of-memory
+crash instead of a smaller measured pool. Without a card (vLLM's CPU backend, see
+:mod:`homelab.plan.vllm.cpu`) there is nothing to measure and the bytes are always passed.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from homelab.plan.budget import device_budget, pick_device
 from homelab.plan.options import PlanOptions
 from homelab.plan.vllm.config import ModelConfig, load_model_config
 from homelab.plan.vllm.kv import KvLayout, cdiv, kv_layout
+from homelab.plan.vllm.length import MAX_SEQS, LengthAsk, choose_len, most_in_pool
 from homelab.plan.vllm.pricing import MemoryPrice, Utilization, price_memory, utilization_for
 from homelab.plan.vllm.steps import describe
 from homelab.plan.vllm.tensor_parallel import CardSlice, tensor_parallel
@@ -26,10 +36,6 @@ from homelab.plan.working import Step
 from homelab.plan.workload import AGENT, Workload
 from homelab.units import format_bytes
 
-MIN_MODEL_LEN = 4096
-"""Below this a conversation is not worth serving: the plan says it does not fit."""
-MAX_SEQS = 16
-"""Default cap on --max-num-seqs: on one home card more streams only divide the same cache."""
 FALLBACK_MODEL_LEN = 2048
 """vLLM's own assumption when a config names no context length."""
 
@@ -44,8 +50,10 @@ class VllmPlan:
     served_model_name: str | None
     """The repo id, when the model came from the HF cache (clients ask for it by name)."""
     workload: Workload
-    utilization: Utilization
-    memory: MemoryPrice
+    utilization: Utilization | None
+    """The GPU budget (None on vLLM's CPU backend)."""
+    memory: MemoryPrice | None
+    """The GPU budget spent in vLLM's order (None on the CPU backend)."""
     layout: KvLayout
     max_model_len: int
     max_num_seqs: int
@@ -63,14 +71,27 @@ class VllmPlan:
     @property
     def tensor_parallel_size(self) -> int:
         return 1 if self.tensor_parallel is None else self.tensor_parallel.size
+    backend: str = "cuda"
+    """vLLM's device: ``cuda`` (an NVIDIA card) or ``cpu`` (its CPU build, from RAM)."""
+    kv_cache_memory_bytes: int | None = None
+    """The KV pool handed to vLLM (``--kv-cache-memory-bytes``); None: vLLM measures it."""
 
     @property
-    def gpu_memory_utilization(self) -> float:
-        return self.utilization.fraction
+    def gpu_memory_utilization(self) -> float | None:
+        return None if self.utilization is None else self.utilization.fraction
 
     @property
     def kv_pool(self) -> int:
+        """The KV pool: the one handed to vLLM, else the estimate of what it will measure."""
+        if self.kv_cache_memory_bytes is not None:
+            return self.kv_cache_memory_bytes
+        assert self.memory is not None
         return self.memory.kv_pool
+
+    @property
+    def tokens_fit(self) -> int:
+        """The pool in tokens (what vLLM logs as "KV cache size: N tokens")."""
+        return self.predicted_kv_tokens
 
     @property
     def request_bytes(self) -> int:
@@ -99,7 +120,9 @@ def plan_vllm(
     hf_cache_dir: Path | None = None,
 ) -> VllmPlan:
     """The vLLM plan the options describe: context -> ``--max-model-len``, slots ->
-    ``--max-num-seqs``, the cache type -> ``--kv-cache-dtype`` (see :func:`vllm_plan`).
+    ``--max-num-seqs``, the cache type -> ``--kv-cache-dtype`` (see :func:`vllm_plan`);
+    on a machine without an NVIDIA card, vLLM's CPU backend from the RAM budget
+    (:func:`homelab.plan.vllm.cpu.vllm_cpu_plan`).
 
     Raises:
         UsageError: K and V cache types differ (vLLM has one KV cache type), or see
@@ -112,9 +135,16 @@ def plan_vllm(
             f"vLLM has one KV cache type, not K {options.type_k} and V {options.type_v}",
             hint="Use one cache type for both K and V.",
         )
+    gpus = options.gpus
+    if pick_device(report, gpus[0] if gpus else None) is None:
+        from homelab.plan.vllm.cpu import vllm_cpu_plan
+
+        return vllm_cpu_plan(model_ref, report, options, hf_cache_dir=hf_cache_dir)
     return vllm_plan(
         model_ref,
         report,
+        kv_cache_memory=options.kv_cache_memory,
+        force=options.force,
         max_model_len=options.ctx,
         max_num_seqs=options.slots,
         kv_cache_dtype=options.type_k,
@@ -135,8 +165,12 @@ def vllm_plan(
     workload: Workload = AGENT,
     device_indices: tuple[int, ...] | None = None,
     hf_cache_dir: Path | None = None,
+    kv_cache_memory: int | None = None,
+    force: bool = False,
 ) -> VllmPlan:
-    """Price vLLM on this card before booting it.
+    """Price vLLM on this card before booting it (``kv_cache_memory``: hand vLLM this
+    pool instead of letting it measure one; ``force``: plan an asked length vLLM will
+    refuse, with a warning, so its own refusal can be seen).
 
     Raises:
         UsageError: a flag vLLM would reject, no NVIDIA GPU, or a length beyond the model's.
@@ -209,11 +243,25 @@ def vllm_plan(
             f"{model.name} allows {model_max:,} tokens: each conversation is capped there, below the "
             f"{workload.tokens_per_slot:,} the {workload.name} workload wants."
         )
-    chosen = _choose_len(
-        model, workload, layout, memory, utilization, max_model_len, model_max, wanted, warnings
+    if kv_cache_memory is not None:
+        if kv_cache_memory > memory.kv_pool:
+            warnings.append(
+                f"The KV cache memory asked for ({format_bytes(kv_cache_memory)}) is more than the "
+                f"{format_bytes(max(memory.kv_pool, 0))} the card's budget leaves after the weights "
+                "and scratch: vLLM does not check it and may run out of memory."
+            )
+        memory = replace(memory, requested=memory.before_kv + kv_cache_memory)
+    chosen = choose_len(
+        LengthAsk(model, workload, layout, max_model_len, model_max, wanted, force),
+        memory.kv_pool,
+        memory.kv_pool if kv_cache_memory is not None else memory.planned_pool,
+        f"at --gpu-memory-utilization {utilization.fraction:.3f} the KV pool on {utilization.device}",
+        warnings,
     )
 
-    if max_num_seqs is None:
+    if max_num_seqs is None and kv_cache_memory is not None:  # the pool is fixed: count in it
+        seqs = most_in_pool(layout, kv_cache_memory, chosen, batched)
+    elif max_num_seqs is None:
         seqs = _most_sequences(model, utilization, layout, batched, chosen, memory)
         memory = price_memory(model, utilization, batched, seqs)
     elif model.is_hybrid and layout.max_concurrency(memory.kv_pool, chosen) < max_num_seqs:
@@ -241,6 +289,7 @@ def vllm_plan(
         vllm_longest=layout.longest_fitting(memory.kv_pool, model_max),
         warnings=tuple(warnings),
         tensor_parallel=tp,
+        kv_cache_memory_bytes=kv_cache_memory,
     )
     return replace(plan, steps=tuple(describe(plan)))
 
@@ -265,13 +314,6 @@ def _most_sequences(
     return 1
 
 
-def _round_to_block(tokens: int, layout: KvLayout) -> int:
-    """Whole blocks only: a partial block costs a whole one anyway."""
-    return (
-        tokens // layout.block_size * layout.block_size if tokens >= layout.block_size else tokens
-    )
-
-
 def _check_weights_fit(
     model: ModelConfig, util: Utilization, memory: MemoryPrice, layout: KvLayout
 ) -> None:
@@ -286,75 +328,4 @@ def _check_weights_fit(
         f"leaving {format_bytes(memory.kv_pool)} for the KV cache",
         hint="Use a quantized checkpoint (AWQ, GPTQ, FP8) of this model, or llama.cpp with a GGUF "
         "(it can keep some layers in system RAM).",
-    )
-
-
-def _choose_len(
-    model: ModelConfig,
-    workload: Workload,
-    layout: KvLayout,
-    memory: MemoryPrice,
-    util: Utilization,
-    asked: int | None,
-    model_max: int,
-    wanted: int,
-    warnings: list[str],
-) -> int:
-    """The asked-for length if it fits (else refuse), or the workload's, or the longest that fits.
-
-    An asked-for length is refused when the estimated pool cannot hold it (vLLM would
-    refuse it too); lengths homelab picks, and the one its refusal suggests, keep the
-    estimate margin free.
-    """
-    pool = memory.planned_pool
-    longest = layout.longest_fitting(pool, model_max)
-    if asked is not None:
-        if asked > model_max:
-            raise UsageError(
-                f"--max-model-len {asked:,} is beyond the {model_max:,} tokens {model.name}'s config allows; "
-                "vLLM refuses it",
-                hint=f"Use a context of at most {model_max} tokens.",
-            )
-        if not layout.fits(asked, memory.kv_pool):
-            raise _too_long(asked, layout, memory.kv_pool, longest, util, workload_note="")
-        if not layout.fits(asked, pool):
-            warnings.append(
-                f"--max-model-len {asked:,} fits only within homelab's {format_bytes(memory.kv_pool - pool)} "
-                "estimate margin: vLLM's own measurement may still refuse it "
-                f"(a context of {_round_to_block(longest, layout)} tokens keeps the margin)."
-            )
-        return asked
-    if layout.fits(wanted, pool):
-        return wanted
-    chosen = _round_to_block(longest, layout)
-    if chosen < min(MIN_MODEL_LEN, wanted):
-        raise _too_long(
-            min(MIN_MODEL_LEN, wanted),
-            layout,
-            pool,
-            longest,
-            util,
-            workload_note=f" (the least worth serving for the {workload.name} workload)",
-        )
-    return chosen
-
-
-def _too_long(
-    length: int, layout: KvLayout, pool: int, longest: int, util: Utilization, workload_note: str
-) -> DoesNotFitError:
-    need = layout.request_bytes(length)
-    usable = max(pool - layout.bytes_per_block, 0)
-    fits = _round_to_block(longest, layout)
-    hint = (
-        f"What fits: a context of {fits} tokens"
-        + (" (or cache type fp8 for about twice that)" if layout.element_bytes > 1 else "")
-        if fits > 0
-        else "Nothing fits: use a smaller or quantized model, or cache type fp8."
-    )
-    return DoesNotFitError(
-        f"--max-model-len {length:,}{workload_note} needs {format_bytes(need)} of KV cache for one request "
-        f"({layout.blocks_per_request(length):,} blocks × {layout.bytes_per_block:,} B); at "
-        f"--gpu-memory-utilization {util.fraction:.3f} the KV pool on {util.device} is {format_bytes(usable)} "
-        f"after the weights and scratch — vLLM would refuse it after loading",
-        hint=hint,
     )

@@ -27,6 +27,7 @@ def _b(n: int) -> str:
 def describe(plan: VllmPlan) -> list[Step]:
     """Every step of the plan, in order."""
     m, u, mem, kv = plan.model, plan.utilization, plan.memory, plan.layout
+    assert u is not None and mem is not None  # the GPU plan (the CPU plan has its own steps)
     kinds = Counter(m.layer_kinds)
     layout = ", ".join(f"{n} {_KIND_WORDS[k]}" for k, n in kinds.items())
     arch = ", ".join(m.architectures) or m.model_type

@@ -44,10 +44,11 @@ def test_serve_engine_vllm_without_vllm_installed_says_so(
 @pytest.mark.parametrize(
     ("log", "ready"),
     [
-        ("vllm-0.33.0_qwen3-8b_rtx3090_startup-ok.log", True),
-        ("vllm-0.33.0_qwen3.5-0.8b_rtx3090_startup-ok.log", True),
-        ("vllm-0.33.0_qwen3-8b_rtx3090_kv-too-small.log", False),
-        ("vllm-0.33.0_qwen3-8b_rtx3090_free-memory.log", False),
+        ("vllm-0.33.0_written-gpu-only_qwen3-8b_rtx3090_startup-ok.log", True),
+        ("vllm-0.33.0_written-gpu-only_qwen3.5-0.8b_rtx3090_startup-ok.log", True),
+        ("vllm-0.32.0_captured-cpu_tiny-llama_startup-ok.log", True),
+        ("vllm-0.32.0_captured-cpu_tiny-llama_kv-too-small.log", False),
+        ("vllm-0.33.0_written-gpu-only_qwen3-8b_rtx3090_free-memory.log", False),
     ],
 )
 def test_profile_reads_recorded_logs(log: str, ready: bool) -> None:

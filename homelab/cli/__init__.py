@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "presets_cmd",
     "serve_cmd",
     "engine_cmd",
+    "worker_cmd",
     "ui_cmd",
     "agent_cmd",
 )
@@ -39,6 +40,7 @@ COMMAND_OWNERS = {
     "stop": "serve_cmd",
     "status": "serve_cmd",
     "engine": "engine_cmd",
+    "worker": "worker_cmd",
     "ui": "ui_cmd",
     "agent": "agent_cmd",
 }

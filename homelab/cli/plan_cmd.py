@@ -23,6 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "REPO[:QUANT] / REPO/FILE.gguf, planned from its header without downloading",
     )
     add_plan_arguments(parser)
+    add_rpc_argument(parser)
     add_engine_option(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object, sizes in bytes")
     parser.set_defaults(func=run)
@@ -65,6 +66,15 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         "--port", type=_whole(1, 65535), default=8080, help="port for the argv (default 8080)"
     )
     add_gpu_options(parser)
+
+
+def add_rpc_argument(parser: argparse.ArgumentParser) -> None:
+    """``--rpc HOST:PORT[,...]``: llama.cpp RPC workers to plan (and serve) over."""
+    parser.add_argument(
+        "--rpc",
+        metavar="HOST:PORT[,...]",
+        help="llama.cpp RPC workers (`homelab worker` on other machines) to spread layers over",
+    )
 
 
 def _whole(low: int, high: int | None = None):
@@ -123,6 +133,7 @@ def options_from_args(args: argparse.Namespace):
         sample_seconds=args.sample_seconds,
         engine=getattr(args, "engine", "llama.cpp"),
         port=args.port,
+        rpc=(args.rpc,) if getattr(args, "rpc", None) else (),
     )
 
 
@@ -130,6 +141,7 @@ def plan_from_args(args: argparse.Namespace, model=None, model_path: str | None 
     """Read the model (unless given), probe the card and make the plan; returns (plan, argv)."""
     from homelab.engine.llamacpp.argv import llama_server_argv
     from homelab.engine.llamacpp.calibrate import current_engine_version
+    from homelab.engine.session.remote import remote_devices
     from homelab.gguf.local_path import local_or_ref
     from homelab.gguf.model_file import read_model
     from homelab.plan.card import card_for
@@ -152,6 +164,7 @@ def plan_from_args(args: argparse.Namespace, model=None, model_path: str | None 
         card_for(options),
         options,
         engine_version=current_engine_version,
+        remote=remote_devices(options),
     )
     if fit.plan is None:  # does not fit / cannot be planned: that error is the command's
         assert fit.error is not None  # the judge keeps the error of every verdict without a plan

@@ -140,3 +140,16 @@ def start_worker() -> Iterator[Callable[..., Worker]]:
 def two_workers(start_worker) -> tuple[Worker, Worker]:
     """Two workers on 127.0.0.1, standing in for two hosts."""
     return start_worker(), start_worker()
+
+
+@pytest.fixture
+def engines() -> Iterator[list[int]]:
+    """Engine pids a test started (``engines.append(pid)``): killed at teardown if still alive,
+    and the test fails for leaving them."""
+    pids: list[int] = []
+    yield pids
+    left = [pid for pid in pids if pid_alive(pid)]
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    assert not left, f"engines left running after the test (killed now): {left}"

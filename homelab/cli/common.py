@@ -26,6 +26,17 @@ def add_gpu_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def parse_gpus(text: str) -> int | tuple[int, ...]:
+    """``--gpu``'s value: one card index (``1``) or a set of them (``0,1``)."""
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isascii() and part.isdigit() and len(part) <= 4 for part in parts):
+        raise argparse.ArgumentTypeError(f"not a card index or a list of them (e.g. 0,1): {text!r}")
+    indices = [int(part) for part in parts]
+    if len(set(indices)) != len(indices):
+        raise argparse.ArgumentTypeError(f"a card is listed twice: {text!r}")
+    return indices[0] if len(indices) == 1 else tuple(indices)
+
+
 def print_json(value: Any) -> None:
     """One JSON object on stdout."""
     json.dump(value, sys.stdout, indent=2, sort_keys=False)

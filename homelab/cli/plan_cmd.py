@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from homelab.cli.common import add_gpu_options, print_json
+from homelab.cli.common import add_gpu_options, parse_gpus, print_json
 from homelab.cli.vllm_cmd import add_engine_option
 from homelab.errors import ExitCode, UsageError
 from homelab.units import format_bytes, parse_size
@@ -38,9 +38,10 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--gpu",
-        metavar="N",
-        type=_whole(0),
-        help="plan on GPU N (default: the one with most free memory)",
+        metavar="N[,M...]",
+        type=parse_gpus,
+        help="plan on GPU N, or split over the cards listed (default: the card with most "
+        "free memory, or every card when the model needs more than one)",
     )
     parser.add_argument(
         "--workload",

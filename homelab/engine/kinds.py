@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -138,7 +138,10 @@ class LlamaCpp:
             cache_type_k=s.type_k,
             cache_type_v=s.type_v,
         )
-        return ServePlan(self.name, plan, path, facts, model=parsed)
+        from homelab.plan.devices import CUDA_ORDER_ENV
+
+        env = dict(CUDA_ORDER_ENV) if any(d.device.cuda for d in plan.devices) else {}
+        return ServePlan(self.name, plan, path, facts, model=parsed, env=env)
 
     def executable(self) -> str:
         from homelab.engine.llamacpp.locate import find_llama_server
@@ -153,7 +156,10 @@ class LlamaCpp:
     def profile(self, plan: ServePlan | None, model: str) -> EngineProfile:
         from homelab.engine.llamacpp.diagnose import llama_server_profile
 
-        return llama_server_profile(None if plan is None else plan.plan, Path(model).name)
+        profile = llama_server_profile(None if plan is None else plan.plan, Path(model).name)
+        if plan is None or not plan.env:
+            return profile
+        return replace(profile, env={**profile.env, **plan.env})
 
     def read_log(self, lines: Sequence[str]) -> Any:
         from homelab.engine.llamacpp.log import parse_load_log
@@ -211,7 +217,8 @@ class Vllm:
         if options.gpu is not None:
             # vLLM uses the first visible device: show it only the planned one, numbered as
             # NVML numbers cards (PCI bus order), not CUDA's fastest-first order.
-            env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(options.gpu)}
+            cards = ",".join(str(i) for i in options.gpus or ())
+            env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": cards}
         return ServePlan(self.name, plan, str(model), facts, env=env)
 
     def executable(self) -> str:

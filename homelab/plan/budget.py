@@ -33,7 +33,9 @@ _BLOCK = re.compile(r"^blk\.(\d+)\.")
 class DeviceBudget:
     """The memory one device offers the engine, by where the rest went."""
 
-    kind: Literal["gpu", "cpu"]
+    kind: Literal["gpu", "cpu", "rpc"]
+    """gpu: a local card (or, for a plan's totals, its offload devices together);
+    cpu: system RAM; rpc: a device on another host, reached through llama.cpp's RPC."""
     name: str
     total: int
     reserved: int

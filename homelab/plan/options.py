@@ -44,8 +44,9 @@ class PlanOptions:
     cache_type_v: str | None = None
     ubatch: int = 512
     unified: bool = False
-    gpu: int | None = None
-    """Plan on this card (NVML index); None: the one with most free memory."""
+    gpu: int | tuple[int, ...] | None = None
+    """Plan on this card, or these cards (NVML indices); None: the one with most free
+    memory, or every card when the model needs more than one."""
     vram: int | None = None
     """Plan for a synthetic card of this many bytes with nothing else on it."""
     gpu_snapshot: Path | None = None
@@ -64,8 +65,15 @@ class PlanOptions:
                 raise UsageError(
                     f"The {name} setting must be a whole number of at least 1, not {value}."
                 )
-        if self.gpu is not None and (not _whole(self.gpu) or self.gpu < 0):
-            raise UsageError(f"The GPU setting is a card index (0, 1, ...), not {self.gpu}.")
+        if isinstance(self.gpu, tuple | list):
+            if not self.gpu or len(set(self.gpu)) != len(self.gpu):
+                raise UsageError(
+                    f"The GPU setting lists each card once (e.g. 0,1), not {list(self.gpu)}."
+                )
+            object.__setattr__(self, "gpu", tuple(self.gpu))
+        for index in self.gpus or ():
+            if not _whole(index) or index < 0:
+                raise UsageError(f"The GPU setting is a card index (0, 1, ...), not {index}.")
         if self.vram is not None and (not _whole(self.vram) or self.vram <= 0):
             raise UsageError("The VRAM setting must be a positive size, e.g. 16 GiB.")
         if self.vram is not None and self.vram > MAX_VRAM:
@@ -88,6 +96,13 @@ class PlanOptions:
             object.__setattr__(self, "rpc", check_rpc_setting(self.rpc, self.engine))
 
     @property
+    def gpus(self) -> tuple[int, ...] | None:
+        """The cards asked for, as a tuple (one card: a tuple of one); None: not asked."""
+        if self.gpu is None:
+            return None
+        return self.gpu if isinstance(self.gpu, tuple) else (self.gpu,)
+
+    @property
     def type_k(self) -> str:
         return (self.cache_type_k or DEFAULT_CACHE_TYPE[self.engine]).lower()
 
@@ -105,5 +120,5 @@ class PlanOptions:
             type_v=self.type_v,
             ubatch=self.ubatch,
             unified=self.unified,
-            device_index=self.gpu,
+            device_indices=self.gpus,
         )

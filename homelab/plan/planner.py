@@ -8,7 +8,7 @@ as a row a person can check on paper (``Plan.steps``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from homelab.errors import DoesNotFitError, UsageError
@@ -16,19 +16,33 @@ from homelab.gguf.geometry import Geometry, geometry_of
 from homelab.gguf.header import GgufModel
 from homelab.gguf.plausible import check_cache_types
 from homelab.gpu.report import GpuReport
-from homelab.plan.budget import DeviceBudget, WeightPlacement, device_budget, place_weights
+from homelab.plan.budget import DeviceBudget, WeightPlacement, pick_device, place_weights
+from homelab.plan.choose import MIN_CTX, choose
+from homelab.plan.devices import (
+    CUDA_ORDER_NOTE,
+    PlanDevice,
+    cpu_device,
+    local_devices,
+    remote_devices,
+    total_budget,
+)
 from homelab.plan.engine_state import CUDA_CONTEXT_BYTES
 from homelab.plan.fit import Candidate, ComputeMeasurements, Fitter
 from homelab.plan.kv import CTX_PAD, KvSettings, pad
 from homelab.plan.remote_device import RemoteDevice
+from homelab.plan.split import (
+    DeviceShare,
+    SplitFitter,
+    order_devices,
+    partial_split,
+    split_notes,
+)
 from homelab.plan.steps import describe_plan
 from homelab.plan.working import Step
 from homelab.plan.workload import AGENT, Workload
 
 MAX_SLOTS = 32
 """More slots than this only cut the same memory thinner; llama-server batches them no faster."""
-MIN_CTX = 4096
-"""Below this a conversation is not worth serving: the plan says it does not fit."""
 
 Verdict = Literal["fits", "partial", "does_not_fit"]
 
@@ -47,7 +61,8 @@ class PlanRequest:
     batch: int = 2048
     unified: bool = False
     flash_attn: bool = True
-    device_index: int | None = None
+    device_indices: tuple[int, ...] | None = None
+    """The cards to plan on (NVML indices); None: the best one, or all when one is not enough."""
     max_slots: int = MAX_SLOTS
     measured_compute: int | None = None
     """One measured compute buffer for every candidate (a test's or a caller's figure)."""
@@ -75,6 +90,8 @@ class Plan:
     warnings: tuple[str, ...] = ()
     steps: tuple[Step, ...] = field(default=())
     """The working as rows (``homelab.plan.working.render_step`` makes each a line)."""
+    devices: tuple[DeviceShare, ...] = ()
+    """What each device holds, in llama-server's device order (the last has the output layer)."""
 
     @property
     def settings(self) -> KvSettings:
@@ -82,7 +99,12 @@ class Plan:
 
     @property
     def on_gpu(self) -> bool:
-        return self.budget.kind == "gpu"
+        return self.budget.kind != "cpu"
+
+    @property
+    def split(self) -> bool:
+        """Layers split over several devices, or placed on a worker: ``--device`` lists them."""
+        return len(self.devices) > 1 or any(d.device.remote for d in self.devices)
 
     @property
     def left_for_conversations(self) -> int:
@@ -99,9 +121,12 @@ def make_plan(
     *,
     remote: tuple[RemoteDevice, ...] = (),
 ) -> Plan:
-    """Work out the plan. Raises DoesNotFitError with the numbers when nothing sensible fits."""
-    if remote:
-        raise UsageError("planning over RPC devices is not built yet (issue 11, in progress)")
+    """Work out the plan. Raises DoesNotFitError with the numbers when nothing sensible fits.
+
+    With no card asked for, a model that fits the card with most free memory is planned
+    there alone; one that does not is split over every card. ``remote`` devices (RPC
+    workers) always join the split.
+    """
     geometry = geometry_of(model)
     if geometry.is_mla and request.type_k != request.type_v:
         raise UsageError(
@@ -110,9 +135,62 @@ def make_plan(
             hint=f"Use one cache type for both K and V, e.g. {request.type_k}.",
         )
     check_cache_types(geometry.kv_layers, geometry.arch, request.type_k, request.type_v)
-    budget = device_budget(report, request.device_index)
     weights = place_weights(model)
-    on_gpu = budget.kind == "gpu"
+    plan = _plan_for(model_path, geometry, weights, report, request, remote)
+    if len(report.devices) > 1 and any(d.device.cuda for d in plan.devices):
+        plan = _with_steps(replace(plan, warnings=(*plan.warnings, CUDA_ORDER_NOTE)))
+    return plan
+
+
+def _plan_for(
+    model_path: str,
+    geometry: Geometry,
+    weights: WeightPlacement,
+    report: GpuReport,
+    request: PlanRequest,
+    remote: tuple[RemoteDevice, ...],
+) -> Plan:
+    """The cards asked for (and the workers); else the best card, or every card if needed."""
+    cards = local_devices(report, request.device_indices)
+    devices = remote_devices(remote) + cards
+    if not devices:
+        return _plan_on(model_path, geometry, weights, request, (cpu_device(report),))
+    if request.device_indices is not None or len(cards) == 1 or remote:
+        return _plan_on(model_path, geometry, weights, request, devices)
+    best = pick_device(report, None)
+    alone = next(d for d in cards if best is not None and d.index == best.index)
+    try:
+        single = _plan_on(model_path, geometry, weights, request, (alone,))
+    except DoesNotFitError:
+        single = None
+    if single is not None and _whole(single, request, geometry):
+        return single
+    try:
+        split = _plan_on(model_path, geometry, weights, request, devices)
+    except DoesNotFitError:
+        if single is None:
+            raise
+        return single
+    note = f"It does not fit {alone.label} alone, so it is split over the {len(cards)} cards."
+    return replace(split, warnings=(note, *split.warnings))
+
+
+def _whole(plan: Plan, request: PlanRequest, geometry: Geometry) -> bool:
+    """The plan serves the request in full: all on the device, each slot its workload's tokens."""
+    wanted = _per_slot_wanted(request, geometry, [])
+    return plan.verdict == "fits" and (
+        request.ctx is not None or plan.candidate.allocation.ctx_per_slot >= wanted
+    )
+
+
+def _plan_on(
+    model_path: str,
+    geometry: Geometry,
+    weights: WeightPlacement,
+    request: PlanRequest,
+    devices: tuple[PlanDevice, ...],
+) -> Plan:
+    """The plan on these devices: one (a card, or system RAM), or a split over several."""
     base = KvSettings(
         n_ctx=0,
         n_seq=1,
@@ -123,26 +201,48 @@ def make_plan(
         type_v=request.type_v,
         flash_attn=request.flash_attn,
     )
-    weights_on_device = weights.on_device() if on_gpu else weights.total
-    fitter = _fitter(geometry, budget.usable - weights_on_device, base, request, on_gpu, None)
     warnings: list[str] = []
+    per_slot_wanted = _per_slot_wanted(request, geometry, warnings)
+    if len(devices) > 1 or devices[0].remote:
+        devices, notes = order_devices(geometry, devices, weights, base, MIN_CTX)
+        warnings += notes
+        if not devices:
+            raise DoesNotFitError(
+                "no device has room for its engine state and one block of this model",
+                hint="Free memory on the cards or workers, or pick a smaller model.",
+            )
+    budget = total_budget(devices)
+    on_gpu = budget.kind != "cpu"
     n_gpu_layers: int | None = None
     verdict: Verdict = "fits"
-    per_slot_wanted = _per_slot_wanted(request, geometry, warnings)
+    split = len(devices) > 1 or devices[0].remote
+    weights_on_device = weights.on_device() if on_gpu else weights.total
+    if split:
+        fitter: Fitter = SplitFitter(geometry, devices, weights, base)
+        warnings += split_notes(devices)
+    else:
+        fitter = _fitter(geometry, budget.usable - weights_on_device, base, request, on_gpu, None)
 
     if on_gpu and not fitter.fits(min(MIN_CTX, per_slot_wanted), 1):
-        n_gpu_layers, fitter, weights_on_device = _partial_offload(
-            geometry, budget, weights, base, request, per_slot_wanted
-        )
+        want = min(per_slot_wanted, MIN_CTX) if request.ctx is None else request.ctx
+        if split:
+            n_gpu_layers, fitter = partial_split(
+                geometry, devices, weights, base, want, budget.name
+            )
+            weights_on_device = weights.on_device(n_gpu_layers - 1)
+        else:
+            n_gpu_layers, fitter, weights_on_device = _partial_offload(
+                geometry, budget, weights, base, request, want
+            )
         verdict = "partial"
         shortfall = weights.on_device() - (budget.usable - CUDA_CONTEXT_BYTES)
         warnings.append(
-            f"The weights do not fit on the card (short by {shortfall:,} bytes with the engine's state): "
+            f"The weights do not fit on the {'devices' if split else 'card'} (short by {shortfall:,} bytes with the engine's state): "
             f"{n_gpu_layers - 1} of {len(weights.per_block)} blocks go to the GPU, the rest run on the CPU. "
             "Expect generation several times slower than a model that fits."
         )
 
-    candidate, tokens_fit = _choose(fitter, request, geometry, per_slot_wanted, warnings)
+    candidate, tokens_fit = choose(fitter, request, geometry, per_slot_wanted, warnings)
     if candidate.measurement is not None and not candidate.measured_here:
         m = candidate.measurement
         warnings.append(
@@ -150,6 +250,21 @@ def make_plan(
             f"-c {candidate.allocation.n_ctx} -np {candidate.settings.n_seq}, which no run has measured yet: "
             f"the plan takes its estimate corrected by that run's error ({m.error:+,} bytes)."
         )
+    if isinstance(fitter, SplitFitter):
+        shares = fitter.shares(candidate)
+    else:
+        n_blocks = len(weights.per_block) if n_gpu_layers is None else n_gpu_layers - 1
+        first = len(weights.per_block) - n_blocks
+        share = DeviceShare(
+            devices[0],
+            first,
+            n_blocks,
+            True,
+            weights_on_device,
+            candidate.allocation.total,
+            candidate.engine,
+        )
+        shares = (share,)
     plan = Plan(
         model_path=model_path,
         geometry=geometry,
@@ -162,13 +277,12 @@ def make_plan(
         tokens_fit=tokens_fit,
         verdict=verdict,
         warnings=tuple(warnings + list(geometry.notes) + list(budget.notes)),
+        devices=shares,
     )
     return _with_steps(plan)
 
 
 def _with_steps(plan: Plan) -> Plan:
-    from dataclasses import replace
-
     return replace(plan, steps=tuple(describe_plan(plan)))
 
 
@@ -208,82 +322,20 @@ def _per_slot_wanted(request: PlanRequest, geometry: Geometry, warnings: list[st
     return wanted
 
 
-def _choose(
-    fitter: Fitter,
-    request: PlanRequest,
-    geometry: Geometry,
-    per_slot: int,
-    warnings: list[str],
-) -> tuple[Candidate, int]:
-    """Pick (context, slots) from the request and what fits; (candidate, tokens that fit)."""
-    if request.ctx is not None:
-        n_seq = request.parallel or 1
-        candidate = fitter.candidate(request.ctx, n_seq)
-        tokens_fit = fitter.max_ctx(n_seq)
-        if candidate.cost > fitter.room:
-            raise DoesNotFitError(
-                f"a context of {request.ctx:,} tokens with {n_seq} slot(s) needs "
-                f"{candidate.cost:,} bytes for KV and engine state; {max(fitter.room, 0):,} are free for them",
-                hint=f"What fits with {n_seq} slot(s): a context of {tokens_fit} tokens."
-                if tokens_fit
-                else "Nothing fits: try a smaller quant or cache type q4_0.",
-                short_by=candidate.cost - max(fitter.room, 0),
-            )
-        return candidate, tokens_fit
-
-    if request.parallel is not None:
-        n_seq = request.parallel
-        tokens_fit = fitter.max_ctx(n_seq)
-        wanted_total = per_slot * n_seq
-        n_ctx = min(wanted_total, tokens_fit)
-        if n_ctx < MIN_CTX * n_seq:
-            raise _nothing_fits(fitter, n_seq)
-        if n_ctx < wanted_total:
-            warnings.append(
-                f"{n_seq} slots of {per_slot:,} tokens do not fit: each slot gets {n_ctx // n_seq:,} tokens."
-            )
-        return fitter.candidate(n_ctx, n_seq), tokens_fit
-
-    slots = fitter.max_slots(per_slot, max(1, request.max_slots))
-    if slots == 0:
-        tokens_fit = fitter.max_ctx(1, cap=per_slot)
-        if tokens_fit < MIN_CTX:
-            raise _nothing_fits(fitter, 1)
-        warnings.append(
-            f"Not even one {request.workload.name} conversation of {per_slot:,} tokens fits: "
-            f"one slot of {tokens_fit:,} tokens instead."
-        )
-        return fitter.candidate(tokens_fit, 1), tokens_fit
-    return fitter.candidate(per_slot * slots, slots), fitter.max_ctx(slots)
-
-
-def _nothing_fits(fitter: Fitter, n_seq: int) -> DoesNotFitError:
-    best = fitter.max_ctx(n_seq)
-    return DoesNotFitError(
-        f"with {n_seq} slot(s) only {best:,} tokens of context fit "
-        f"({max(fitter.room, 0):,} bytes free for KV and engine state), below the {MIN_CTX:,}-token minimum",
-        hint="Try a smaller quant, cache type q4_0, fewer slots, or close programs using the GPU.",
-        short_by=fitter.candidate(MIN_CTX * n_seq, n_seq).cost - max(fitter.room, 0),
-    )
-
-
 def _partial_offload(
     geometry: Geometry,
     budget: DeviceBudget,
     weights: WeightPlacement,
     base: KvSettings,
     request: PlanRequest,
-    per_slot: int,
+    want: int,
 ) -> tuple[int, Fitter, int]:
     """Most blocks on the GPU that still leave room for one conversation; (-ngl, fitter, weights on GPU).
 
     llama.cpp offloads the output layer first, then blocks from the last one down;
     a layer's KV lives where the layer does, so only GPU blocks' KV counts here.
     """
-    from dataclasses import replace
-
     n_blocks = len(weights.per_block)
-    want = min(per_slot, MIN_CTX) if request.ctx is None else request.ctx
     for gpu_blocks in range(n_blocks, -1, -1):
         first = n_blocks - gpu_blocks
         sub = replace(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from homelab.plan.planner import Plan
+from homelab.plan.split import DeviceShare
 from homelab.plan.working import render_steps
 
 
@@ -63,6 +64,7 @@ def plan_to_dict(plan: Plan, argv: list[str]) -> dict[str, Any]:
             "kv": alloc.total,
             "left_for_conversations": plan.left_for_conversations,
         },
+        "devices": [device_dict(share) for share in plan.devices],
         "engine": {
             "cuda_context": engine.cuda_context,
             "compute_buffer": engine.compute_buffer,
@@ -72,4 +74,30 @@ def plan_to_dict(plan: Plan, argv: list[str]) -> dict[str, Any]:
         "warnings": list(plan.warnings),
         "steps": render_steps(plan.steps),
         "argv": argv,
+    }
+
+
+def device_dict(share: DeviceShare) -> dict[str, Any]:
+    """One device's budget (the fields of ``budget``) and what it holds, in bytes."""
+    b, e = share.device.budget, share.engine
+    return {
+        "device": b.name,
+        "kind": b.kind,
+        "total": b.total,
+        "reserved": b.reserved,
+        "desktop": b.desktop,
+        "other": b.other,
+        "engine": e.total,
+        "headroom": b.headroom,
+        "weights": share.weights,
+        "kv": share.kv,
+        "left_for_conversations": b.usable - share.weights - (e.total - e.fa_scratch),
+        "llama_device": share.device.llama_name,
+        "endpoint": share.device.endpoint,
+        "index": share.device.index,
+        "first_block": share.first_block,
+        "blocks": share.n_blocks,
+        "output_layer": share.output,
+        "tensor_split": share.layers,
+        "spare": share.spare,
     }

@@ -11,6 +11,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from homelab.gguf.ggml_types import ggml_type
+from homelab.plan.device_steps import device_lines
 from homelab.plan.working import Step
 from homelab.units import format_bytes
 
@@ -61,6 +62,12 @@ def _num(fraction: str) -> float:
     return float(fraction)
 
 
+def _headroom_why(plan: Plan) -> str:
+    if plan.split:
+        return "each device's own, more on a card that drives a display"
+    return "the card drives a display" if plan.budget.display_active else "no display"
+
+
 def describe_plan(plan: Plan) -> list[Step]:
     """Every step of the plan, in order."""
     b = plan.budget
@@ -92,14 +99,11 @@ def describe_plan(plan: Plan) -> list[Step]:
         ("reserved by the driver", b.reserved),
         ("desktop (its peak while sampled)", b.desktop),
         ("other processes", b.other),
-        (
-            f"headroom ({'the card drives a display' if b.display_active else 'no display'})",
-            b.headroom,
-        ),
+        (f"headroom ({_headroom_why(plan)})", b.headroom),
     ):
         steps.append(Step(label, _b(value), value, "B", level=1, sign="−"))
     steps.append(Step("usable by llama-server", _b(b.usable), b.usable, "B", level=1, sign="="))
-    where = "on the card" if plan.on_gpu else "in RAM"
+    where = ("on the devices" if plan.split else "on the card") if plan.on_gpu else "in RAM"
     embd_note = " (the input embedding stays in system RAM)" if plan.on_gpu else ""
     steps.append(
         Step(
@@ -207,6 +211,8 @@ def describe_plan(plan: Plan) -> list[Step]:
                 "count",
             )
         )
+    if plan.split:
+        steps.extend(device_lines(plan))
     spare = b.usable - plan.weights_on_device - engine.total - alloc.total
     steps.append(
         Step(

@@ -45,9 +45,9 @@ def _store(plan, model, report, measured: int) -> Calibration:
 def counted(monkeypatch: pytest.MonkeyPatch) -> list[PlanRequest]:
     calls: list[PlanRequest] = []
 
-    def counting(model, label, report, request):
+    def counting(model, label, report, request, **kwargs):
         calls.append(request)
-        return make_plan(model, label, report, request)
+        return make_plan(model, label, report, request, **kwargs)
 
     monkeypatch.setattr(pipeline, "make_plan", counting)
     return calls

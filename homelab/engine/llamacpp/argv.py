@@ -13,6 +13,42 @@ def fit_target_mib(plan: Plan) -> int:
     return max(1, plan.budget.headroom // MiB)
 
 
+def fit_target(plan: Plan) -> str:
+    """``--fit-target``'s value: the headroom, per device (in ``--device`` order) for a split."""
+    if not plan.split:
+        return str(fit_target_mib(plan))
+    return ",".join(str(max(1, d.device.budget.headroom // MiB)) for d in plan.devices)
+
+
+def device_args(plan: Plan) -> list[str]:
+    """Which devices llama-server uses, and how the layers are split over them.
+
+    One card: ``--device CUDAn`` pins it, so llama-server does not spread onto the others.
+    A split: ``--rpc`` registers the workers (before ``--device`` names their devices),
+    ``--device`` lists every device in the plan's order (the output layer goes to the
+    last), ``--split-mode layer`` and ``--tensor-split`` give each device its exact count
+    of layers, ``-mg`` names the main card (llama.cpp reads it only for split modes none
+    and row; in layer mode the device order places the output layer).
+    """
+    if not plan.on_gpu or not plan.devices:
+        return []
+    if not plan.split:
+        return ["--device", plan.devices[0].device.llama_name]
+    args = []
+    endpoints = list(dict.fromkeys(d.device.endpoint for d in plan.devices if d.device.remote))
+    if endpoints:
+        args += ["--rpc", ",".join(e for e in endpoints if e is not None)]
+    args += ["--device", ",".join(d.device.llama_name for d in plan.devices)]
+    args += [
+        "--split-mode",
+        "layer",
+        "--tensor-split",
+        ",".join(str(d.layers) for d in plan.devices),
+    ]
+    args += ["-mg", str(len(plan.devices) - 1)]
+    return args
+
+
 def llama_server_argv(
     plan: Plan,
     *,
@@ -33,7 +69,8 @@ def llama_server_argv(
     argv += ["-ctk", s.type_k, "-ctv", s.type_v, "-fa", "on" if s.flash_attn else "off"]
     if plan.on_gpu:
         argv += ["-ngl", "all" if plan.n_gpu_layers is None else str(plan.n_gpu_layers)]
-        argv += ["--fit-target", str(fit_target_mib(plan))]
+        argv += device_args(plan)
+        argv += ["--fit-target", fit_target(plan)]
     else:
         argv += ["-ngl", "0"]
     if s.n_ubatch != 512:

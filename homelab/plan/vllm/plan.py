@@ -112,7 +112,7 @@ def plan_vllm(
         max_num_seqs=options.slots,
         kv_cache_dtype=options.type_k,
         workload=options.workload or AGENT,
-        device_index=options.gpu,
+        device_indices=options.gpus,
         hf_cache_dir=hf_cache_dir,
     )
 
@@ -126,7 +126,7 @@ def vllm_plan(
     kv_cache_dtype: str = "auto",
     max_num_batched_tokens: int = 2048,
     workload: Workload = AGENT,
-    device_index: int | None = None,
+    device_indices: tuple[int, ...] | None = None,
     hf_cache_dir: Path | None = None,
 ) -> VllmPlan:
     """Price vLLM on this card before booting it.
@@ -153,6 +153,7 @@ def vllm_plan(
             hint=f"Use a batch of at least {max(max_num_seqs, 2048)} tokens, or fewer slots.",
         )
     model = load_model_config(str(model_dir_or_repo), cache_dir=hf_cache_dir)
+    device_index = device_indices[0] if device_indices else None
     device = pick_device(report, device_index)
     if device is None:
         raise UsageError(

@@ -1,0 +1,74 @@
+"""The working of a split: each device's own arithmetic, in llama-server's device order."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from homelab.plan.working import Step
+from homelab.units import format_bytes
+
+if TYPE_CHECKING:
+    from homelab.plan.planner import Plan
+    from homelab.plan.split import DeviceShare
+
+
+def _b(n: int) -> str:
+    return f"{n:,} B" if n < 1024 else f"{n:,} B ({format_bytes(n)})"
+
+
+def _held(share: DeviceShare) -> str:
+    if share.n_blocks == 0:
+        blocks = "no blocks"
+    elif share.n_blocks == 1:
+        blocks = f"block {share.first_block}"
+    else:
+        blocks = f"blocks {share.first_block}–{share.blocks[-1]} ({share.n_blocks})"
+    output = " + the output layer" if share.output else ""
+    return f"{blocks}{output}: --tensor-split entry {share.layers}"
+
+
+def device_lines(plan: Plan) -> list[Step]:
+    """Per device: its budget, the layers it holds, what they cost and what is left."""
+    n = len(plan.devices)
+    order = ",".join(s.device.llama_name for s in plan.devices)
+    rows = [
+        Step(
+            f"Split over {n} device(s) (--split-mode layer, --device {order})",
+            "layers in proportion to each device's room after its fixed costs; "
+            "the last device holds the output layer",
+            n,
+            "count",
+        )
+    ]
+    for share in plan.devices:
+        d, b, e = share.device, share.device.budget, share.engine
+        role = " (main: output layer and logits)" if share.output else ""
+        host = f", on {d.endpoint}" if d.endpoint else ""
+        rows.append(
+            Step(
+                f"{d.llama_name}{role}",
+                f"{b.name}{host}, {_b(b.total)} in all",
+                b.total,
+                "B",
+                level=1,
+            )
+        )
+        for label, value in (
+            ("reserved by the driver", b.reserved),
+            ("desktop (its peak while sampled)", b.desktop),
+            ("other processes", b.other),
+            (f"headroom ({'drives a display' if b.display_active else 'no display'})", b.headroom),
+        ):
+            rows.append(Step(label, _b(value), value, "B", level=2, sign="−"))
+        rows.append(Step("usable", _b(b.usable), b.usable, "B", level=2, sign="="))
+        rows.append(Step("holds", _held(share), share.layers, "count", level=2))
+        for label, value in (
+            ("weights", share.weights),
+            ("KV of its layers", share.kv),
+            ("CUDA context and cuBLAS", e.cuda_context),
+            ("compute buffer (estimated)", e.compute_buffer),
+        ):
+            if value:
+                rows.append(Step(label, _b(value), value, "B", level=2, sign="−"))
+        rows.append(Step("spare", _b(share.spare), share.spare, "B", level=2, sign="="))
+    return rows

@@ -105,3 +105,34 @@ def test_plan_with_a_dead_worker_exits_7_naming_it(smollm2_gguf: Path) -> None:
     assert done.returncode == ExitCode.WORKER, done.stdout + done.stderr
     assert f"RPC worker {dead} is not reachable" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_plan_json_has_one_device_per_worker_with_its_endpoint_and_memory(
+    two_workers, smollm2_gguf: Path
+) -> None:
+    import json
+
+    a, b = two_workers
+    done = subprocess.run(
+        [sys.executable, "-m", "homelab", "plan", str(smollm2_gguf), "--json"]
+        + ["--ctx", "512", "--parallel", "1", "--rpc", f"{a.endpoint},{b.endpoint}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=worker_env(),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    plan = json.loads(done.stdout)
+    asked = {d.endpoint: d for d in query_workers([a.endpoint, b.endpoint])}
+    devices = plan["devices"]
+    assert [(d["llama_device"], d["endpoint"]) for d in devices] == [
+        ("RPC0", a.endpoint),
+        ("RPC1", b.endpoint),
+    ]
+    for entry in devices:
+        worker = asked[entry["endpoint"]]
+        assert entry["kind"] == "rpc" and entry["total"] == worker.total
+        assert abs((entry["total"] - entry["other"]) - worker.free) < 1 << 30  # free RAM moves
+        assert entry["blocks"] > 0
+    argv = plan["argv"]
+    assert argv[argv.index("--rpc") + 1] == f"{a.endpoint},{b.endpoint}"

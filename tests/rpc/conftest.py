@@ -48,7 +48,7 @@ class Worker:
         for line in self.proc.stdout:
             with self._changed:
                 self.lines.append(line.rstrip("\n"))
-                match = _PID.match(line)
+                match = _PID.search(line)
                 if match:
                     self.server_pids.append(int(match.group(1)))
                 self._changed.notify_all()

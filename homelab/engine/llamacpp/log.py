@@ -12,7 +12,6 @@ anchored. Recognised:
   (newer builds add ``, P (..)``);
 - ``<func>: <device> {model,KV,RS,compute,output} buffer size = X MiB`` (an RPC worker's
   device reads ``RPC<i>[host:port]``: :func:`rpc_buffer_endpoint`);
-- ``load_tensors: layer N assigned to device D, is_swa = S`` (which device holds each layer);
 - ``llama_context: <name> = <value>`` for n_ctx, n_ctx_seq, n_seq_max, n_batch,
   n_ubatch, flash_attn, kv_unified, causal_attn, n_rs_seq;
 - ``listening on http://host:port``;
@@ -117,7 +116,6 @@ class BufferLine:
         return rpc_buffer_endpoint(self.device)
 
 
-_LAYER_DEVICE = re.compile(r"load_tensors: layer\s+(\d+) assigned to device (\S+?), is_swa")
 _RPC_BUFFER_DEVICE = re.compile(r"^RPC\d+\[([^\]]+)\]$")
 
 
@@ -191,13 +189,6 @@ class LoadLog:
     context: ContextParams = field(default_factory=ContextParams)
     listening_url: str | None = None
     failures: tuple[Failure, ...] = ()
-    layer_devices: tuple[tuple[int, str], ...] = ()
-    """``(layer, device name)`` from ``load_tensors: layer N assigned to device D`` (``-lv 4``);
-    layer ``n_layer`` is the output layer; an RPC device is named ``RPC<n>``."""
-
-    def layers_on(self, device: str) -> tuple[int, ...]:
-        """The layers the load log placed on ``device`` (e.g. ``RPC0``, ``CPU``)."""
-        return tuple(layer for layer, name in self.layer_devices if name == device)
 
     @property
     def ready(self) -> bool:
@@ -360,11 +351,8 @@ def parse_load_log(text: str) -> LoadLog:
     ctx: dict[str, str] = {}
     url: str | None = None
     pending_swa: bool | None = None
-    layers: dict[int, str] = {}
     for line in text.splitlines():
-        if (m := _LAYER_DEVICE.search(line)) is not None:
-            layers.setdefault(int(m.group(1)), m.group(2))  # the first load is the server's
-        elif (m := _ISWA.search(line)) is not None:
+        if (m := _ISWA.search(line)) is not None:
             pending_swa = m.group(1) == "SWA"
             iswa.append(IswaCacheLine(pending_swa, int(m.group(2))))
         elif (kv_line := parse_kv_cache_line(line, swa=pending_swa)) is not None:
@@ -388,5 +376,4 @@ def parse_load_log(text: str) -> LoadLog:
         parse_context_params(ctx),
         url,
         tuple(failures),
-        tuple(sorted(layers.items())),
     )

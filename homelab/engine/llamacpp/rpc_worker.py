@@ -37,6 +37,10 @@ DEFAULT_PORT = 50052
 PROGRAM = "rpc-server"
 KIND = "llama.cpp-rpc"
 PROBE_TIMEOUT_S = 2.0
+IGNORING_SIGPIPE = ("/bin/sh", "-c", 'trap "" PIPE; exec "$0" "$@"')
+"""How rpc-server is started: with SIGPIPE ignored (kept across ``exec``). Otherwise a client
+that leaves before its reply (a timed-out query, a killed llama-server) kills the worker
+with SIGPIPE when rpc-server writes the reply; ignored, the write fails and it serves on."""
 START_TIMEOUT_S = 60.0
 TRUST_WARNING = (
     "llama.cpp's RPC has no authentication and no encryption: anyone who can reach {where} "
@@ -134,7 +138,7 @@ def worker_argv(executable: str | Path, settings: WorkerSettings) -> list[str]:
 def worker_spec(settings: WorkerSettings, executable: str | Path) -> EngineSpec:
     """What the supervisor runs: the pinned port (the main machine dials exactly it)."""
     return EngineSpec(
-        argv=tuple(worker_argv(executable, settings)),
+        argv=(*IGNORING_SIGPIPE, *worker_argv(executable, settings)),
         model=PROGRAM,
         host=settings.host,
         port=settings.port,

@@ -29,8 +29,14 @@ def add_gpu_options(parser: argparse.ArgumentParser) -> None:
 def parse_gpus(text: str) -> int | tuple[int, ...]:
     """``--gpu``'s value: one card index (``1``) or a set of them (``0,1``)."""
     parts = [part.strip() for part in text.split(",")]
-    if not all(part.isascii() and part.isdigit() and len(part) <= 4 for part in parts):
-        raise argparse.ArgumentTypeError(f"not a card index or a list of them (e.g. 0,1): {text!r}")
+    for part in parts:
+        body = part[1:] if part[:1] in "+-" else part
+        if not (body.isascii() and body.isdigit()) or len(body) > 4:
+            raise argparse.ArgumentTypeError(
+                f"not a card index or a list of them (e.g. 0,1): {text!r}"
+            )
+        if int(part) < 0:
+            raise argparse.ArgumentTypeError(f"must be at least 0, not {int(part)}")
     indices = [int(part) for part in parts]
     if len(set(indices)) != len(indices):
         raise argparse.ArgumentTypeError(f"a card is listed twice: {text!r}")

@@ -140,7 +140,11 @@ class LlamaCpp:
         )
         from homelab.plan.devices import CUDA_ORDER_ENV
 
-        env = dict(CUDA_ORDER_ENV) if any(d.device.cuda for d in plan.devices) else {}
+        env = (
+            dict(CUDA_ORDER_ENV)
+            if any(d.device.pin and d.device.cuda for d in plan.devices)
+            else {}
+        )
         return ServePlan(self.name, plan, path, facts, model=parsed, env=env)
 
     def executable(self) -> str:
@@ -150,8 +154,10 @@ class LlamaCpp:
 
     def argv(self, plan: ServePlan, port: int, executable: str) -> list[str]:
         from homelab.engine.llamacpp.argv import llama_server_argv
+        from homelab.engine.llamacpp.visible_devices import visible_devices
 
-        return [executable, *llama_server_argv(plan.plan, port=port)[1:]]
+        visible = visible_devices(executable)
+        return [executable, *llama_server_argv(plan.plan, port=port, visible=visible)[1:]]
 
     def profile(self, plan: ServePlan | None, model: str) -> EngineProfile:
         from homelab.engine.llamacpp.diagnose import llama_server_profile

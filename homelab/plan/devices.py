@@ -40,6 +40,9 @@ class PlanDevice:
     """NVML index of a local card."""
     endpoint: str | None = None
     """``host:port`` of a remote device's worker."""
+    pin: bool = True
+    """llama-server is told this device by name (``--device``); False for a synthetic card
+    (``--vram``), which stands for no device in particular."""
 
     @property
     def remote(self) -> bool:
@@ -89,7 +92,8 @@ def local_devices(report: GpuReport, indices: tuple[int, ...] | None) -> tuple[P
             device_budget(report, indices[0])  # raises: no card to pick
         return ()
     chosen = sorted({d.index for d in report.devices} if indices is None else set(indices))
-    return tuple(PlanDevice(device_budget(report, i), f"CUDA{i}", index=i) for i in chosen)
+    pin = report.source != "synthetic"
+    return tuple(PlanDevice(device_budget(report, i), f"CUDA{i}", index=i, pin=pin) for i in chosen)
 
 
 def remote_devices(remote: tuple[RemoteDevice, ...]) -> tuple[PlanDevice, ...]:

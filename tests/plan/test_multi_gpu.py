@@ -201,12 +201,15 @@ def test_a_card_too_full_for_one_block_is_left_out(llama_header) -> None:
 
 def test_one_card_plans_pin_their_device(llama_header) -> None:
     model = sized(llama_header, block=100 * MiB)
-    synthetic = plan_model(model, "m.gguf", synthetic_report(16 * GiB), PlanOptions(workload=CHAT))
-    argv = llama_server_argv(synthetic)
+    headless = plan_model(model, "m.gguf", snapshot("rtx3090_headless"), PlanOptions(workload=CHAT))
+    argv = llama_server_argv(headless)
     assert flag(argv, "--device") == "CUDA0"
     assert "--tensor-split" not in argv and "--split-mode" not in argv and "-mg" not in argv
-    assert not any("CUDA_DEVICE_ORDER" in w for w in synthetic.warnings)  # one card: no order
-    assert not any("Split over" in line for line in render_steps(synthetic.steps))
+    assert not any("CUDA_DEVICE_ORDER" in w for w in headless.warnings)  # one card: no order
+    assert not any("Split over" in line for line in render_steps(headless.steps))
+    # a synthetic card (--vram) stands for no device: a CPU-only llama-server must still run it
+    synthetic = plan_model(model, "m.gguf", synthetic_report(16 * GiB), PlanOptions(workload=CHAT))
+    assert "--device" not in llama_server_argv(synthetic)
     report = snapshot("two_gpus")
     for gpu, name in ((1, "CUDA1"), ((1,), "CUDA1"), (0, "CUDA0"), (None, "CUDA0")):
         plan = plan_model(model, "m.gguf", report, PlanOptions(workload=CHAT, gpu=gpu))
@@ -282,3 +285,20 @@ def test_a_worker_reporting_impossible_memory_is_refused(llama_header) -> None:
     bad = RemoteDevice("10.0.0.9:50052", "RPC0", total=4 * GiB, free=5 * GiB)
     with pytest.raises(UsageError, match="10.0.0.9:50052"):
         plan_model(model, "m.gguf", snapshot("no_gpu"), PlanOptions(), remote=(bad,))
+
+
+def test_the_pin_follows_what_the_engine_binary_sees(llama_header, llama_server_bin) -> None:
+    from homelab.engine.llamacpp.visible_devices import parse_device_list, visible_devices
+
+    listing = (
+        "Available devices:\n"
+        "  CUDA0: NVIDIA GeForce RTX 3090 (24135 MiB, 23780 MiB free)\n"
+        "  CUDA1: NVIDIA GeForce RTX 3060 (12044 MiB, 10810 MiB free)\n"
+    )
+    assert parse_device_list(listing) == {"CUDA0", "CUDA1"}
+    seen = visible_devices(str(llama_server_bin))  # this machine's build: CPU only
+    assert seen is not None and not any(name.startswith("CUDA") for name in seen)
+    model = sized(llama_header, block=100 * MiB)
+    plan = plan_model(model, "m.gguf", snapshot("two_gpus"), PlanOptions(workload=CHAT, gpu=1))
+    assert "--device" not in llama_server_argv(plan, visible=seen)  # it would refuse CUDA1
+    assert flag(llama_server_argv(plan, visible=parse_device_list(listing)), "--device") == "CUDA1"

@@ -120,6 +120,10 @@ def test_json_contract_and_argv() -> None:
     assert "--metrics" in argv and argv[argv.index("-lv") + 1] == "4"
     assert argv[argv.index("--fit-target") + 1] == str(plan.budget.headroom // MiB)
     assert "-kvu" not in argv
+    # a synthetic card (--vram) is no card in particular: nothing to pin (a probed one is pinned)
+    assert "--device" not in argv and "--tensor-split" not in argv
+    assert [d["llama_device"] for d in data["devices"]] == ["CUDA0"]
+    assert {k: data["devices"][0][k] for k in data["budget"]} == data["budget"]
 
 
 def test_weights_too_big_offers_partial_offload() -> None:
@@ -171,6 +175,7 @@ def test_cpu_plan_uses_ram() -> None:
     assert plan.weights_on_device == plan.weights.total
     assert plan.candidate.engine.cuda_context == 0 and plan.candidate.engine.fa_scratch == 0
     assert llama_server_argv(plan)[llama_server_argv(plan).index("-ngl") + 1] == "0"
+    assert "--device" not in llama_server_argv(plan)  # nothing to pin on the CPU
     _check_budget_adds_up(plan)
 
 

@@ -20,10 +20,12 @@ def fit_target(plan: Plan) -> str:
     return ",".join(str(max(1, d.device.budget.headroom // MiB)) for d in plan.devices)
 
 
-def device_args(plan: Plan) -> list[str]:
+def device_args(plan: Plan, visible: frozenset[str] | None = None) -> list[str]:
     """Which devices llama-server uses, and how the layers are split over them.
 
-    One card: ``--device CUDAn`` pins it, so llama-server does not spread onto the others.
+    One card: ``--device CUDAn`` pins it, so llama-server does not spread onto the others
+    (a synthetic ``--vram`` card is no card in particular, and an engine whose ``visible``
+    devices lack it, a CPU build, cannot be pinned: nothing is pinned then).
     A split: ``--rpc`` registers the workers (before ``--device`` names their devices),
     ``--device`` lists every device in the plan's order (the output layer goes to the
     last), ``--split-mode layer`` and ``--tensor-split`` give each device its exact count
@@ -33,7 +35,9 @@ def device_args(plan: Plan) -> list[str]:
     if not plan.on_gpu or not plan.devices:
         return []
     if not plan.split:
-        return ["--device", plan.devices[0].device.llama_name]
+        device = plan.devices[0].device
+        seen = visible is None or device.llama_name in visible
+        return ["--device", device.llama_name] if device.pin and seen else []
     args = []
     endpoints = list(dict.fromkeys(d.device.endpoint for d in plan.devices if d.device.remote))
     if endpoints:
@@ -56,10 +60,12 @@ def llama_server_argv(
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     model_args: list[str] | None = None,
+    visible: frozenset[str] | None = None,
 ) -> list[str]:
     """The flags the plan derived, in the order a person would write them.
 
     ``model_args`` replaces ``-m PATH`` (e.g. ``-hf REPO:QUANT`` for a model not yet downloaded).
+    ``visible``: the devices the engine binary lists (see ``visible_devices``); None: unknown.
     """
     s = plan.settings
     argv = [server, *(model_args or ["-m", plan.model_path])]
@@ -69,7 +75,7 @@ def llama_server_argv(
     argv += ["-ctk", s.type_k, "-ctv", s.type_v, "-fa", "on" if s.flash_attn else "off"]
     if plan.on_gpu:
         argv += ["-ngl", "all" if plan.n_gpu_layers is None else str(plan.n_gpu_layers)]
-        argv += device_args(plan)
+        argv += device_args(plan, visible)
         argv += ["--fit-target", fit_target(plan)]
     else:
         argv += ["-ngl", "0"]

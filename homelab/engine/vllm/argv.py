@@ -48,6 +48,8 @@ def vllm_argv(
         str(plan.max_num_batched_tokens),
         "--enable-prefix-caching",
     ]
+    if plan.tensor_parallel_size > 1:
+        argv += ["--tensor-parallel-size", str(plan.tensor_parallel_size)]
     if plan.served_model_name:
         argv += ["--served-model-name", plan.served_model_name]
     argv += ["--host", host, "--port", str(port)]

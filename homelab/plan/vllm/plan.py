@@ -21,6 +21,7 @@ from homelab.plan.vllm.config import ModelConfig, load_model_config
 from homelab.plan.vllm.kv import KvLayout, cdiv, kv_layout
 from homelab.plan.vllm.pricing import MemoryPrice, Utilization, price_memory, utilization_for
 from homelab.plan.vllm.steps import describe
+from homelab.plan.vllm.tensor_parallel import CardSlice, tensor_parallel
 from homelab.plan.working import Step
 from homelab.plan.workload import AGENT, Workload
 from homelab.units import format_bytes
@@ -56,6 +57,12 @@ class VllmPlan:
     """The largest --max-model-len the estimated pool holds in full (what vLLM would estimate)."""
     warnings: tuple[str, ...] = ()
     steps: tuple[Step, ...] = ()
+    tensor_parallel: CardSlice | None = None
+    """Several equal cards: ``model`` and the pricing are one card's slice."""
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        return 1 if self.tensor_parallel is None else self.tensor_parallel.size
 
     @property
     def gpu_memory_utilization(self) -> float:
@@ -161,8 +168,20 @@ def vllm_plan(
             hint="Plan for llama.cpp instead, which runs on the CPU too.",
         )
     budget = device_budget(report, device_index)
-    utilization = utilization_for(device, budget)
     warnings = list(model.notes) + list(budget.notes)
+    tp: CardSlice | None = None
+    if device_indices is not None and len(device_indices) > 1:
+        whole = model
+        model, tp = tensor_parallel(whole, report, device_indices)
+        utilization = tp.utilization
+        warnings.append(
+            f"Tensor parallel over {tp.size} equal cards: each holds 1/{tp.size} of the weights "
+            f"({format_bytes(tp.weights_per_card)} of {format_bytes(whole.weights.total)}) and "
+            f"{tp.kv_heads_per_card} of {whole.num_kv_heads} KV heads; priced per card at the "
+            f"fraction the tightest card ({utilization.device}) allows."
+        )
+    else:
+        utilization = utilization_for(device, budget)
 
     batched = max_num_batched_tokens
     layout = kv_layout(model, kv_cache_dtype, batched)
@@ -221,6 +240,7 @@ def vllm_plan(
         longest_fitting=layout.longest_fitting(memory.planned_pool, model_max),
         vllm_longest=layout.longest_fitting(memory.kv_pool, model_max),
         warnings=tuple(warnings),
+        tensor_parallel=tp,
     )
     return replace(plan, steps=tuple(describe(plan)))
 

@@ -41,6 +41,17 @@ def describe(plan: VllmPlan) -> list[Step]:
             "count",
         )
     ]
+    if plan.tensor_parallel is not None:
+        tp = plan.tensor_parallel
+        steps.append(
+            Step(
+                "Tensor parallel",
+                f"--tensor-parallel-size {tp.size} over {', '.join(tp.cards)}: every figure below "
+                f"is one card's (weights / {tp.size}, {tp.kv_heads_per_card} KV head(s) per card)",
+                tp.size,
+                "count",
+            )
+        )
     if m.mla is not None:
         steps.append(
             Step(

@@ -1,5 +1,8 @@
 """The card panel: name, driver, a stacked VRAM bar per card, and the process table.
 
+Every card gets a bar; when the plan splits the model over several devices, each bar shows
+that device's share and a line says which layers it holds (workers' devices follow the cards).
+
 The bar reads left to right: reserved | desktop | other processes | this engine
 (weights · KV · compute) | headroom | free. "This engine" is the running engine's plan,
 or, when none runs, the picked model's plan ("what it would take").
@@ -32,14 +35,24 @@ SEGMENTS = (
 """Segment names in bar order, with their colours (the legend uses the same)."""
 
 
-def segments(budget: Any, plan: Any | None) -> list[tuple[str, int]]:
-    """(name, bytes) of each part of the bar; the engine's parts only when a plan is given."""
+def share_for(plan: Any | None, budget: Any) -> Any | None:
+    """The plan's share of this device (``homelab.plan.split.DeviceShare``), or None."""
+    if plan is None:
+        return None
+    for share in plan.devices:
+        if share.device.budget.name == budget.name:
+            return share
+    return None
+
+
+def segments(budget: Any, share: Any | None) -> list[tuple[str, int]]:
+    """(name, bytes) of each part of the bar; the engine's parts only for a plan's share."""
     engine = {"weights": 0, "KV": 0, "compute": 0}
-    if plan is not None:
+    if share is not None:
         engine = {
-            "weights": plan.weights_on_device,
-            "KV": plan.candidate.allocation.total,
-            "compute": plan.candidate.engine.total,
+            "weights": share.weights,
+            "KV": share.kv,
+            "compute": share.engine.total,
         }
     used = budget.reserved + budget.desktop + budget.other + budget.headroom + sum(engine.values())
     sizes = {
@@ -71,6 +84,18 @@ def bar(parts: list[tuple[str, int]], total: int, width: int = BAR_WIDTH) -> Tex
     if overflow < 0:
         text.append("█" * -overflow, style=colours["free"])
     return text
+
+
+def holds(share: Any) -> str:
+    """Which layers a device holds in a split, as llama-server is told (``--device`` name)."""
+    if share.n_blocks == 0:
+        layers = "no blocks"
+    elif share.n_blocks == 1:
+        layers = f"block {share.first_block}"
+    else:
+        layers = f"blocks {share.first_block}–{share.blocks[-1]}"
+    output = " + output layer" if share.output else ""
+    return f"{share.device.llama_name}: {layers}{output} ({share.layers} of the split)"
 
 
 def legend(parts: list[tuple[str, int]], planned: bool) -> Text:
@@ -119,14 +144,20 @@ class CardPanel(Vertical):
             if report.source == "replay":
                 text.append("  (replayed snapshot)", style="dim")
             text.append("\n")
-        for budget in budgets:
-            mine = plan is not None and plan.budget.name == budget.name
-            parts = segments(budget, plan if mine else None)
+        split = plan is not None and plan.split
+        names = {b.name for b in budgets}
+        shares = plan.devices if plan is not None and split else ()
+        remote = [s.device.budget for s in shares if s.device.remote]
+        for budget in [*budgets, *(b for b in remote if b.name not in names)]:
+            share = share_for(plan, budget)
+            parts = segments(budget, share)
             text.append(f"{budget.name}  {format_bytes(budget.total, precision=1)}\n", style="bold")
             text.append_text(bar(parts, budget.total))
             text.append("\n")
-            text.append_text(legend(parts, planned and mine))
+            text.append_text(legend(parts, planned and share is not None))
             text.append("\n")
+            if split and share is not None:
+                text.append(holds(share) + "\n", style="dim")
         self._update_text(text)
         self._processes(report)
 

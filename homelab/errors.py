@@ -22,6 +22,7 @@ class ExitCode(IntEnum):
     BAD_MODEL = 4
     GPU_PROBE_FAILED = 5
     ENGINE = 6
+    WORKER = 7
 
 
 class HomelabError(Exception):
@@ -92,3 +93,10 @@ class EngineError(HomelabError):
 
     title = "Engine error"
     exit_code = ExitCode.ENGINE
+
+
+class WorkerError(HomelabError):
+    """An RPC worker (``homelab worker``, llama.cpp's rpc-server) did not answer as one."""
+
+    title = "RPC worker not answering"
+    exit_code = ExitCode.WORKER

@@ -24,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "REPO[:QUANT] / REPO/FILE.gguf, planned from its header without downloading",
     )
     add_plan_arguments(parser)
+    add_rpc_argument(parser)
     add_engine_option(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object, sizes in bytes")
     parser.set_defaults(func=run)
@@ -68,6 +69,15 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_gpu_options(parser)
     add_memory_limit_argument(parser)
+
+
+def add_rpc_argument(parser: argparse.ArgumentParser) -> None:
+    """``--rpc HOST:PORT[,...]``: llama.cpp RPC workers to plan (and serve) over."""
+    parser.add_argument(
+        "--rpc",
+        metavar="HOST:PORT[,...]",
+        help="llama.cpp RPC workers (`homelab worker` on other machines) to spread layers over",
+    )
 
 
 def _whole(low: int, high: int | None = None):
@@ -128,6 +138,7 @@ def options_from_args(args: argparse.Namespace):
         port=args.port,
         engine_memory_limit=memory_limit_of(args),
         **vllm_options_from_args(args),
+        rpc=(args.rpc,) if getattr(args, "rpc", None) else (),
     )
 
 
@@ -141,6 +152,7 @@ def _plan_and_model(args: argparse.Namespace, model=None, model_path: str | None
     """:func:`plan_from_args` and the model header it planned."""
     from homelab.engine.llamacpp.argv import llama_server_argv
     from homelab.engine.llamacpp.calibrate import current_engine_version
+    from homelab.engine.session.remote import remote_devices
     from homelab.gguf.local_path import local_or_ref
     from homelab.gguf.model_file import read_model
     from homelab.plan.card import card_for
@@ -163,6 +175,7 @@ def _plan_and_model(args: argparse.Namespace, model=None, model_path: str | None
         card_for(options),
         options,
         engine_version=current_engine_version,
+        remote=remote_devices(options),
     )
     if fit.plan is None:  # does not fit / cannot be planned: that error is the command's
         assert fit.error is not None  # the judge keeps the error of every verdict without a plan

@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from homelab.cli.plan_cmd import add_plan_arguments
+from homelab.cli.plan_cmd import add_plan_arguments, add_rpc_argument
 from homelab.cli.serve_output import (
     Narrator,
     StatusLine,
@@ -60,6 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(downloaded first when not in the HF cache); with --engine vllm a model folder or cached repo",
     )
     add_plan_arguments(serve)
+    add_rpc_argument(serve)
     add_engine_option(serve)
     serve.set_defaults(port=None)  # None = not pinned: a taken 8080 moves to the next free port
     for action in serve._actions:

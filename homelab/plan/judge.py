@@ -20,6 +20,7 @@ from homelab.plan.kv import CTX_PAD, pad
 from homelab.plan.options import PlanOptions
 from homelab.plan.pipeline import plan_model
 from homelab.plan.planner import Plan
+from homelab.plan.remote_device import RemoteDevice
 from homelab.plan.workload import AGENT, Workload
 
 Verdict = Literal["fits", "partial", "does_not_fit", "unknown"]
@@ -107,11 +108,13 @@ def judge(
     *,
     default_workload: Workload | None = None,
     engine_version: EngineVersion = None,
+    remote: tuple[RemoteDevice, ...] = (),
 ) -> Fit:
     """``model`` (shown as ``label``) planned on ``report``'s card with ``options``.
 
     ``default_workload`` (e.g. a preset's hint) applies when ``options.workload`` is None;
-    ``engine_version`` is passed to :func:`~homelab.plan.pipeline.plan_model` (calibration).
+    ``engine_version`` (calibration) and ``remote`` (RPC devices) are passed to
+    :func:`~homelab.plan.pipeline.plan_model`.
     Never raises for one model's trouble: an error instead of a header, or a header that
     cannot be sized or planned, gives ``unknown``; a plan that cannot fit ``does_not_fit``.
     """
@@ -126,6 +129,7 @@ def judge(
             options,
             default_workload=default_workload,
             engine_version=engine_version,
+            remote=remote,
         )
     except DoesNotFitError as error:
         return _failed(label, workload, "does_not_fit", error, model)

@@ -67,6 +67,8 @@ class PlanOptions:
     """vLLM's KV pool in bytes (``--kv-cache-memory-bytes``); None: the plan decides."""
     force: bool = False
     """Start even where the plan says the engine would refuse (to see its own refusal)."""
+    rpc: tuple[str, ...] = ()
+    """llama.cpp RPC workers (``host:port``, ``homelab worker`` on other machines) to plan over."""
 
     def __post_init__(self) -> None:
         for name in ("ctx", "slots", "ubatch"):
@@ -112,6 +114,10 @@ class PlanOptions:
             )
         if self.port is not None and (not _whole(self.port) or not 1 <= self.port <= 65535):
             raise UsageError(f"The port must be between 1 and 65535, not {self.port}.")
+        if self.rpc:
+            from homelab.plan.rpc_endpoints import check_rpc_setting
+
+            object.__setattr__(self, "rpc", check_rpc_setting(self.rpc, self.engine))
 
     @property
     def gpus(self) -> tuple[int, ...] | None:

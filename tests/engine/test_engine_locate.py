@@ -129,7 +129,7 @@ def test_install_layout_is_versioned_under_data_dir(empty_world, tmp_path) -> No
         tmp_path
         / "data"
         / "engine"
-        / f"llama.cpp-b{LLAMA_CPP_BUILD_NUMBER}-cpu"
+        / f"llama.cpp-b{LLAMA_CPP_BUILD_NUMBER}-cpu-rpc"
         / "bin"
         / "llama-server"
     )

@@ -5,9 +5,11 @@ llama.cpp at ``vendor/llama.cpp``), fetched with ``pip download`` so the only
 network homelab needs is the package registry. Steps: fetch the sdist into
 ``cache_dir()/sources`` (reused), check its sha256, extract only
 ``vendor/llama.cpp``, configure with CMake (Release, static, no tests, no UI
-download, no OpenSSL), build the ``llama-server`` target, check the binary's
-``--version``, and install it atomically with a JSON manifest under
-``data_dir()/engine`` (see ``homelab.engine.llamacpp.locate`` for the layout). Each CMake command
+download, no OpenSSL, the RPC backend on), build the ``llama-server`` and ``ggml-rpc-server``
+targets, check the server's ``--version`` and the RPC worker's ``--help``, and install both
+(the worker as ``rpc-server``) atomically with a JSON manifest under ``data_dir()/engine``
+(see ``homelab.engine.llamacpp.locate`` for the layout). The RPC backend is on in both: the
+worker serves it, and llama-server needs it to accept ``--rpc``. Each CMake command
 runs through :mod:`homelab.engine.llamacpp.build_steps`, which logs it, reads its progress and
 explains its failure.
 """
@@ -50,6 +52,8 @@ from homelab.paths import cache_dir, state_dir
 Variant = Literal["cpu", "cuda"]
 
 FREE_BYTES_NEEDED = {"cpu": 1 << 30, "cuda": 6 << 30}
+RPC_TARGET = "ggml-rpc-server"
+"""llama.cpp's CMake target (and built file) for the RPC worker; installed as ``rpc-server``."""
 
 
 def _no_progress(fraction: float | None, line: str) -> None:
@@ -101,6 +105,7 @@ def cmake_args(
         "-DLLAMA_BUILD_UI=OFF",
         "-DLLAMA_USE_PREBUILT_UI=OFF",  # would download web UI assets at build time
         "-DLLAMA_OPENSSL=OFF",
+        "-DGGML_RPC=ON",  # llama-server's --rpc, and the rpc-server worker (homelab worker)
         # the sdist carries no usable git history, so name the release explicitly
         f"-DLLAMA_BUILD_NUMBER={locate.LLAMA_CPP_BUILD_NUMBER}",
         f"-DLLAMA_BUILD_COMMIT={locate.LLAMA_CPP_COMMIT}",
@@ -142,16 +147,20 @@ def build_manifest(
     }
 
 
-def install_binary(built: Path, manifest: dict[str, Any], dest: Path) -> Path:
-    """Copy ``built`` to ``dest/bin/llama-server`` with ``dest/manifest.json``; the folder
-    appears complete or not at all (staged beside it, then renamed into place)."""
+def install_binary(
+    built: Path, manifest: dict[str, Any], dest: Path, *, companions: dict[str, Path] | None = None
+) -> Path:
+    """Copy ``built`` to ``dest/bin/llama-server`` (and each of ``companions``, name -> built
+    file, beside it) with ``dest/manifest.json``; the folder appears complete or not at all
+    (staged beside it, then renamed into place)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.staging-", dir=dest.parent))
     try:
         staging.chmod(0o755)  # mkdtemp makes it private; the engine is for every user
         (staging / "bin").mkdir()
-        shutil.copy2(built, staging / "bin" / "llama-server")
-        os.chmod(staging / "bin" / "llama-server", 0o755)
+        for name, path in {"llama-server": built, **(companions or {})}.items():
+            shutil.copy2(path, staging / "bin" / name)
+            os.chmod(staging / "bin" / name, 0o755)
         (staging / locate.MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
         old = None
         if dest.exists():
@@ -276,7 +285,7 @@ def _build(variant: Variant, jobs: int, work: Path, log_path: Path, report: Prog
             log,
             report,
         )
-        report(0.0, f"compiling llama-server with {jobs} jobs (log: {log_path})")
+        report(0.0, f"compiling llama-server and rpc-server with {jobs} jobs (log: {log_path})")
         run_step(
             "cmake build",
             [
@@ -288,6 +297,7 @@ def _build(variant: Variant, jobs: int, work: Path, log_path: Path, report: Prog
                 "Release",
                 "--target",
                 "llama-server",
+                RPC_TARGET,
                 "-j",
                 str(jobs),
             ],
@@ -303,10 +313,20 @@ def _build(variant: Variant, jobs: int, work: Path, log_path: Path, report: Prog
             f"{locate.LLAMA_CPP_BUILD_NUMBER}; `--version` said:\n{output.strip()}",
             hint=f"full log: {log_path}",
         )
+    worker = build_dir / "bin" / RPC_TARGET
+    usage = locate.run_help(worker) or ""
+    if not locate.looks_like_rpc_server(usage):
+        raise EngineError(
+            f"the freshly built {worker} does not answer `--help` like llama.cpp's rpc-server; "
+            f"it said:\n{usage.strip()[:400]}",
+            hint=f"full log: {log_path}",
+        )
     manifest = build_manifest(
         variant=variant, args=args, seconds=time.monotonic() - started, version_output=output
     )
-    installed = install_binary(built, manifest, locate.install_dir(variant))
+    installed = install_binary(
+        built, manifest, locate.install_dir(variant), companions={locate.RPC_SERVER: worker}
+    )
     shutil.rmtree(work, ignore_errors=True)
     report(1.0, f"installed {installed} in {manifest['build_seconds']:.0f} s")
     return locate.binary_path(variant)

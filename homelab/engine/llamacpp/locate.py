@@ -8,6 +8,10 @@ Resolution order of :func:`find_llama_server`:
 3. homelab's own build under ``data_dir()/engine`` (the CUDA build before the CPU one),
 4. ``llama-server`` on ``PATH``.
 
+:func:`locate_rpc_server` finds the RPC worker (``rpc-server``, run by ``homelab worker``)
+by the same rules: ``HOMELAB_RPC_SERVER``, the one beside the llama-server found, homelab's
+own build, then ``rpc-server`` / ``ggml-rpc-server`` on ``PATH``.
+
 The pinned engine identity (llama.cpp release build number and commit) lives here
 too, because both this module (which cached build to look for) and
 ``homelab.engine.llamacpp.build`` (what to build) need it.
@@ -33,6 +37,13 @@ LLAMA_CPP_BUILD_NUMBER = 11312
 LLAMA_CPP_COMMIT = "0c1e57098"
 #: Folder-name version of the pinned engine.
 LLAMA_CPP_VERSION = f"b{LLAMA_CPP_BUILD_NUMBER}"
+#: What a build folder's name says beyond version and variant: built with the RPC backend
+#: (llama-server accepts ``--rpc``; ``rpc-server`` is beside it). Changing it rebuilds once.
+BUILD_FEATURES = "rpc"
+RPC_SERVER = "rpc-server"
+RPC_ENV_VAR = "HOMELAB_RPC_SERVER"
+_RPC_PATH_NAMES = (RPC_SERVER, "ggml-rpc-server")  # the latter: upstream's target name
+_RPC_USAGE_OPTION = "--cache"  # only rpc-server's usage has it beside -H/--host and -p/--port
 
 ENV_VAR = "HOMELAB_LLAMA_SERVER"
 VARIANTS = ("cuda", "cpu")  # preference order of our own builds
@@ -78,8 +89,8 @@ def engine_root() -> Path:
 
 
 def install_dir(variant: str, version: str = LLAMA_CPP_VERSION) -> Path:
-    """Folder of one build, e.g. ``.../engine/llama.cpp-b11312-cpu``."""
-    return engine_root() / f"llama.cpp-{version}-{variant}"
+    """Folder of one build, e.g. ``.../engine/llama.cpp-b11312-cpu-rpc``."""
+    return engine_root() / f"llama.cpp-{version}-{variant}-{BUILD_FEATURES}"
 
 
 def binary_path(variant: str, version: str = LLAMA_CPP_VERSION) -> Path:
@@ -188,6 +199,51 @@ def parse_version_output(text: str) -> EngineVersion | None:
     return None
 
 
+def run_help(path: Path, timeout: float = 60.0) -> str | None:
+    """Raw ``path --help`` output (stdout + stderr), or None when it cannot run."""
+    return _run_flag(path, "--help", timeout)
+
+
+def looks_like_rpc_server(usage: str) -> bool:
+    """Does this ``--help`` output read like llama.cpp's rpc-server's?"""
+    return all(flag in usage for flag in ("--host", "--port", _RPC_USAGE_OPTION, "--threads"))
+
+
+def locate_rpc_server() -> Located:
+    """Find the rpc-server ``homelab worker`` runs (rules in the module docstring).
+
+    Raises:
+        EngineError: none found, or ``HOMELAB_RPC_SERVER`` points nowhere usable.
+    """
+    override = os.environ.get(RPC_ENV_VAR, "").strip()
+    if override:
+        where = f"{RPC_ENV_VAR} points to"
+        return Located(_usable(Path(override).expanduser(), RPC_ENV_VAR, where), "env")
+    try:
+        server = locate_llama_server()
+    except EngineError:
+        server = None
+    if server is not None:
+        beside = server.path.parent / RPC_SERVER
+        if is_executable_file(beside):
+            return Located(beside, f"beside:{server.origin}")
+    for variant in VARIANTS:
+        path = install_dir(variant) / "bin" / RPC_SERVER
+        if is_executable_file(path) and read_manifest(variant) is not None:
+            return Located(path, f"build:{variant}")
+    for name in _RPC_PATH_NAMES:
+        on_path = shutil.which(name)
+        if on_path:
+            return Located(Path(on_path).resolve(), "path")
+    raise EngineError(
+        f"no rpc-server found ({RPC_ENV_VAR} unset; none beside "
+        f"{server.path if server else 'a llama-server'}; none on PATH)",
+        hint="run `homelab engine build` (it builds rpc-server with llama-server), "
+        f"or set {RPC_ENV_VAR}=/path/to/rpc-server",
+        title="No RPC worker",
+    )
+
+
 def run_version(path: Path, timeout: float = 60.0) -> str | None:
     """Raw ``path --version`` output (stdout + stderr), or None when it cannot run."""
     return _run_flag(path, "--version", timeout)
@@ -230,7 +286,7 @@ def check_llama_server(path: Path, *, setting: str = "the llama-server path") ->
             "or run `homelab engine build`",
             title="Not llama-server",
         )
-    usage = _run_flag(path, "--help")
+    usage = run_help(path)
     if usage is None or SERVER_ONLY_OPTION not in usage:
         raise EngineError(
             f"{path} is llama.cpp {parsed.tag} but not its server: its `--help` lists no "

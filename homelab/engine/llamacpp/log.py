@@ -10,7 +10,8 @@ anchored. Recognised:
   {non-SWA,SWA} KV cache, size = N cells``);
 - ``llama_memory_recurrent: size = X MiB (N cells, L layers, S seqs R rs_seq), R (..), S (..)``
   (newer builds add ``, P (..)``);
-- ``<func>: <device> {model,KV,RS,compute,output} buffer size = X MiB``;
+- ``<func>: <device> {model,KV,RS,compute,output} buffer size = X MiB`` (an RPC worker's
+  device reads ``RPC<i>[host:port]``: :func:`rpc_buffer_endpoint`);
 - ``llama_context: <name> = <value>`` for n_ctx, n_ctx_seq, n_seq_max, n_batch,
   n_ubatch, flash_attn, kv_unified, causal_attn, n_rs_seq;
 - ``listening on http://host:port``;
@@ -108,6 +109,21 @@ class BufferLine:
     device: str
     kind: str
     mib: float
+
+    @property
+    def worker(self) -> str | None:
+        """The RPC worker (``host:port``) this buffer lives on; None for a local device."""
+        return rpc_buffer_endpoint(self.device)
+
+
+_RPC_BUFFER_DEVICE = re.compile(r"^RPC\d+\[([^\]]+)\]$")
+
+
+def rpc_buffer_endpoint(device: str) -> str | None:
+    """``host:port`` of a logged RPC buffer device (``RPC<index on the worker>[host:port]``,
+    llama.cpp's buffer-type name); None for a local device (``CPU``, ``CUDA0``...)."""
+    match = _RPC_BUFFER_DEVICE.match(device)
+    return match.group(1) if match else None
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,9 @@ class EngineProfile:
     """Extra environment variables for the engine process."""
     kind: str = ""
     """The engine kind's name, as records and options say it ("llama.cpp"); default: ``name``."""
+    probe: Callable[[str], HealthAnswer] | None = None
+    """For an engine that speaks no HTTP (the RPC worker): ``probe(url)`` alone says it is
+    ready, polled from the start (no serving line, no health path). None: the rule above."""
 
     def __post_init__(self) -> None:
         if not self.kind:
@@ -119,6 +122,7 @@ def await_ready(
     health_path: str,
     client: httpx.Client,
     deadline: float,
+    probe: Callable[[str], HealthAnswer] | None = None,
 ) -> str:
     """Wait until the engine is ready: its serving line seen, then health polled until OK.
 
@@ -132,9 +136,14 @@ def await_ready(
         if pending is not None:
             return pending
         wait_s = 1.0  # the serving line wakes the inbox; this is only a safety net
-        if serving():
+        if probe is not None or serving():
             base = url()
-            if base is not None and check_health(client, base, health_path).ok:
+            if (
+                base is not None
+                and (
+                    probe(base) if probe is not None else check_health(client, base, health_path)
+                ).ok
+            ):
                 return "ready"
             wait_s = backoff.next()
         remaining = deadline - time.monotonic()

@@ -165,6 +165,7 @@ class RunLoop:
             health_path=self.profile.health_path,
             client=client,
             deadline=self.attempt_started + self.spec.start_timeout_s,
+            probe=self.profile.probe,
         )
         if outcome == "ready":
             self._on_ready(proc)

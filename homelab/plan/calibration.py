@@ -26,11 +26,7 @@ broken cache never stops a plan.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,14 +43,10 @@ from homelab.plan.calibration_key import (
 )
 from homelab.plan.fit import Measurement, MeasurementFor
 from homelab.plan.kv import KvSettings
+from homelab.plan.record_store import locked, read_records, write_records
 
 if TYPE_CHECKING:  # the load-log parser is needed to record, not to plan (start-up time)
     pass
-
-try:  # POSIX: serialise read-modify-write between homelab processes
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
 
 FILE_NAME = "calibration.json"
 SCHEMA = 1
@@ -119,75 +111,17 @@ def _calibration_from_dict(data: dict[str, Any]) -> Calibration:
     return calibration
 
 
-def _move_aside(path: Path, reason: str) -> None:
-    import logging  # only for a broken store (start-up time)
-
-    log = logging.getLogger(__name__)
-    aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
-    try:
-        os.replace(path, aside)
-    except OSError as error:
-        log.warning(
-            "homelab: %s is unreadable (%s) and could not be moved aside: %s", path, reason, error
-        )
-        return
-    log.warning(
-        "homelab: %s was unreadable (%s); moved it to %s and started afresh",
-        path,
-        reason,
-        aside.name,
-    )
-
-
 def _read(path: Path) -> list[Calibration]:
     """Every record in the store; [] when there is none; a corrupt file is moved aside."""
-    try:
-        text = path.read_text("utf-8")
-    except FileNotFoundError:
-        return []
-    except (OSError, UnicodeDecodeError) as error:
-        _move_aside(path, str(error))
-        return []
-    try:
-        data = json.loads(text)
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-            raise ValueError(f"not a schema-{SCHEMA} calibration store")
-        return [_calibration_from_dict(item) for item in data["records"]]
-    except (ValueError, KeyError, TypeError) as error:
-        _move_aside(path, f"{type(error).__name__}: {error}")
-        return []
+    return read_records(
+        path, schema=SCHEMA, field="records", what="calibration store", parse=_calibration_from_dict
+    )
 
 
 def _write(path: Path, records: list[Calibration]) -> None:
     """Replace the store atomically (temporary file in the same folder, fsync, rename)."""
-    data = {"schema": SCHEMA, "records": [asdict(r) for r in records[-MAX_RECORDS:]]}
-    import tempfile  # only to write: a plan that finds no record never needs it (start-up)
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=1)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    if fcntl is None:  # pragma: no cover - Windows
-        yield
-        return
-    with open(path.with_name(f".{path.name}.lock"), "a+b") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    items = [asdict(r) for r in records[-MAX_RECORDS:]]
+    write_records(path, items, schema=SCHEMA, field="records")
 
 
 def records(path: Path | None = None) -> list[Calibration]:
@@ -209,7 +143,7 @@ def save(calibration: Calibration, path: Path | None = None) -> None:
     """
     target = path or store_path()
     try:
-        with _locked(target):
+        with locked(target):
             kept = [c for c in _read(target) if c.key != calibration.key]
             _write(target, [*kept, calibration])
     except OSError as error:

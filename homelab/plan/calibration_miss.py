@@ -14,7 +14,6 @@ calibrations, same atomic write under a lock; a broken file is moved aside).
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -22,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from homelab.gguf.header import GgufModel
 from homelab.paths import state_dir
-from homelab.plan.calibration import CalibrationError, EngineVersion, _locked, _move_aside
+from homelab.plan.calibration import CalibrationError, EngineVersion
 from homelab.plan.calibration_key import ModelIdentity, model_identity
+from homelab.plan.record_store import locked, read_records, write_records
 
 if TYPE_CHECKING:
     from homelab.plan.planner import Plan, PlanRequest
@@ -143,39 +143,14 @@ def _miss_from_dict(data: dict[str, Any]) -> Miss:
 
 
 def _read(path: Path) -> list[Miss]:
-    try:
-        text = path.read_text("utf-8")
-    except FileNotFoundError:
-        return []
-    except (OSError, UnicodeDecodeError) as error:
-        _move_aside(path, str(error))
-        return []
-    try:
-        data = json.loads(text)
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-            raise ValueError(f"not a schema-{SCHEMA} calibration miss store")
-        return [_miss_from_dict(item) for item in data["misses"]]
-    except (ValueError, KeyError, TypeError) as error:
-        _move_aside(path, f"{type(error).__name__}: {error}")
-        return []
+    return read_records(
+        path, schema=SCHEMA, field="misses", what="calibration miss store", parse=_miss_from_dict
+    )
 
 
 def _write(path: Path, misses: list[Miss]) -> None:
-    import os
-    import tempfile
-
-    data = {"schema": SCHEMA, "misses": [asdict(m) for m in misses[-MAX_RECORDS:]]}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=1)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    items = [asdict(m) for m in misses[-MAX_RECORDS:]]
+    write_records(path, items, schema=SCHEMA, field="misses")
 
 
 def misses(path: Path | None = None) -> list[Miss]:
@@ -200,7 +175,7 @@ def record_miss(
     target = path or store_path()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        with _locked(target):
+        with locked(target):
             stored = _read(target)
             earlier = [m for m in stored if m.key == key]
             seen = {f for m in earlier for f in m.failed}

@@ -176,7 +176,7 @@ def test_corrupt_store_is_moved_aside_not_fatal(
     content: bytes, smollm2_gguf: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     store_path().write_bytes(content)
-    with caplog.at_level(logging.WARNING, logger="homelab.plan.calibration"):
+    with caplog.at_level(logging.WARNING, logger="homelab.plan.record_store"):
         plan, _ = plan_from_args(_args(smollm2_gguf, "--ctx", "4096", "--parallel", "1"))
     assert "estimated" in _compute_step(plan)
     assert not store_path().exists()

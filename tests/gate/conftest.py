@@ -3,6 +3,7 @@ module), gates in front of it (stopped at teardown), and small HTTP helpers."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -111,3 +112,14 @@ def words(n: int, seed: int = 0) -> str:
     """``n`` distinct-ish words (about one token each for SmolLM2)."""
     vocab = ["apple", "river", "stone", "cloud", "green", "table", "light", "north", "seven"]
     return " ".join(f"{vocab[(i * 7 + seed) % len(vocab)]}" for i in range(n))
+
+
+def wait_for(check, timeout_s: float = 30.0, what: str = "condition"):
+    """``check()`` once it is truthy, polled every 50 ms; the test fails after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    pytest.fail(f"{what} not reached within {timeout_s} s")

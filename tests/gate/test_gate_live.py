@@ -15,7 +15,15 @@ import pytest
 from homelab.gate.errors import GatePortInUseError
 from homelab.gate.runner import GateRunner
 from homelab.gate.settings import GateSettings
-from tests.gate.conftest import SPLIT_FACTS, busy_slots, client, engine_counters, hold, words
+from tests.gate.conftest import (
+    SPLIT_FACTS,
+    busy_slots,
+    client,
+    engine_counters,
+    hold,
+    wait_for,
+    words,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -23,16 +31,6 @@ CHAT = [
     {"role": "system", "content": "You are a terse assistant."},
     {"role": "user", "content": "Name three colours."},
 ]
-
-
-def wait_for(check, timeout_s: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"{what} not reached within {timeout_s} s")
 
 
 def deltas(response: httpx.Response) -> list[str]:

@@ -6,28 +6,17 @@ split slots of 2,048 tokens) behind a real gate."""
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import replace
 
 import httpx
 import pytest
 
-from tests.gate.conftest import SPLIT_FACTS, client, hold, words
+from tests.gate.conftest import SPLIT_FACTS, client, hold, wait_for, words
 
 pytestmark = pytest.mark.engine
 
 SMALLER = replace(SPLIT_FACTS, ctx_total=2048, ctx_per_slot=1024, kv_tokens=2048)
 """The engine re-planned: two slots of 1,024 tokens (ceiling 1,024, budget 2,048)."""
-
-
-def wait_for(check, timeout_s: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"{what} not reached within {timeout_s} s")
 
 
 def test_new_limits_keep_the_queue_refuse_what_never_fits_and_keep_running_charges(

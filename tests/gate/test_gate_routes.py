@@ -6,28 +6,17 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import httpx
 import pytest
 
 from homelab.agents import codex
 from homelab.agents.target import target_for
-from tests.gate.conftest import SPLIT_FACTS, busy_slots, client, hold, words
+from tests.gate.conftest import SPLIT_FACTS, busy_slots, client, hold, wait_for, words
 
 pytestmark = pytest.mark.engine
 
 ASK = "Count from one to twenty, one number per line."
-
-
-def wait_for(check, timeout_s: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"{what} not reached within {timeout_s} s")
 
 
 def text_deltas(response: httpx.Response) -> list[str]:

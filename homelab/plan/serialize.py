@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from homelab.plan.budget import DeviceBudget
 from homelab.plan.planner import Plan
 from homelab.plan.split import DeviceShare
 from homelab.plan.working import render_steps
@@ -51,19 +52,9 @@ def plan_to_dict(plan: Plan, argv: list[str]) -> dict[str, Any]:
         },
         "verdict": plan.verdict,
         "n_gpu_layers": plan.n_gpu_layers,
-        "budget": {
-            "device": b.name,
-            "kind": b.kind,
-            "total": b.total,
-            "reserved": b.reserved,
-            "desktop": b.desktop,
-            "other": b.other,
-            "engine": engine.total,
-            "headroom": b.headroom,
-            "weights": plan.weights_on_device,
-            "kv": alloc.total,
-            "left_for_conversations": plan.left_for_conversations,
-        },
+        "budget": budget_dict(
+            b, engine.total, plan.weights_on_device, alloc.total, plan.left_for_conversations
+        ),
         "devices": [device_dict(share) for share in plan.devices],
         "engine": {
             "cuda_context": engine.cuda_context,
@@ -77,9 +68,8 @@ def plan_to_dict(plan: Plan, argv: list[str]) -> dict[str, Any]:
     }
 
 
-def device_dict(share: DeviceShare) -> dict[str, Any]:
-    """One device's budget (the fields of ``budget``) and what it holds, in bytes."""
-    b, e = share.device.budget, share.engine
+def budget_dict(b: DeviceBudget, engine: int, weights: int, kv: int, left: int) -> dict[str, Any]:
+    """The fields of ``budget`` (and of each entry of ``devices``), in bytes."""
     return {
         "device": b.name,
         "kind": b.kind,
@@ -87,11 +77,20 @@ def device_dict(share: DeviceShare) -> dict[str, Any]:
         "reserved": b.reserved,
         "desktop": b.desktop,
         "other": b.other,
-        "engine": e.total,
+        "engine": engine,
         "headroom": b.headroom,
-        "weights": share.weights,
-        "kv": share.kv,
-        "left_for_conversations": b.usable - share.weights - (e.total - e.fa_scratch),
+        "weights": weights,
+        "kv": kv,
+        "left_for_conversations": left,
+    }
+
+
+def device_dict(share: DeviceShare) -> dict[str, Any]:
+    """One device's budget (the fields of ``budget``) and what it holds, in bytes."""
+    b, e = share.device.budget, share.engine
+    left = b.usable - share.weights - (e.total - e.fa_scratch)
+    return {
+        **budget_dict(b, e.total, share.weights, share.kv, left),
         "llama_device": share.device.llama_name,
         "endpoint": share.device.endpoint,
         "index": share.device.index,

@@ -15,6 +15,7 @@ import pytest
 from homelab.engine.llamacpp.log import mib_matches, parse_load_log
 from homelab.engine.session.serve import ServeRequest, ServeSession
 from homelab.errors import ExitCode, WorkerError
+from homelab.plan.calibration import records
 from homelab.plan.options import PlanOptions
 from tests.factory.server_log import free_port
 from tests.rpc.conftest import worker_env
@@ -66,6 +67,8 @@ def test_serve_spreads_smollm2_over_two_workers_and_answers(
         kv = [b.mib for b in log.buffers if b.kind == "KV" and b.worker == endpoint]
         assert len(weights) == 1 and mib_matches(share.weights, weights[0]), (share, weights)
         assert len(kv) == 1 and mib_matches(share.kv, kv[0]), (share, kv)
+    # a split's compute buffers are per device: none is stored as one card's measurement
+    assert records() == []
 
 
 def test_serve_with_a_dead_worker_exits_7_naming_it(start_worker, smollm2_gguf: Path) -> None:

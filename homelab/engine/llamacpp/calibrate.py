@@ -93,7 +93,8 @@ def record(
     from ``plan.model_path``).
 
     Raises:
-        CalibrationError: the engine version is unknown, nothing was measured (see
+        CalibrationError: the engine version is unknown, the plan is split over several
+            devices, nothing was measured (see
             :func:`measure`), or the store cannot be written.
         ModelFileError: ``model`` was not given and ``plan.model_path`` cannot be read.
     """
@@ -101,6 +102,12 @@ def record(
         raise CalibrationError(
             "the engine's version is unknown, so the measurement cannot be tied to it",
             hint="Check that `llama-server --version` runs.",
+        )
+    if plan.split:  # its compute buffers are per device; one sum would misprice one card
+        raise CalibrationError(
+            "a plan split over several devices is not remembered: the store keeps one "
+            "card's compute buffer, and the log's are per device",
+            hint="Nothing to do: the estimate is used for split plans.",
         )
     if model is None:
         from homelab.gguf.model_file import read_model

@@ -66,16 +66,17 @@ def _independent(url: str, prompt: str, max_tokens: int) -> tuple[float, list[fl
 
 
 TOLERANCE = 3.0
-"""Agreement within a factor of 3 either way, per figure's median over the same rounds:
-loose enough for a machine other jobs share, tight enough to catch a TTFT taken at the
-wrong moment (the response headers, ~0; or the whole reply, ~max_tokens × ITL later)."""
+"""Agreement within a factor of 3 either way, per figure's best (lowest) round: the quietest
+moment each client saw, so a 2-core machine that other jobs share (one stalled round of
+several seconds was seen here) does not decide it, while a TTFT taken at the wrong moment
+(the response headers, ~0; or the whole reply, ~max_tokens × ITL later) still fails."""
 
 
 def test_figures_agree_with_an_independent_client(engine_url: str) -> None:
     """Rounds alternate the bench (one request) and the test's client (one request of the
     same size, its own prompt), so both see the same load."""
     ours_ttft, theirs_ttft, ours_itl, theirs_itl = [], [], [], []
-    for round_ in range(3):
+    for round_ in range(4):
         report = run_bench(BenchSettings(
             engine_url, workload=Workload.CHAT, prompt_tokens=24, max_tokens=8, turns=1,
             concurrency=(1,), warmup=round_ == 0,
@@ -87,7 +88,7 @@ def test_figures_agree_with_an_independent_client(engine_url: str) -> None:
         theirs_ttft.append(ttft)
         theirs_itl.append(statistics.median(gaps))
     for name, ours, theirs in (("TTFT", ours_ttft, theirs_ttft), ("ITL", ours_itl, theirs_itl)):
-        a, b = statistics.median(ours), statistics.median(theirs)
+        a, b = min(ours), min(theirs)
         assert 1 / TOLERANCE <= a / b <= TOLERANCE, f"{name}: bench {ours} vs independent {theirs}"
 
 

@@ -17,12 +17,7 @@ def _b(n: int) -> str:
 
 
 def _held(share: DeviceShare) -> str:
-    if share.n_blocks == 0:
-        blocks = "no blocks"
-    elif share.n_blocks == 1:
-        blocks = f"block {share.first_block}"
-    else:
-        blocks = f"blocks {share.first_block}–{share.blocks[-1]} ({share.n_blocks})"
+    blocks = share.block_range + (f" ({share.n_blocks})" if share.n_blocks > 1 else "")
     output = " + the output layer" if share.output else ""
     return f"{blocks}{output}: --tensor-split entry {share.layers}"
 

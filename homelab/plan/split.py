@@ -66,6 +66,15 @@ class DeviceShare:
     def blocks(self) -> range:
         return range(self.first_block, self.first_block + self.n_blocks)
 
+    @property
+    def block_range(self) -> str:
+        """``no blocks``, ``block 3`` or ``blocks 0–8``: what it holds, in words."""
+        if self.n_blocks == 0:
+            return "no blocks"
+        if self.n_blocks == 1:
+            return f"block {self.first_block}"
+        return f"blocks {self.first_block}–{self.blocks[-1]}"
+
 
 def _sub(geometry: Geometry, blocks: range) -> Geometry:
     return replace(geometry, layers=tuple(la for la in geometry.layers if la.index in blocks))

@@ -88,14 +88,8 @@ def bar(parts: list[tuple[str, int]], total: int, width: int = BAR_WIDTH) -> Tex
 
 def holds(share: Any) -> str:
     """Which layers a device holds in a split, as llama-server is told (``--device`` name)."""
-    if share.n_blocks == 0:
-        layers = "no blocks"
-    elif share.n_blocks == 1:
-        layers = f"block {share.first_block}"
-    else:
-        layers = f"blocks {share.first_block}–{share.blocks[-1]}"
     output = " + output layer" if share.output else ""
-    return f"{share.device.llama_name}: {layers}{output} ({share.layers} of the split)"
+    return f"{share.device.llama_name}: {share.block_range}{output} ({share.layers} of the split)"
 
 
 def legend(parts: list[tuple[str, int]], planned: bool) -> Text:

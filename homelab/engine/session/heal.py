@@ -27,8 +27,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from homelab.engine.llamacpp.oom import is_oom, oom_lines
+from homelab.engine.llamacpp.oom import is_oom, oom_line, oom_lines
 from homelab.engine.session import events as ev
+from homelab.engine.supervision.attempt_log import LogLine
 from homelab.engine.supervision.states import State, Transition
 from homelab.errors import DoesNotFitError, EngineError, HomelabError
 
@@ -101,6 +102,7 @@ class Healer:
         self._ready_once = False
         self._lock = threading.Lock()
         supervisor.subscribe(self._changed)
+        supervisor.subscribe(self._line, log_lines=True)
 
     # -- the supervisor's transitions (on its run-loop thread) -------------------------------
 
@@ -112,6 +114,19 @@ class Healer:
                 self._heal(stage, transition.attempt, _said(transition, lines))
         elif transition.state is State.READY and self.failed and self.stage == "run":
             self._record()  # a run-time heal held (the front-end is watching, not proving)
+
+    def _line(self, item: Transition | LogLine) -> None:
+        """A ready engine that logs a failed allocation and keeps serving (b11312's prompt
+        cache: "failed to allocate memory for prompt cache state: std::bad_alloc", then it
+        serves without the cache) ran out at run time too: heal it, restarting it now."""
+        if not isinstance(item, LogLine) or self.proving or not self._ready_once:
+            return
+        if self.supervisor.state is not State.READY or not oom_line(item.text):
+            return
+        from homelab.engine.llamacpp.diagnose import strip_prefix
+
+        if self._heal("run", item.attempt, strip_prefix(item.text)):
+            self.supervisor.respec(self.supervisor.spec, restart=True)
 
     def _heal(self, stage: str, attempt: int, said: str) -> bool:
         """Plan smaller and hand it to the supervisor; False (and stop) when out of steps."""

@@ -57,7 +57,7 @@ def _prompt(words: int, seed: int) -> str:
 
 def _complete(url: str, prompt: str) -> dict:
     body = {"prompt": prompt, "n_predict": 2, "cache_prompt": True}
-    response = httpx.post(f"{url}/completion", json=body, timeout=600)
+    response = httpx.post(f"{url}/completion", json=body, timeout=180)
     response.raise_for_status()
     return response.json()
 

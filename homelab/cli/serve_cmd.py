@@ -237,6 +237,8 @@ class ServeText:
         from homelab.engine.session import events as ev
 
         if print_prove_event(event):
+            if isinstance(event, ev.Healing):  # it said the crash: the narrator does not
+                self._narrator.healing()
             return
         if isinstance(event, ev.PresetChosen):
             print(f"preset {event.key}: {event.name} ({event.ref})", flush=True)

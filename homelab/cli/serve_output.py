@@ -54,6 +54,10 @@ class Narrator:
     def __init__(self) -> None:
         self._crash = None
 
+    def healing(self) -> None:
+        """A heal said the crash (out of memory) and what changes: no stale crash line."""
+        self._crash = None
+
     def __call__(self, transition) -> None:
         from homelab.engine.supervision.states import State
 

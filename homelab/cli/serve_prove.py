@@ -81,6 +81,12 @@ def print_prove_event(event) -> bool:
         )
         if event.argv:
             print("  " + " ".join(event.argv))
+    elif isinstance(event, ev.PromptCacheOff):
+        print(
+            "the engine's prompt cache ran out of memory and is off (it serves on without "
+            f"it; nothing restarts): {event.said}",
+            flush=True,
+        )
     elif isinstance(event, ev.Healed):
         failed = ", ".join(s.describe() for s in event.failed)
         print(f"healed: {event.worked.describe()} holds ({failed} ran out of memory)")

@@ -41,6 +41,8 @@ class ServePlan:
     """The parsed model, when the kind read one (llama.cpp: the GGUF header)."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment for the engine (vLLM: the one card it may see)."""
+    cache_ram_mib: int | None = None
+    """llama.cpp's ``--cache-ram`` under an engine memory limit; None: the engine's default."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +156,11 @@ class LlamaCpp:
             if any(d.device.pin and d.device.cuda for d in plan.devices)
             else {}
         )
-        return ServePlan(self.name, plan, path, facts, model=parsed, env=env)
+        from homelab.engine.llamacpp.cache_ram import cache_ram_mib, with_cache_ram
+
+        limit = options.engine_memory_limit
+        plan, cache_ram = with_cache_ram(plan, limit), cache_ram_mib(plan, limit)
+        return ServePlan(self.name, plan, path, facts, parsed, env, cache_ram)
 
     def executable(self) -> str:
         from homelab.engine.llamacpp.locate import find_llama_server
@@ -166,7 +172,10 @@ class LlamaCpp:
         from homelab.engine.llamacpp.visible_devices import visible_devices
 
         visible = visible_devices(executable)
-        return [executable, *llama_server_argv(plan.plan, port=port, visible=visible)[1:]]
+        argv = llama_server_argv(
+            plan.plan, port=port, visible=visible, cache_ram_mib=plan.cache_ram_mib
+        )
+        return [executable, *argv[1:]]
 
     def profile(self, plan: ServePlan | None, model: str) -> EngineProfile:
         from homelab.engine.llamacpp.diagnose import llama_server_profile

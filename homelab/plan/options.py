@@ -46,6 +46,9 @@ class PlanOptions:
     cache_type_v: str | None = None
     ubatch: int = 512
     unified: bool = False
+    flash_attn: bool = True
+    """Flash attention (``-fa``); off only where asked (a test that needs llama.cpp's lazy
+    CPU work buffer, which flash attention does not use)."""
     gpu: int | tuple[int, ...] | None = None
     """Plan on this card, or these cards (NVML indices); None: the one with most free
     memory, or every card when the model needs more than one."""
@@ -144,5 +147,6 @@ class PlanOptions:
             type_v=self.type_v,
             ubatch=self.ubatch,
             unified=self.unified,
+            flash_attn=self.flash_attn,
             device_indices=self.gpus,
         )

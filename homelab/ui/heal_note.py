@@ -9,7 +9,8 @@ from homelab.units import format_bytes
 
 
 def heal_note(event: Any) -> str | None:
-    """What the panel says of a ``Proved``, ``Healing`` or ``Healed`` event; None otherwise."""
+    """What the panel says of a ``Proved``, ``Healing``, ``Healed`` or ``PromptCacheOff``
+    event; None otherwise."""
     if isinstance(event, ev.Healing):
         return (
             f"out of memory at {event.stage}: {event.said}\n"
@@ -20,6 +21,8 @@ def heal_note(event: Any) -> str | None:
         failed = ", ".join(s.describe() for s in event.failed)
         kept = "recorded for the next plan" if event.recorded else "not recorded"
         return f"healed: {event.worked.describe()} holds ({failed} ran out of memory); {kept}"
+    if isinstance(event, ev.PromptCacheOff):
+        return f"the engine's prompt cache ran out of memory and is off: {event.said}"
     if isinstance(event, ev.Proved):
         r = event.result
         seen = f"peak {format_bytes(r.peak_bytes)} (plan {format_bytes(r.predicted_bytes)})"

@@ -23,6 +23,7 @@ from homelab.gpu.report import CpuMemory, GpuReport
 from homelab.plan.calibration_miss import lookup_miss, misses
 from homelab.plan.options import PlanOptions
 from tests.factory.server_log import free_port
+from tests.prove.lazy_memory import serve_ready
 
 pytestmark = pytest.mark.engine
 
@@ -43,20 +44,7 @@ def _request(model: Path, **options) -> ServeRequest:
 
 
 def _serve(request: ServeRequest, engines) -> tuple[ServeSession, list]:
-    session = ServeSession(request, policy=FAST)
-    seen: list = []
-    session.subscribe(seen.append)
-    track = session.subscribe(
-        lambda e: engines.track(e.transition.pid) if isinstance(e, ev.EngineChanged) else None
-    )
-    try:
-        session.start()
-        session.wait_ready()
-    finally:
-        session.stop(let_go=False)
-        track()
-        session.close()
-    return session, seen
+    return serve_ready(request, engines)
 
 
 def test_an_allocation_that_fails_heals_to_a_smaller_plan_and_the_next_plan_uses_it(

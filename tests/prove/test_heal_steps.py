@@ -10,7 +10,13 @@ from dataclasses import replace
 
 import pytest
 
-from homelab.engine.llamacpp.oom import failed_allocation, is_oom, oom_line
+from homelab.engine.llamacpp.oom import (
+    failed_allocation,
+    heal_line,
+    is_oom,
+    oom_line,
+    prompt_cache_line,
+)
 from homelab.engine.session.heal import MIN_CTX_PER_SLOT, smaller
 from homelab.engine.supervision.failure import EngineFailure
 from homelab.errors import UsageError
@@ -55,6 +61,19 @@ def test_out_of_memory_is_read_off_the_failure_or_its_lines() -> None:
     assert is_oom(crash)
     other = EngineFailure("Port in use", "…", None, kind="bind_failed")
     assert not is_oom(other) and is_oom(other, [kv])
+
+
+def test_a_failed_batch_heals_and_a_failed_prompt_cache_copy_does_not() -> None:
+    # b11312's lines, as the real runs of test_heal_runtime and the prompt cache logged them
+    batch = "0.05.719.811 E srv  update_slots: decode() failed: std::bad_alloc"
+    cache = (
+        "0.12.004.117 E srv         alloc: failed to allocate memory for prompt cache state: "
+        "std::bad_alloc"
+    )
+    assert heal_line(batch) and not prompt_cache_line(batch)
+    assert oom_line(cache) and prompt_cache_line(cache) and not heal_line(cache)
+    crash = EngineFailure("Engine exited", "…", None, kind="exited")
+    assert is_oom(crash, [batch]) and not is_oom(crash, [cache])
 
 
 @pytest.fixture

@@ -61,8 +61,11 @@ def llama_server_argv(
     port: int = DEFAULT_PORT,
     model_args: list[str] | None = None,
     visible: frozenset[str] | None = None,
+    cache_ram_mib: int | None = None,
 ) -> list[str]:
     """The flags the plan derived, in the order a person would write them.
+
+    ``cache_ram_mib``: ``--cache-ram`` (:mod:`homelab.engine.llamacpp.cache_ram`); None: not passed.
 
     ``model_args`` replaces ``-m PATH`` (e.g. ``-hf REPO:QUANT`` for a model not yet downloaded).
     ``visible``: the devices the engine binary lists (see ``visible_devices``); None: unknown.
@@ -83,5 +86,7 @@ def llama_server_argv(
         argv += ["-ub", str(s.n_ubatch)]
     if s.n_batch != 2048:
         argv += ["-b", str(s.n_batch)]
+    if cache_ram_mib is not None:
+        argv += ["--cache-ram", str(cache_ram_mib)]
     argv += ["--host", host, "--port", str(port), "--metrics", "-lv", "4"]
     return argv

@@ -12,6 +12,16 @@ under an address-space cap (``RLIMIT_AS``), a load that cannot allocate its KV s
     E ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 3208642560
     E alloc_tensor_range: failed to allocate CPU buffer of size 3208642560
     E llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache
+
+and a ready engine whose CPU graph work buffer (allocated lazily, on the first big batch)
+cannot grow answers that request with HTTP 500 and logs::
+
+    E srv  update_slots: decode() failed: std::bad_alloc
+
+One allocation failure is *not* a reason to restart: the host-RAM prompt cache
+(``--cache-ram``) that cannot copy a slot's state logs
+``failed to allocate memory for prompt cache state: std::bad_alloc``, shrinks its limit
+and the engine serves on without it (:func:`prompt_cache_line`).
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ _MORE = re.compile(
     r"std::bad_alloc|cudaMalloc(?:Async|Host)? failed|CUDA error: out of memory"
     r"|cudaErrorMemoryAllocation|ErrorOutOfDeviceMemory|failed to allocate memory"
 )
+_PROMPT_CACHE = re.compile(r"failed to allocate memory for prompt cache state")
 _SIZE = re.compile(r"failed to allocate (\S+) buffer of size (\d+)")
 
 
@@ -37,9 +48,22 @@ def oom_line(line: str) -> bool:
     return _MORE.search(line) is not None
 
 
+def prompt_cache_line(line: str) -> bool:
+    """True when ``line`` says the prompt cache could not allocate a slot's state (the
+    engine drops the cache and serves on: no heal)."""
+    return _PROMPT_CACHE.search(line) is not None
+
+
+def heal_line(line: str) -> bool:
+    """True when ``line`` says an allocation failed that costs the engine its work (a load
+    buffer, a batch's ``decode()``, a CUDA allocation), not only its prompt cache."""
+    return oom_line(line) and not prompt_cache_line(line)
+
+
 def oom_lines(lines: Iterable[str]) -> list[str]:
-    """The lines of ``lines`` that say an allocation failed, in order."""
-    return [line for line in lines if oom_line(line)]
+    """The lines of ``lines`` that say an allocation failed that costs the engine its work
+    (:func:`heal_line`), in order."""
+    return [line for line in lines if heal_line(line)]
 
 
 def is_oom(failure: EngineFailure | None, lines: Iterable[str] = ()) -> bool:
@@ -47,7 +71,7 @@ def is_oom(failure: EngineFailure | None, lines: Iterable[str] = ()) -> bool:
     if failure is not None and failure.kind == FailureKind.OUT_OF_MEMORY.value:
         return True
     quoted = () if failure is None else failure.quoted
-    return any(oom_line(line) for line in (*quoted, *lines))
+    return any(heal_line(line) for line in (*quoted, *lines))
 
 
 def failed_allocation(lines: Iterable[str]) -> tuple[str, int] | None:

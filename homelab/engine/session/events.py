@@ -249,3 +249,13 @@ class Healed:
     worked: Any
     recorded: bool
     not_recorded: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PromptCacheOff:
+    """The engine's host-RAM prompt cache could not copy a slot's state (out of memory):
+    llama-server drops the cache and serves on, so nothing restarts; ``said`` is its line,
+    ``cache_ram`` the ``--cache-ram`` MiB it ran with (None: llama-server's default)."""
+
+    said: str
+    cache_ram: int | None = None

@@ -3,11 +3,14 @@
 A :class:`Healer` watches one serve session's llama-server from before its first spawn:
 
 - **at load** (the engine exits with an allocation failure in its load log) and **at run
-  time** (a crash whose log says out-of-memory), it re-plans with fewer slots (halved,
-  each keeping its context), then with less context per slot (halved), through the one
-  planning path (:func:`homelab.plan.pipeline.plan_model` via the engine kind, the
-  options' ``slots``/``ctx`` set), and hands the smaller command line to the supervisor,
-  which restarts into it (:meth:`~homelab.engine.supervision.supervisor.Supervisor.respec`);
+  time** (a crash whose log says out-of-memory, or a serving engine that logs a request's
+  failed allocation, ``decode() failed: std::bad_alloc``, and lives on), it re-plans with
+  fewer slots (halved, each keeping its context), then less context per slot (halved),
+  through the one planning path (the engine kind's ``plan``, the options' ``slots``/``ctx``
+  set), and hands the smaller command line to the supervisor, which restarts into it
+  (:meth:`~homelab.engine.supervision.supervisor.Supervisor.respec`; a live engine's
+  restart is asked for, not a crash, so heal steps never make a crash loop);
+- the prompt cache's failed copy is said (``PromptCacheOff``), not healed (it serves on);
 - **in the launch proof** (:mod:`homelab.engine.session.prove`, run by :meth:`Healer.ready`
   after ready and before the session announces it) the same, when the proof's request saw
   an out-of-memory;
@@ -23,11 +26,12 @@ session events. Only llama.cpp plans are healed (an adopted engine has no plan h
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from homelab.engine.llamacpp.oom import is_oom, oom_line, oom_lines
+from homelab.engine.llamacpp.oom import heal_line, is_oom, oom_lines, prompt_cache_line
 from homelab.engine.session import events as ev
 from homelab.engine.supervision.attempt_log import LogLine
 from homelab.engine.supervision.states import State, Transition
@@ -45,6 +49,8 @@ MAX_STEPS = 4
 MIN_CTX_PER_SLOT = 512
 """Less context per slot than this is not worth serving: give up instead."""
 PROOF_TIMEOUT_S = 900.0
+HEALED, ALREADY, GAVE_UP = "healed", "already", "gave up"
+"""What :meth:`Healer._heal` did."""
 
 
 class HealError(DoesNotFitError):
@@ -99,6 +105,10 @@ class Healer:
         self.proof: ProofResult | None = None
         """What the last launch proof saw."""
         self._healed_attempts: set[int] = set()
+        self._serving: set[int] = set()
+        """Attempts announced (ready, and proved when the proof is on): their out-of-memory
+        lines are run time. An attempt in its proof is the proof's, never the line's."""
+        self._cache_said: set[int] = set()
         self._ready_once = False
         self._lock = threading.Lock()
         supervisor.subscribe(self._changed)
@@ -107,32 +117,59 @@ class Healer:
     # -- the supervisor's transitions (on its run-loop thread) -------------------------------
 
     def _changed(self, transition: Transition) -> None:
+        attempt = transition.attempt
         if transition.state is State.CRASHED:
             lines = self.supervisor.attempt_lines()
             if is_oom(transition.failure, lines):
-                stage = "proof" if self.proving else "run" if self._ready_once else "load"
-                self._heal(stage, transition.attempt, _said(transition, lines))
-        elif transition.state is State.READY and self.failed and self.stage == "run":
-            self._record()  # a run-time heal held (the front-end is watching, not proving)
+                stage = (
+                    "proof"
+                    if self.proving
+                    else "run"
+                    if attempt in self._serving or self._ready_once
+                    else "load"
+                )
+                if self._heal(stage, attempt, _said(transition, lines)) == GAVE_UP:
+                    self.supervisor.stop()  # on the run loop's thread: it does not wait
+        elif transition.state is State.READY:
+            if self._ready_once or not wants_proof(self.session):
+                self._serving.add(attempt)  # no proof to wait for: its lines are run time
+            if self._ready_once and self.failed and self.stage == "run":
+                self._record()  # a run-time heal held (the front-end is watching, not proving)
 
     def _line(self, item: Transition | LogLine) -> None:
-        """A ready engine that logs a failed allocation and keeps serving (b11312's prompt
-        cache: "failed to allocate memory for prompt cache state: std::bad_alloc", then it
-        serves without the cache) ran out at run time too: heal it, restarting it now."""
-        if not isinstance(item, LogLine) or self.proving or not self._ready_once:
-            return
-        if self.supervisor.state is not State.READY or not oom_line(item.text):
+        """An engine line (on this subscription's own thread). A serving attempt that logs
+        a failed allocation that cost it a request (``decode() failed: std::bad_alloc``:
+        the CPU graph's work buffer, grown lazily on the first big batch, could not grow)
+        ran out at run time: heal it, the loop restarting it on the smaller plan now. The
+        prompt cache's failure is said (:class:`~homelab.engine.session.events.PromptCacheOff`),
+        not healed: the engine drops the cache and serves on."""
+        if not isinstance(item, LogLine):
             return
         from homelab.engine.llamacpp.diagnose import strip_prefix
 
-        if self._heal("run", item.attempt, strip_prefix(item.text)):
+        if prompt_cache_line(item.text):
+            if item.attempt not in self._cache_said:
+                self._cache_said.add(item.attempt)
+                self.session._emit(
+                    ev.PromptCacheOff(strip_prefix(item.text), self.plan.cache_ram_mib)
+                )
+            return
+        if item.attempt not in self._serving or not heal_line(item.text):
+            return
+        if self.supervisor.events[-1].attempt != item.attempt:
+            return  # a line of an attempt that is gone already (read late)
+        outcome = self._heal("run", item.attempt, strip_prefix(item.text))
+        if outcome == HEALED:
             self.supervisor.respec(self.supervisor.spec, restart=True)
+        elif outcome == GAVE_UP:
+            self.supervisor.stop()
 
-    def _heal(self, stage: str, attempt: int, said: str) -> bool:
-        """Plan smaller and hand it to the supervisor; False (and stop) when out of steps."""
+    def _heal(self, stage: str, attempt: int, said: str) -> str:
+        """Plan smaller and hand it to the supervisor: HEALED; ALREADY when ``attempt`` was
+        healed before; GAVE_UP (:attr:`gave_up` says why; the caller stops the engine)."""
         with self._lock:
             if attempt in self._healed_attempts:
-                return True
+                return ALREADY
             from homelab.plan.calibration_miss import setting_of
 
             self._healed_attempts.add(attempt)
@@ -149,8 +186,7 @@ class Healer:
                 )
                 nxt = None
             if nxt is None:
-                self.supervisor.stop()
-                return False
+                return GAVE_UP
             argv = self.session.kind.argv(
                 nxt, self.supervisor.spec.port, self.supervisor.spec.argv[0]
             )
@@ -165,7 +201,7 @@ class Healer:
                 # the smaller engine is back (at load and in the proof it starts later,
                 # from the healed spec's facts).
                 self.session.gate.retarget(nxt.facts)
-            return True
+            return HEALED
 
     def _smaller_plan(self, was: Setting, step: int) -> ServePlan | None:
         if step > MAX_STEPS:
@@ -211,9 +247,10 @@ class Healer:
             HomelabError: it failed otherwise (the supervisor's explained failure).
         """
         prove_it = wants_proof(self.session)
+        after: int | None = None
         while True:
             try:
-                ready = self.supervisor.wait_ready()
+                ready = self._next_ready(after)
             except HomelabError:
                 if self.gave_up is not None:
                     raise self.gave_up from None
@@ -232,18 +269,30 @@ class Healer:
                 )
             from homelab.engine.llamacpp.diagnose import strip_prefix
 
-            if self._heal("proof", ready.attempt, strip_prefix(result.oom)):
+            outcome = self._heal("proof", ready.attempt, strip_prefix(result.oom))
+            if outcome == GAVE_UP:
+                self.supervisor.stop()
+            elif outcome == HEALED:
                 self.supervisor.respec(self.supervisor.spec, restart=True)
+                after = ready.attempt  # the next ready is the restart's, not this one
+        self._serving.add(ready.attempt)
         self._ready_once = True
         if self.failed:
             self._record()
         return ready
 
+    def _next_ready(self, after: int | None) -> Transition:
+        """The supervisor's READY transition of an attempt later than ``after`` (a restart
+        asked for moves the loop off the old one within moments)."""
+        while True:
+            ready = self.supervisor.wait_ready()
+            if after is None or ready.attempt > after:
+                return ready
+            time.sleep(0.05)
+
     def _still_up(self, attempt: int, settle_s: float = 3.0) -> bool:
         """True when the attempt that failed its proof is still the one serving after
         ``settle_s`` (an engine that ran out of memory may take a moment to die)."""
-        import time
-
         deadline = time.monotonic() + settle_s
         while time.monotonic() < deadline:
             if attempt in self._healed_attempts or self.supervisor.state is not State.READY:
@@ -333,13 +382,19 @@ class Healer:
         self.session._emit(ev.Healed(failed, worked, why_not is None, why_not))
 
 
+def ended_error(healer: Healer | None, supervisor: Supervisor) -> HomelabError | None:
+    """Why a supervisor that ended on its own ended: the heal's :class:`HealError` when it
+    gave up (no smaller plan held), else the supervisor's explained failure; None: asked."""
+    if healer is not None and healer.gave_up is not None:
+        return healer.gave_up
+    failure = supervisor.failure
+    return None if failure is None else failure.to_error()
+
+
 def _said(transition: Transition, lines: list[str]) -> str:
     """The engine's own out-of-memory line (prefix stripped)."""
     from homelab.engine.llamacpp.diagnose import strip_prefix
 
-    found = oom_lines(lines) or oom_lines(transition.failure.quoted if transition.failure else ())
-    return (
-        strip_prefix(found[0])
-        if found
-        else (transition.failure.title if transition.failure else "?")
-    )
+    failure = transition.failure
+    found = oom_lines(lines) or oom_lines(failure.quoted if failure else ())
+    return strip_prefix(found[0]) if found else (failure.title if failure else "?")

@@ -23,12 +23,14 @@ from typing import Any
 
 import httpx
 
-from homelab.engine.llamacpp.oom import oom_line
+from homelab.engine.llamacpp.oom import heal_line
 from homelab.engine.loopback import loopback_client
 
 MARGIN_TOKENS = 8
 """The prompt stops this many tokens short of the slot's context (room for the reply)."""
 N_PREDICT = 2
+LOG_WAIT_S = 2.0
+"""How long a proof whose request failed for memory waits for the engine's own log line."""
 SAMPLE_S = 0.1
 SEED_TEXT = (
     "The quick brown fox jumps over the lazy dog while the committee reviews the quarterly "
@@ -150,15 +152,33 @@ class LogWatch:
 
     def __init__(self, supervisor) -> None:
         self.lines: list[str] = []
+        self._said = threading.Condition()
         self._unsubscribe = supervisor.subscribe(self._line, log_lines=True)
 
     def _line(self, item) -> None:
         text = getattr(item, "text", None)
-        if isinstance(text, str) and oom_line(text):
-            self.lines.append(text)
+        if isinstance(text, str) and heal_line(text):
+            with self._said:
+                self.lines.append(text)
+                self._said.notify_all()
+
+    def wait(self, timeout_s: float) -> str | None:
+        """The first out-of-memory line, waiting up to ``timeout_s`` for one (the engine
+        answers a failed batch before its follower reads the line); None."""
+        with self._said:
+            self._said.wait_for(lambda: bool(self.lines), timeout_s)
+            return self.lines[0] if self.lines else None
 
     def close(self) -> None:
         self._unsubscribe()
+
+
+def _error_message(response: httpx.Response) -> str:
+    """The engine's error message of a failed request (its JSON ``error.message``), or its text."""
+    try:
+        return str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return response.text[:200]
 
 
 def proof_prompt(client: httpx.Client, n_tokens: int) -> list[int]:
@@ -199,6 +219,7 @@ def prove(
     log = LogWatch(supervisor)
     slot, n_ctx, tokens, seconds = 0, 0, 0, 0.0
     error: str | None = None
+    body_oom: str | None = None
     try:
         with loopback_client(url, timeout_s=timeout_s) as client:
             slot, n_ctx = largest_slot(client)
@@ -219,6 +240,8 @@ def prove(
             seconds = time.monotonic() - began
             if response.status_code != 200:
                 error = f"HTTP {response.status_code}: {response.text[:200]}"
+                if heal_line(response.text):  # b11312: 500 "decode() failed: std::bad_alloc"
+                    body_oom = _error_message(response)
             else:
                 timings = response.json().get("timings") or {}
                 tokens = int(timings.get("prompt_n") or tokens)
@@ -226,8 +249,8 @@ def prove(
         error = f"{type(problem).__name__}: {problem}"
     finally:
         memory.stop()
-        log.close()
-    oom = log.lines[0] if log.lines else None
+    oom = log.wait(LOG_WAIT_S if body_oom is not None else 0.0) or body_oom
+    log.close()
     return ProofResult(
         slot=slot,
         ctx_per_slot=n_ctx,

@@ -28,7 +28,7 @@ from homelab.engine.kinds import KINDS, EngineKind, ServePlan, engine_kind
 from homelab.engine.session import events as ev
 from homelab.engine.session.bus import EventBus
 from homelab.engine.session.gate import SessionGate, stop_recorded_gate, wait_port_freed
-from homelab.engine.session.heal import Healer, attach_healer
+from homelab.engine.session.heal import Healer, attach_healer, ended_error
 from homelab.engine.session.model_ref import resolve_model
 from homelab.engine.supervision.facts import Asked
 from homelab.engine.supervision.ownership import Running, decide, running, stop_engine, stop_found
@@ -310,10 +310,10 @@ class ServeSession:
         supervisor = self._need()
         if self.gate is not None:
             self.gate.stop()
-        failure = supervisor.failure
-        if failure is not None:
+        error = ended_error(self.healer, supervisor)  # a heal that gave up says so first
+        if error is not None:
             self._emit(ev.Stopped("failed"))
-            raise self._failed(failure.to_error())
+            raise self._failed(error)
         self._emit(ev.Stopped("outside"))
 
     def run(self) -> None:

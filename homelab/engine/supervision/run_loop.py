@@ -43,6 +43,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+RESTART_GRACE_S = 4.0
+"""An asked-for restart's stop: SIGTERM, 2 s, SIGTERM again (llama-server then exits at once,
+even with a request in flight, which a first SIGTERM waits for), 2 s, SIGKILL."""
+
 
 class RunLoop:
     """One engine's attempts, one after another, until it stops (see the module docstring).
@@ -170,6 +174,11 @@ class RunLoop:
         if outcome == "ready":
             self._on_ready(proc)
             outcome = self.inbox.until_pending(proc.pid)
+        if outcome == "restart":  # asked (a healed or re-planned spec): not a crash
+            self.set(State.RESTARTING, "restarting on the new plan")
+            proc.stop(min(self.spec.stop_grace_s, RESTART_GRACE_S))
+            proc.close()
+            return None, "restart", None
         if outcome != "exited":
             return proc, outcome, None
         if self.records.stop_asked(proc.pid):

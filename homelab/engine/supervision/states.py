@@ -254,12 +254,19 @@ class Inbox:
         self._stop = False
         self._release = False
         self._exited: set[int] = set()
+        self._restart: set[int] = set()
 
     def ask(self, *, stop: bool = False, release: bool = False) -> None:
         """Ask the loop to stop the engine, or to leave it running and end."""
         with self._lock:
             self._stop |= stop
             self._release |= release
+        self.wake.set()
+
+    def restart(self, pid: int) -> None:
+        """Ask the loop to stop engine ``pid`` and start the spec again (not a crash)."""
+        with self._lock:
+            self._restart.add(pid)
         self.wake.set()
 
     def exited(self, pid: int) -> None:
@@ -274,12 +281,16 @@ class Inbox:
             self._exited.discard(pid)
 
     def pending(self, pid: int | None) -> str | None:
-        """ "stop", "release", "exited" (engine ``pid``), or None."""
+        """ "stop", "release", "restart" or "exited" (engine ``pid``), or None; a restart
+        is answered once."""
         with self._lock:
             if self._stop:
                 return "stop"
             if self._release:
                 return "release"
+            if pid in self._restart:
+                self._restart.discard(pid)
+                return "restart"
             return "exited" if pid in self._exited else None
 
     def wait(self, timeout_s: float) -> None:

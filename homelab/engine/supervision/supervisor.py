@@ -22,7 +22,6 @@ Engine-agnostic: what differs between llama-server and vLLM comes in an
 
 from __future__ import annotations
 
-import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -253,12 +252,13 @@ class Supervisor:
 
     def respec(self, spec: EngineSpec, *, restart: bool = False) -> None:
         """Run ``spec`` (a healed, smaller plan's argv and facts) from the next (re)start on;
-        with ``restart``, end the running engine now (SIGTERM) so the loop restarts into it."""
+        with ``restart``, the loop stops the running engine now and starts ``spec`` (a
+        RESTARTING transition, not a crash: it counts for no crash loop)."""
         with self._lock:
             self.spec = self._loop.spec = spec
             proc = self._loop.proc
         if restart and proc is not None:
-            proc.signal_group(signal.SIGTERM)
+            self._loop.inbox.restart(proc.pid)
 
     def _ask(self, *, stop: bool = False, release: bool = False) -> None:
         self._loop.inbox.ask(stop=stop, release=release)

@@ -1,0 +1,42 @@
+"""``--cache-ram`` under an engine memory limit: the plan sizes llama-server's host-RAM
+prompt cache to what the limit leaves after the plan's load (or turns it off), says so in
+its working, and passes it on the command line; without a limit the engine's default stands.
+Real plans of SmolLM2 on a fixed 16 GiB of RAM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from homelab.engine.kinds import engine_kind
+from homelab.engine.llamacpp.cache_ram import ADDRESS_OVERHEAD, MIN_CACHE_MIB, cache_ram_mib
+from homelab.plan.calibration_miss import predicted_bytes
+from homelab.plan.options import PlanOptions
+from homelab.plan.working import render_steps
+from tests.prove.lazy_memory import RAM
+
+
+def _argv(model: Path, limit: int | None) -> tuple[object, list[str]]:
+    kind = engine_kind("llama.cpp")
+    plan = kind.plan(str(model), RAM, PlanOptions(slots=2, ctx=2048, engine_memory_limit=limit))
+    return plan, kind.argv(plan, 8080, "llama-server")
+
+
+def test_a_limit_sizes_the_prompt_cache_to_what_it_leaves(smollm2_gguf: Path) -> None:
+    plan, argv = _argv(smollm2_gguf, 4 << 30)
+    load = predicted_bytes(plan.plan)
+    want = (4 << 30) - load - ADDRESS_OVERHEAD
+    assert argv[argv.index("--cache-ram") + 1] == str(want // 2 >> 20)
+    assert plan.cache_ram_mib == want // 2 >> 20 > MIN_CACHE_MIB
+    working = "\n".join(render_steps(plan.plan.steps))
+    assert "prompt cache (--cache-ram) under the engine memory limit: (limit 4,096 MiB" in working
+
+
+def test_a_tight_limit_turns_the_prompt_cache_off_and_no_limit_leaves_the_default(
+    smollm2_gguf: Path,
+) -> None:
+    plan, argv = _argv(smollm2_gguf, 600 << 20)
+    assert argv[argv.index("--cache-ram") + 1] == "0" and plan.cache_ram_mib == 0
+    assert cache_ram_mib(plan.plan, 600 << 20) == 0
+    assert "→ off (under 64 MiB)" in "\n".join(render_steps(plan.plan.steps))
+    plan, argv = _argv(smollm2_gguf, None)
+    assert "--cache-ram" not in argv and plan.cache_ram_mib is None

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.conftest import engines  # noqa: F401  (a fixture, used by name)
+from tests.engine.conftest import engines, supervise  # noqa: F401  (fixtures, used by name)
 from tests.prove.lazy_memory import ONE_ARENA, Lazy, measure
 
 

@@ -180,8 +180,13 @@ def _plan_and_model(args: argparse.Namespace, model=None, model_path: str | None
     if fit.plan is None:  # does not fit / cannot be planned: that error is the command's
         assert fit.error is not None  # the judge keeps the error of every verdict without a plan
         raise fit.error
-    argv = llama_server_argv(fit.plan, port=args.port or 8080, model_args=model_args)
-    return fit.plan, argv, model
+    from homelab.engine.llamacpp.cache_ram import cache_ram_mib, with_cache_ram
+
+    limit = options.engine_memory_limit  # serve's --cache-ram under it, and its working
+    plan, cache_ram = with_cache_ram(fit.plan, limit), cache_ram_mib(fit.plan, limit)
+    port = args.port or 8080
+    argv = llama_server_argv(plan, port=port, model_args=model_args, cache_ram_mib=cache_ram)
+    return plan, argv, model
 
 
 def hf_model_args(resolved) -> list[str]:

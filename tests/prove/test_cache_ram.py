@@ -8,7 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from homelab.engine.kinds import engine_kind
-from homelab.engine.llamacpp.cache_ram import ADDRESS_OVERHEAD, MIN_CACHE_MIB, cache_ram_mib
+from homelab.engine.llamacpp.cache_ram import (
+    ADDRESS_OVERHEAD,
+    MIN_CACHE_MIB,
+    cache_ram_mib,
+    host_load,
+)
 from homelab.plan.calibration_miss import predicted_bytes
 from homelab.plan.options import PlanOptions
 from homelab.plan.working import render_steps
@@ -23,7 +28,8 @@ def _argv(model: Path, limit: int | None) -> tuple[object, list[str]]:
 
 def test_a_limit_sizes_the_prompt_cache_to_what_it_leaves(smollm2_gguf: Path) -> None:
     plan, argv = _argv(smollm2_gguf, 4 << 30)
-    load = predicted_bytes(plan.plan)
+    load = host_load(plan.plan)
+    assert load == predicted_bytes(plan.plan)  # a CPU plan: all of it in the address space
     want = (4 << 30) - load - ADDRESS_OVERHEAD
     assert argv[argv.index("--cache-ram") + 1] == str(want // 2 >> 20)
     assert plan.cache_ram_mib == want // 2 >> 20 > MIN_CACHE_MIB

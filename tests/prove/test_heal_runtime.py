@@ -2,10 +2,11 @@
 (RLIMIT_AS) that holds the plan's load but not the lazy work buffer of a full-slot batch
 (:mod:`tests.prove.lazy_memory` measures the cap on this build). A client's request that
 fills a slot gets HTTP 500 ``decode() failed: std::bad_alloc``; the session restarts the
-engine on fewer slots (an asked-for restart, not a crash), later requests are answered,
-the miss is recorded at stage "run", and ``homelab serve``'s lines say what happened and
-what changed, with no stale crash line. When no smaller plan is left, the session ends with
-a :class:`~homelab.engine.session.heal.HealError` naming what was tried.
+engine on fewer slots (an asked-for restart, not a crash), the gate in front takes the
+smaller plan's limits, later requests are answered, the miss is recorded at stage "run",
+and ``homelab serve``'s lines say what happened and what changed, with no stale crash line.
+When no smaller plan is left, the session ends with a
+:class:`~homelab.engine.session.heal.HealError` naming what was tried.
 
 Real llama-server (b11312 CPU build), real SmolLM2, real requests; nothing edited.
 """
@@ -23,7 +24,10 @@ from homelab.engine.session import events as ev
 from homelab.engine.session import heal
 from homelab.engine.session.serve import ServeRequest, ServeSession
 from homelab.engine.supervision.states import State
+from homelab.gate.config_file import GateChoices
+from homelab.gate.state import STATE_PATH
 from homelab.plan.calibration_miss import misses
+from tests.gate_serve.helpers import chat
 from tests.prove.lazy_memory import FAST, RAM, Lazy, full_slot_body, options
 
 pytestmark = pytest.mark.engine
@@ -38,14 +42,22 @@ def _wait(predicate, timeout_s: float = 120.0) -> bool:
     return False
 
 
+def _gate(url: str) -> dict:
+    return httpx.get(f"{url}{STATE_PATH}", timeout=10, trust_env=False).json()
+
+
 def _fill_a_slot(url: str) -> httpx.Response:
     with httpx.Client(base_url=url, timeout=120) as client:
         return client.post("/completion", json=full_slot_body(client))
 
 
-def _session(model: Path, lazy: Lazy, engines) -> tuple[ServeSession, list, list]:
+def _session(model: Path, lazy: Lazy, engines, gate=None) -> tuple[ServeSession, list, list]:
     request = ServeRequest(
-        str(model), options(limit=lazy.cap, prove=False), report=RAM, start_timeout_s=120
+        str(model),
+        options(limit=lazy.cap, prove=False),
+        report=RAM,
+        start_timeout_s=120,
+        gate=gate,
     )
     session = ServeSession(request, policy=FAST)
     seen: list = []
@@ -59,7 +71,7 @@ def _session(model: Path, lazy: Lazy, engines) -> tuple[ServeSession, list, list
 def test_a_batch_that_cannot_allocate_at_run_time_heals_to_fewer_slots(
     smollm2_gguf: Path, engines, lazy: Lazy, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    session, seen, undo = _session(smollm2_gguf, lazy, engines)
+    session, seen, undo = _session(smollm2_gguf, lazy, engines, gate=GateChoices())
     session.subscribe(ServeText())  # what `homelab serve` prints of these events
     try:
         session.start()
@@ -68,6 +80,9 @@ def test_a_batch_that_cannot_allocate_at_run_time_heals_to_fewer_slots(
         supervisor = session.supervisor
         assert supervisor is not None and supervisor.url is not None
         first = supervisor.events[-1].attempt
+        gate_url = session.public_url
+        assert gate_url is not None and gate_url != supervisor.url
+        assert _gate(gate_url)["max_concurrent"] == 2  # the gate in front admits 2 at once
 
         failed = _fill_a_slot(supervisor.url)  # the work buffer cannot grow: a real OOM
         assert failed.status_code == 500, f"the batch held under the cap {lazy}: {failed.text}"
@@ -90,6 +105,9 @@ def test_a_batch_that_cannot_allocate_at_run_time_heals_to_fewer_slots(
         assert _wait(lambda: any(isinstance(e, ev.Healed) for e in seen))
         healed = next(e for e in seen if isinstance(e, ev.Healed))
         assert healed.recorded and healed.worked.slots == 1
+        # the gate in front took the smaller plan's limits, and answers through it
+        assert _gate(gate_url)["max_concurrent"] == 1
+        assert chat(gate_url).status_code == 200
         states = [t.state for t in supervisor.events]
         assert State.CRASHED not in states  # an asked-for restart, not a crash
     finally:

@@ -7,9 +7,9 @@ under N and skips an entry larger than N, but under an address-space cap
 (``engine_memory_limit``, RLIMIT_AS) an 8 GiB default is more than the cap leaves: the
 copy's ``std::bad_alloc`` is caught ("failed to allocate memory for prompt cache state"),
 the cache shrinks and the engine serves on. So with a limit, the plan passes a size the
-limit leaves room for: half of what is left of the limit after the plan's load (weights,
-engine state, KV) and the engine's own address space beyond its buffers, or 0 (off) when
-that is too little to be worth a cache. Without a limit llama-server's default stands.
+limit leaves room for: half of what is left of the limit after the plan's load in the
+engine's address space (:func:`host_load`) and the engine's own address space beyond its
+buffers, or 0 (off) when that is too little to be worth a cache. Without a limit llama-server's default stands.
 """
 
 from __future__ import annotations
@@ -29,11 +29,19 @@ MIN_CACHE_MIB = 64
 """Less room than this is no cache worth having: off."""
 
 
+def host_load(plan: Plan) -> int:
+    """The plan's load in the engine's address space: the whole model file (mapped, whatever
+    is offloaded) and, on a CPU plan, its engine state and KV as well."""
+    if plan.on_gpu:
+        return plan.weights.total
+    return plan.weights.total + predicted_bytes(plan) - plan.weights_on_device
+
+
 def cache_ram_mib(plan: Plan, memory_limit: int | None) -> int | None:
     """``--cache-ram``'s MiB for ``plan`` under ``memory_limit``; None: no limit (the default)."""
     if memory_limit is None:
         return None
-    left = memory_limit - predicted_bytes(plan) - ADDRESS_OVERHEAD
+    left = memory_limit - host_load(plan) - ADDRESS_OVERHEAD
     mib = left // 2 // MiB
     return mib if mib >= MIN_CACHE_MIB else 0
 
@@ -43,7 +51,7 @@ def with_cache_ram(plan: Plan, memory_limit: int | None) -> Plan:
     mib = cache_ram_mib(plan, memory_limit)
     if mib is None or memory_limit is None:
         return plan
-    load = predicted_bytes(plan)
+    load = host_load(plan)
     left = memory_limit - load - ADDRESS_OVERHEAD
     said = f"{mib:,} MiB" if mib else f"off (under {MIN_CACHE_MIB} MiB)"
     step = Step(
@@ -54,8 +62,3 @@ def with_cache_ram(plan: Plan, memory_limit: int | None) -> Plan:
         "B",
     )
     return replace(plan, steps=(*plan.steps, step))
-
-
-def cache_ram_args(mib: int | None) -> list[str]:
-    """``["--cache-ram", N]``, or nothing for llama-server's default."""
-    return [] if mib is None else ["--cache-ram", str(mib)]

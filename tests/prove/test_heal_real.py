@@ -73,6 +73,10 @@ def test_an_allocation_that_fails_heals_to_a_smaller_plan_and_the_next_plan_uses
     assert session.plan is not None and session.plan.facts.slots == worked.slots
     names = [type(e).__name__ for e in seen]
     assert names.index("Healed") < names.index("Ready")  # said before it is announced
+    # each healed crash restarts at once on the smaller plan: no backoff, no crash loop
+    changes = [e.transition for e in seen if isinstance(e, ev.EngineChanged)]
+    restarts = [t.reason for t in changes if t.state.value == "restarting"]
+    assert restarts == ["restarting on the new plan"] * len(healing)
 
     # the calibration store has the miss: what failed, what held, under which cap
     (miss,) = misses()

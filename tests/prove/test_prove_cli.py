@@ -30,6 +30,10 @@ def test_serve_heals_under_an_engine_memory_limit_and_status_says_so(
         assert "out of memory (load): " in out
         assert "healing 1/4: 32 slot(s) × 8,192 tokens → 16 slot(s) × 8,192 tokens" in out
         assert "healed: " in out and "recorded the miss in the calibration store" in out
+        # what happened and what changed, then the restart: no stale crash line and hint
+        assert "restarting on the new plan" in out
+        assert out.index("healing 1/4") < out.index("restarting on the new plan")
+        assert "crashed:" not in out + result.stderr
         status = json.loads(run_homelab("status", "--json").stdout)
         engines.track(status["pid"])
         healed = status["launch"]["healed"]

@@ -186,8 +186,16 @@ class RunLoop:
         return None, "crashed", self._diagnose(proc)
 
     def _after_crash(self, failure: EngineFailure) -> str:
-        """Report the crash; wait the backoff: "restart", or "gave_up" / "stop" / "external"."""
+        """Report the crash; wait the backoff: "restart", or "gave_up" / "stop" / "external".
+
+        A subscriber that gave the loop a new spec on the crash (a heal: the plan was wrong)
+        restarts it at once, not counted toward a crash loop (the heal bounds its own steps).
+        """
+        crashed_on = self.spec
         self.set(State.CRASHED, failure.title, failure)
+        if self.spec is not crashed_on and self.inbox.pending(None) is None:
+            self.set(State.RESTARTING, "restarting on the new plan")
+            return "restart"
         now = time.monotonic()
         delay, why = self._crashes.record(failure, now, port_pinned=self.spec.port_pinned)
         if delay is None:

@@ -212,7 +212,10 @@ class EngineFlow:
 
         if isinstance(event, ev.EngineChanged):
             self.post_message(EngineChanged(event.transition))
-        elif isinstance(event, ev.Actuals | ev.GateStarted | ev.Proved | ev.Healing | ev.Healed):
+        elif isinstance(
+            event,
+            ev.Actuals | ev.GateStarted | ev.GateRetargeted | ev.Proved | ev.Healing | ev.Healed,
+        ):
             self.post_message(ServeEvent(event))
 
     @while_mounted

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from homelab.engine.llamacpp.oom import is_oom, oom_lines
 from homelab.engine.session import events as ev
+from homelab.engine.session.restart_into import restart_into
 from homelab.engine.supervision.states import State, Transition
 from homelab.errors import DoesNotFitError, EngineError, HomelabError
 
@@ -136,20 +137,15 @@ class Healer:
             if nxt is None:
                 self.supervisor.stop()
                 return False
-            argv = self.session.kind.argv(
-                nxt, self.supervisor.spec.port, self.supervisor.spec.argv[0]
-            )
-            spec = replace(self.supervisor.spec, argv=tuple(argv), facts=nxt.facts)
-            self.supervisor.respec(spec)
+            # The gate in front takes the healed plan's budget and ceiling now, before the
+            # smaller engine is back (at load and in the proof it starts later, from the
+            # healed spec's facts).
+            argv = restart_into(
+                self.session, self.supervisor, nxt, now=False, retarget=stage == "run"
+            ).argv
             self.plan = nxt
-            self.session.plan = nxt
             now = setting_of(nxt.plan)
-            self.session._emit(ev.Healing(stage, said, was, now, step, MAX_STEPS, tuple(argv)))
-            if stage == "run" and self.session.gate is not None:
-                # The gate in front takes the healed plan's budget and ceiling now, before
-                # the smaller engine is back (at load and in the proof it starts later,
-                # from the healed spec's facts).
-                self.session.gate.retarget(nxt.facts)
+            self.session._emit(ev.Healing(stage, said, was, now, step, MAX_STEPS, argv))
             return True
 
     def _smaller_plan(self, was: Setting, step: int) -> ServePlan | None:

@@ -29,6 +29,7 @@ from homelab.engine.supervision.readiness import EngineProfile, await_ready, hea
 from homelab.engine.supervision.record import new_record
 from homelab.engine.supervision.state_file import EngineRecords
 from homelab.engine.supervision.states import (
+    RESTART_INTO_NEW_SPEC,
     CrashHistory,
     EngineSpec,
     Inbox,
@@ -172,6 +173,10 @@ class RunLoop:
             outcome = self.inbox.until_pending(proc.pid)
         if outcome != "exited":
             return proc, outcome, None
+        if self.inbox.restarting(proc.pid):  # asked (a new plan): not a crash, no backoff
+            proc.close()
+            self.set(State.RESTARTING, RESTART_INTO_NEW_SPEC)
+            return None, "restart", None
         if self.records.stop_asked(proc.pid):
             return None, "external", None
         return None, "crashed", self._diagnose(proc)

@@ -20,6 +20,9 @@ from homelab.engine.supervision.ports import LOOPBACK
 
 logger = logging.getLogger(__name__)
 
+RESTART_INTO_NEW_SPEC = "restarting into a new plan"
+"""The reason of the RESTARTING transition a respec with ``restart`` leads to (no crash)."""
+
 
 class State(StrEnum):
     """Where the engine is in its life.
@@ -254,6 +257,7 @@ class Inbox:
         self._stop = False
         self._release = False
         self._exited: set[int] = set()
+        self._restart: set[int] = set()
 
     def ask(self, *, stop: bool = False, release: bool = False) -> None:
         """Ask the loop to stop the engine, or to leave it running and end."""
@@ -267,6 +271,19 @@ class Inbox:
         with self._lock:
             self._exited.add(pid)
         self.wake.set()
+
+    def restart(self, pid: int) -> None:
+        """Engine ``pid`` is being ended to restart into a new spec: its exit is no crash."""
+        with self._lock:
+            self._restart.add(pid)
+
+    def restarting(self, pid: int) -> bool:
+        """True (once) when engine ``pid`` exited because :meth:`restart` was asked."""
+        with self._lock:
+            if pid in self._restart:
+                self._restart.discard(pid)
+                return True
+            return False
 
     def forget(self, pid: int) -> None:
         """A new engine got ``pid``: an earlier engine's exit under that number does not count."""

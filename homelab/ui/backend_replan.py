@@ -47,7 +47,8 @@ def still_on(session: ServeSession, plan: Any) -> bool:
 
 
 def planned_restart(transition: Any) -> bool:
-    """True for the supervisor's restart into a new plan (no crash behind it)."""
-    from homelab.engine.supervision.states import RESTART_INTO_NEW_SPEC, State
+    """True for a restart the supervisor was asked for (into a re-planned or healed spec),
+    not one after a crash (which comes after a CRASHED transition)."""
+    from homelab.engine.supervision.states import State
 
-    return transition.state is State.RESTARTING and transition.reason == RESTART_INTO_NEW_SPEC
+    return transition.state is State.RESTARTING and transition.previous is not State.CRASHED

@@ -210,12 +210,12 @@ class EngineFlow:
         """Called on the session's delivery thread: hand over, never block it."""
         from homelab.engine.session import events as ev
 
+        if isinstance(event, ev.GateRetargeted):  # a heal's or a re-plan's new gate limits
+            self.post_message(ServeEvent(event))
+            return
         if isinstance(event, ev.EngineChanged):
             self.post_message(EngineChanged(event.transition))
-        elif isinstance(
-            event,
-            ev.Actuals | ev.GateStarted | ev.GateRetargeted | ev.Proved | ev.Healing | ev.Healed,
-        ):
+        elif isinstance(event, ev.Actuals | ev.GateStarted | ev.Proved | ev.Healing | ev.Healed):
             self.post_message(ServeEvent(event))
 
     @while_mounted

@@ -212,6 +212,42 @@ class GateStopped:
 
 
 @dataclass(frozen=True, slots=True)
+class GateRetargeted:
+    """The gate took a new plan's limits on its live queue (queued requests kept)."""
+
+    budget_tokens: int | None
+    """Tokens it admits at once, all requests together."""
+    max_concurrent: int | None
+    ceiling: int | None = None
+    """The most tokens one request may be charged."""
+
+
+@dataclass(frozen=True, slots=True)
+class Replanning:
+    """The running engine restarts into ``new`` under the same gate (``why``: "re-plan" or
+    "restart", the same plan again); ``old`` and ``new`` are ``ServePlan``s."""
+
+    why: str
+    old: Any
+    new: Any
+    pid: int | None
+    """The engine that is ended for it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Replanned:
+    """The engine runs ``plan`` again, ready: a new pid behind the same public URL."""
+
+    why: str
+    plan: Any
+    argv: tuple[str, ...]
+    old_pid: int | None
+    pid: int | None
+    url: str
+    """The engine's own URL (the gate's stays what it was)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Proving:
     """The launch proof starts: one request filling ``slot``'s context (``prompt_tokens``)."""
 
@@ -254,39 +290,3 @@ class Healed:
     worked: Any
     recorded: bool
     not_recorded: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class GateRetargeted:
-    """The gate took a new plan's limits on its live queue (queued requests kept)."""
-
-    budget_tokens: int | None
-    """Tokens it admits at once, all requests together."""
-    max_concurrent: int | None
-    ceiling: int | None = None
-    """The most tokens one request may be charged."""
-
-
-@dataclass(frozen=True, slots=True)
-class Replanning:
-    """The running engine restarts into ``new`` under the same gate (``why``: "re-plan" or
-    "restart", the same plan again); ``old`` and ``new`` are ``ServePlan``s."""
-
-    why: str
-    old: Any
-    new: Any
-    pid: int | None
-    """The engine that is ended for it."""
-
-
-@dataclass(frozen=True, slots=True)
-class Replanned:
-    """The engine runs ``plan`` again, ready: a new pid behind the same public URL."""
-
-    why: str
-    plan: Any
-    argv: tuple[str, ...]
-    old_pid: int | None
-    pid: int | None
-    url: str
-    """The engine's own URL (the gate's stays what it was)."""

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 
 from homelab.engine.llamacpp.oom import is_oom, oom_lines
 from homelab.engine.session import events as ev
-from homelab.engine.session.restart_into import restart_into
 from homelab.engine.supervision.states import State, Transition
 from homelab.errors import DoesNotFitError, EngineError, HomelabError
 
@@ -119,6 +118,7 @@ class Healer:
         with self._lock:
             if attempt in self._healed_attempts:
                 return True
+            from homelab.engine.session.restart_into import restart_into
             from homelab.plan.calibration_miss import setting_of
 
             self._healed_attempts.add(attempt)

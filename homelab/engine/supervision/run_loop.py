@@ -29,7 +29,6 @@ from homelab.engine.supervision.readiness import EngineProfile, await_ready, hea
 from homelab.engine.supervision.record import new_record
 from homelab.engine.supervision.state_file import EngineRecords
 from homelab.engine.supervision.states import (
-    RESTART_INTO_NEW_SPEC,
     CrashHistory,
     EngineSpec,
     Inbox,
@@ -43,6 +42,10 @@ if TYPE_CHECKING:
     import httpx
 
 logger = logging.getLogger(__name__)
+
+RESTART_GRACE_S = 4.0
+"""An asked-for restart's stop: SIGTERM, 2 s, SIGTERM again (llama-server then exits at once,
+even with a request in flight, which a first SIGTERM waits for), 2 s, SIGKILL."""
 
 
 class RunLoop:
@@ -171,12 +174,13 @@ class RunLoop:
         if outcome == "ready":
             self._on_ready(proc)
             outcome = self.inbox.until_pending(proc.pid)
+        if outcome == "restart":  # asked (a healed or re-planned spec): not a crash
+            self.set(State.RESTARTING, "restarting on the new plan")
+            proc.stop(min(self.spec.stop_grace_s, RESTART_GRACE_S))
+            proc.close()
+            return None, "restart", None
         if outcome != "exited":
             return proc, outcome, None
-        if self.inbox.restarting(proc.pid):  # asked (a new plan): not a crash, no backoff
-            proc.close()
-            self.set(State.RESTARTING, RESTART_INTO_NEW_SPEC)
-            return None, "restart", None
         if self.records.stop_asked(proc.pid):
             return None, "external", None
         return None, "crashed", self._diagnose(proc)

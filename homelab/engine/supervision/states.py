@@ -20,9 +20,6 @@ from homelab.engine.supervision.ports import LOOPBACK
 
 logger = logging.getLogger(__name__)
 
-RESTART_INTO_NEW_SPEC = "restarting into a new plan"
-"""The reason of the RESTARTING transition a respec with ``restart`` leads to (no crash)."""
-
 
 class State(StrEnum):
     """Where the engine is in its life.
@@ -266,24 +263,17 @@ class Inbox:
             self._release |= release
         self.wake.set()
 
+    def restart(self, pid: int) -> None:
+        """Ask the loop to stop engine ``pid`` and start the spec again (not a crash)."""
+        with self._lock:
+            self._restart.add(pid)
+        self.wake.set()
+
     def exited(self, pid: int) -> None:
         """Engine ``pid`` exited."""
         with self._lock:
             self._exited.add(pid)
         self.wake.set()
-
-    def restart(self, pid: int) -> None:
-        """Engine ``pid`` is being ended to restart into a new spec: its exit is no crash."""
-        with self._lock:
-            self._restart.add(pid)
-
-    def restarting(self, pid: int) -> bool:
-        """True (once) when engine ``pid`` exited because :meth:`restart` was asked."""
-        with self._lock:
-            if pid in self._restart:
-                self._restart.discard(pid)
-                return True
-            return False
 
     def forget(self, pid: int) -> None:
         """A new engine got ``pid``: an earlier engine's exit under that number does not count."""
@@ -291,12 +281,16 @@ class Inbox:
             self._exited.discard(pid)
 
     def pending(self, pid: int | None) -> str | None:
-        """ "stop", "release", "exited" (engine ``pid``), or None."""
+        """ "stop", "release", "restart" or "exited" (engine ``pid``), or None; a restart
+        is answered once."""
         with self._lock:
             if self._stop:
                 return "stop"
             if self._release:
                 return "release"
+            if pid in self._restart:
+                self._restart.discard(pid)
+                return "restart"
             return "exited" if pid in self._exited else None
 
     def wait(self, timeout_s: float) -> None:

@@ -42,8 +42,6 @@ from homelab.paths import state_dir
 
 __all__ = ["EngineSpec", "RestartPolicy", "State", "Supervisor", "Transition"]
 
-RESTART_GRACE_S = 4.0
-"""How long an engine ended for a restart into a new spec gets before it is killed."""
 LIVE_QUEUE = 4096
 """Events a live subscriber may fall behind (an engine at -lv 4 logs bursts of lines)."""
 
@@ -253,19 +251,14 @@ class Supervisor:
         self._ask(release=True)
 
     def respec(self, spec: EngineSpec, *, restart: bool = False) -> None:
-        """Run ``spec`` (a healed or re-planned plan's argv and facts) from the next (re)start
-        on; with ``restart``, end the running engine now (SIGTERM) so the loop restarts into
-        it at once (not counted as a crash, no backoff)."""
+        """Run ``spec`` (a healed, smaller plan's argv and facts) from the next (re)start on;
+        with ``restart``, the loop stops the running engine now and starts ``spec`` (a
+        RESTARTING transition, not a crash: it counts for no crash loop)."""
         with self._lock:
             self.spec = self._loop.spec = spec
             proc = self._loop.proc
-            if restart and proc is not None:  # its exit is the restart, not a crash
-                self._loop.inbox.restart(proc.pid)
-        if restart and proc is not None:  # llama-server does not end on one SIGTERM while it
-            # answers a request: a second one ends it at once (EngineProcess.stop)
-            threading.Thread(
-                target=proc.stop, args=(RESTART_GRACE_S,), name="homelab-restart", daemon=True
-            ).start()
+        if restart and proc is not None:
+            self._loop.inbox.restart(proc.pid)
 
     def _ask(self, *, stop: bool = False, release: bool = False) -> None:
         self._loop.inbox.ask(stop=stop, release=release)

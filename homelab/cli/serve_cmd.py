@@ -301,6 +301,9 @@ class ServeText:
             print(f"gate: {event.url} in front of the engine at {event.engine_url}", flush=True)
             limits = _gate_limits(event.budget, event.ceiling, event.max_concurrent)
             print(f"  {limits}; clients use {event.url}", flush=True)
+        elif isinstance(event, ev.GateRetargeted):  # a heal or a re-plan under the gate
+            limits = _gate_limits(event.budget_tokens, event.ceiling, event.max_concurrent)
+            print(f"gate: new plan, {limits}; queued requests keep their place", flush=True)
         elif isinstance(event, ev.GateAdopted):
             print(f"adopting its gate: {event.url} ({_gate_limits(None, event.ceiling, None)})")
         elif isinstance(event, ev.GateMissing):

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import aiohttp
 from aiohttp import web
 
 from homelab.gate.admission import Refusal
 from homelab.gate.core import Gate
+from homelab.gate.engine_wait import post_when_up
 from homelab.gate.errors import ClientError
 from homelab.gate.replies import error_reply, refusal_reply, sse_error
 from homelab.gate.requests import Asked, Route, completion_cap, forwarded_body, parse
@@ -205,7 +207,11 @@ async def _run(
     clean = False
     try:
         body = forwarded_body(asked, completion, slot)
-        result = await _forward(gate, request, asked, body, outcome, started)
+
+        def again() -> bytes:  # for an engine that restarted: its slots may be fewer
+            return forwarded_body(asked, completion, None)
+
+        result = await _forward(gate, request, asked, body, outcome, started, again)
         clean = True
         return result
     finally:
@@ -254,9 +260,18 @@ async def _forward(
     body: bytes,
     outcome: Outcome,
     started: web.StreamResponse | None,
+    again: Callable[[], bytes],
 ) -> web.StreamResponse:
-    try:
-        upstream = await gate.upstream.post(asked.route.path, body)
+    async def keepalive() -> None:
+        if started is not None:
+            await started.write(KEEPALIVE)
+
+    try:  # an engine restarting under the gate is waited for (homelab.gate.engine_wait)
+        upstream = await post_when_up(
+            gate.upstream, asked.route.path, body, again=again,
+            wait_s=gate.settings.engine_wait_s, keepalive=keepalive,
+            keepalive_s=gate.settings.keepalive_s,
+        )  # fmt: skip
     except aiohttp.ClientError as error:
         gate.metrics.upstream_errors.labels(kind="unreachable").inc()
         message = f"The engine did not answer: {error}"

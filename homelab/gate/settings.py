@@ -50,6 +50,9 @@ class GateSettings:
     slot_idle_wait_s: float = 30.0
     """After a client left mid-request, how long to wait for the engine's slot to go idle
     before its charge is freed anyway."""
+    engine_wait_s: float = 180.0
+    """How long an admitted request waits for an engine that is restarting under the gate
+    (a new plan, a heal, a crash) before it is answered 502."""
 
     def check(self) -> None:
         """Raise UsageError naming the first setting that cannot work."""
@@ -59,7 +62,7 @@ class GateSettings:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or value < 1):
                 raise _bad(name, value, "a whole number of at least 1, or unset (from the engine)")
-        for name in ("queue_timeout_s", "keepalive_s", "slot_idle_wait_s"):
+        for name in ("queue_timeout_s", "keepalive_s", "slot_idle_wait_s", "engine_wait_s"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise _bad(name, value, "a number of seconds above 0")

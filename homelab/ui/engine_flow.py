@@ -210,6 +210,9 @@ class EngineFlow:
         """Called on the session's delivery thread: hand over, never block it."""
         from homelab.engine.session import events as ev
 
+        if isinstance(event, ev.GateRetargeted):  # a heal's or a re-plan's new gate limits
+            self.post_message(ServeEvent(event))
+            return
         if isinstance(event, ev.EngineChanged):
             self.post_message(EngineChanged(event.transition))
         elif isinstance(

@@ -17,7 +17,7 @@ from typing import Any
 from textual import work
 
 from homelab.errors import HomelabError
-from homelab.ui import backend
+from homelab.ui import backend, backend_replan
 from homelab.ui.heal_note import heal_note
 from homelab.ui.log_feed import LogArrived
 from homelab.ui.messages import (
@@ -27,6 +27,7 @@ from homelab.ui.messages import (
     ServeEvent,
     while_mounted,
 )
+from homelab.ui.replan_flow import retarget_words
 from homelab.ui.widgets.server import ServerPanel
 
 
@@ -59,6 +60,8 @@ class ServerFlow:
             self.notify(note.splitlines()[0], title="launch")
         elif measured is not None:
             self.actuals = measured
+        elif (words := retarget_words(message.event)) is not None:  # the gate's new limits
+            self.notify(words, title="gate")
         else:  # the gate listens: its URL is the one to use
             name = self.running.name if self.running else "engine"
             self.notify(f"{name} is ready at {message.event.url}")
@@ -79,7 +82,7 @@ class ServerFlow:
         if transition.state.value == "ready":
             self.ready_at = transition.monotonic
         elif transition.state.value == "restarting":
-            self.restarts += 1
+            self.restarts += 0 if backend_replan.planned_restart(transition) else 1
             self.ready_at = None
         elif transition.state.value == "stopped":
             self.ready_at = None

@@ -54,3 +54,44 @@ def chat(url: str, *, key: str | None = None) -> httpx.Response:
         timeout=180,  # a loaded CPU runner takes its time
         trust_env=False,
     )
+
+
+def gate_state(url: str) -> dict:
+    """The gate's own state (``/homelab/gate/state``: limits, queue, counts)."""
+    from homelab.gate.state import STATE_PATH
+
+    return httpx.get(f"{url}{STATE_PATH}", timeout=10, trust_env=False).json()
+
+
+LONG_TOKENS = 160
+"""Tokens the running request generates: long enough to be running when the engine ends."""
+
+
+def long_chat(url: str) -> httpx.Response:
+    """A non-streaming chat through ``url`` that generates ``LONG_TOKENS`` tokens (greedy)."""
+    return httpx.post(
+        f"{url}/v1/chat/completions",
+        json={
+            "messages": [{"role": "user", "content": "Tell a long story."}],
+            "max_tokens": LONG_TOKENS,
+            "ignore_eos": True,
+            "temperature": 0,
+        },
+        timeout=300,
+        trust_env=False,
+    )
+
+
+def queued_stream(url: str) -> str:
+    """A streaming chat (it waits at the gate behind the running one); its whole body."""
+    body = {
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 8,
+        "temperature": 0,
+        "stream": True,
+    }
+    with httpx.stream(
+        "POST", f"{url}/v1/chat/completions", json=body, timeout=300, trust_env=False
+    ) as response:
+        assert response.status_code == 200
+        return response.read().decode()

@@ -6,36 +6,20 @@ watching the record. Real llama-server (SmolLM2) and real gates."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 
-import httpx
 import pytest
 
 from homelab.engine.session.serve import ServeRequest, ServeSession
 from homelab.engine.supervision.state_file import StateFile
 from homelab.gate.config_file import GateChoices
-from homelab.gate.state import STATE_PATH
 from homelab.plan.options import PlanOptions
 from tests.factory.server_log import free_port
-from tests.gate_serve.helpers import chat, wait_gates_gone
+from tests.gate.conftest import wait_for
+from tests.gate_serve.helpers import chat, gate_state, wait_gates_gone
 
 pytestmark = pytest.mark.engine
-
-
-def _gate_state(url: str) -> dict:
-    return httpx.get(f"{url}{STATE_PATH}", timeout=10, trust_env=False).json()
-
-
-def _wait(check, timeout_s: float = 30.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"not reached within {timeout_s} s")
 
 
 @pytest.mark.parametrize("detach", [False, True], ids=["thread", "detached"])
@@ -54,16 +38,16 @@ def test_a_ready_engine_on_another_plan_gives_the_gate_its_limits(
         gate_url = f"http://127.0.0.1:{port}"
         store = StateFile()
         record = store.read()
-        before = _gate_state(gate_url)
+        before = gate_state(gate_url)
         assert (before["max_concurrent"], before["ceiling_tokens"]) == (2, 512)
         assert record.gate_budget_tokens == 512
 
         newer = replace(record.facts, slots=1, ctx_per_slot=1024)  # the engine re-planned
         store.update(record.pid, facts=newer)
         session.gate.changed("ready", record.pid)  # what the supervisor says after it
-        state = _wait(lambda: (s := _gate_state(gate_url))["max_concurrent"] == 1 and s)
+        state = wait_for(lambda: (s := gate_state(gate_url))["max_concurrent"] == 1 and s)
         assert (state["budget_tokens"], state["ceiling_tokens"]) == (1024, 1024)
-        _wait(lambda: store.read().gate_budget_tokens == 1024)
+        wait_for(lambda: store.read().gate_budget_tokens == 1024)
         assert chat(gate_url).status_code == 200  # and it still serves
     finally:
         session.stop(let_go=False)

@@ -34,36 +34,46 @@ def _flag(argv: tuple[str, ...] | list[str], name: str) -> int:
     return int(argv[list(argv).index(name) + 1])
 
 
+def growth_app(models_dir: Path, clock: ManualClock):
+    """The app on the growth recording, its telemetry on ``clock``, not adopting."""
+    return make_app(
+        gpu_snapshot=GROWTH,
+        models_dirs=[models_dir],
+        port=free_port(),
+        refresh_s=1.0,
+        blink=False,
+        adopt=False,
+        telemetry_clock=clock,
+    )
+
+
+async def serve_one_slot(app, pilot, engine_pids):
+    """Pick SmolLM2 with one slot (a small KV for the CPU engine), start it, wait until it
+    is ready; the plan the app showed."""
+    menu = app.query_one("#menu", ModelsMenu)
+    await wait_until(pilot, lambda: app.report is not None and len(menu.entries) > 0)
+    app.query_one("#slots").focus()
+    await pilot.press("1")
+    app.query_one("#models").focus()
+    await pilot.press("slash", *"smollm2", "enter")
+    await wait_until(pilot, lambda: app.plan is not None and app.plan.settings.n_seq == 1, WAIT_S)
+    shown = app.plan
+    await pilot.press("s")
+    await wait_until(pilot, lambda: app.supervisor is not None, WAIT_S)
+    engine_pids.add(app.supervisor.pid)
+    await wait_until(pilot, lambda: app.engine_state == "ready", 120)
+    return shown
+
+
 def test_R_after_the_desktop_grew_restarts_with_a_plan_made_on_the_card_now(
     models_dir: Path, engine_pids
 ) -> None:
     clock = ManualClock()
 
     async def drive() -> None:
-        app = make_app(
-            gpu_snapshot=GROWTH,
-            models_dirs=[models_dir],
-            port=free_port(),
-            refresh_s=1.0,
-            blink=False,
-            adopt=False,
-            telemetry_clock=clock,
-        )
+        app = growth_app(models_dir, clock)
         async with app.run_test(size=(140, 45)) as pilot:
-            menu = app.query_one("#menu", ModelsMenu)
-            await wait_until(pilot, lambda: app.report is not None and len(menu.entries) > 0)
-            app.query_one("#slots").focus()
-            await pilot.press("1")  # one slot: a small KV for the CPU engine
-            app.query_one("#models").focus()
-            await pilot.press("slash", *"smollm2", "enter")
-            await wait_until(
-                pilot, lambda: app.plan is not None and app.plan.settings.n_seq == 1, WAIT_S
-            )
-            shown = app.plan
-            await pilot.press("s")
-            await wait_until(pilot, lambda: app.supervisor is not None, WAIT_S)
-            engine_pids.add(app.supervisor.pid)
-            await wait_until(pilot, lambda: app.engine_state == "ready", 120)
+            shown = await serve_one_slot(app, pilot, engine_pids)
             old, old_pid = app.running_plan, app.supervisor.pid
             # the engine runs the plan made on the card the app showed (steady desktop)
             assert old.budget.desktop == shown.budget.desktop
@@ -78,7 +88,9 @@ def test_R_after_the_desktop_grew_restarts_with_a_plan_made_on_the_card_now(
             assert ("R", "re-plan") in footer  # the key is in the footer too
 
             await pilot.press("R")
-            await wait_until(pilot, lambda: _another_ready(app, old_pid), 120)
+            await wait_until(
+                pilot, lambda: _another_ready(app, old_pid) and app.running_plan is not old, 120
+            )
             engine_pids.add(app.supervisor.pid)
             assert not alive(old_pid)
             new = app.running_plan
@@ -102,7 +114,9 @@ def test_R_after_the_desktop_grew_restarts_with_a_plan_made_on_the_card_now(
 
             replanned = app.supervisor.pid  # r: restart as it is, the same flags
             await pilot.press("r")
-            await wait_until(pilot, lambda: _another_ready(app, replanned), 120)
+            await wait_until(
+                pilot, lambda: _another_ready(app, replanned) and app.running_plan is not new, 120
+            )
             engine_pids.add(app.supervisor.pid)
             assert app.supervisor.spec.argv == argv
             assert app.running_plan.tokens_fit == new.tokens_fit

@@ -17,6 +17,11 @@ without one) — and ``GateStopped`` before ``Stopped`` when the session stopped
 With the launch proof (``PlanOptions.prove``): ``Proving`` and ``Proved`` before ``Ready``.
 An out-of-memory (at load, in the proof, at run time): ``Healing`` then ``Planned Starting
 Started ...`` again for the smaller plan, and ``Healed`` once one held.
+
+A re-plan of the running engine under the same gate (:mod:`homelab.engine.session.restart_into`):
+``Replanning``, ``GateRetargeted`` (with a gate), ``EngineChanged(restarting, starting,
+ready)``, ``Actuals``, ``Replanned``. The gate takes new limits (a heal, a re-plan):
+``GateRetargeted``.
 """
 
 from __future__ import annotations
@@ -204,6 +209,42 @@ class GateStopped:
     """The session stopped the gate at ``url``."""
 
     url: str
+
+
+@dataclass(frozen=True, slots=True)
+class GateRetargeted:
+    """The gate took a new plan's limits on its live queue (queued requests kept)."""
+
+    budget_tokens: int | None
+    """Tokens it admits at once, all requests together."""
+    max_concurrent: int | None
+    ceiling: int | None = None
+    """The most tokens one request may be charged."""
+
+
+@dataclass(frozen=True, slots=True)
+class Replanning:
+    """The running engine restarts into ``new`` under the same gate (``why``: "re-plan" or
+    "restart", the same plan again); ``old`` and ``new`` are ``ServePlan``s."""
+
+    why: str
+    old: Any
+    new: Any
+    pid: int | None
+    """The engine that is ended for it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Replanned:
+    """The engine runs ``plan`` again, ready: a new pid behind the same public URL."""
+
+    why: str
+    plan: Any
+    argv: tuple[str, ...]
+    old_pid: int | None
+    pid: int | None
+    url: str
+    """The engine's own URL (the gate's stays what it was)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -185,12 +185,13 @@ class SessionGate:
             with contextlib.suppress(OSError):
                 self._store.update(engine_pid, **self._fields)
 
-    def retarget(self, plan_or_facts: object) -> None:
+    def retarget(self, plan_or_facts: object) -> ev.GateRetargeted | None:
         """The engine restarted on another plan (a ``Plan`` or its ``PlanFacts``; None: the
         engine's ``/props`` say): the gate takes the new max_concurrent and token budget on
         its live queue — queued requests keep their place, admitted ones their charge, and
         a queued one now larger than a request may be is refused (413 ``too_large``). The
-        record's ceiling follows. A detached gate follows the record's facts by itself."""
+        record's ceiling follows. A detached gate follows the record's facts by itself.
+        Says so (``GateRetargeted``, also returned; None when no gate runs yet)."""
         from homelab.engine.supervision.facts import PlanFacts
         from homelab.gate.limits import resolve_limits
 
@@ -204,10 +205,15 @@ class SessionGate:
         elif self.running and self.settings is not None:  # a gate process: the same limits
             limits = resolve_limits(self.settings, facts, None)
         else:
-            return
-        if limits is not None and self._fields:
+            return None
+        if limits is None:
+            return None
+        if self._fields:
             self.ceiling = limits.ceiling_tokens
             self._fields["gate_budget_tokens"] = self.ceiling
+        said = ev.GateRetargeted(limits.budget_tokens, limits.max_concurrent, limits.ceiling_tokens)
+        self._emit(said)
+        return said
 
     def changed(self, state: str, engine_pid: int | None) -> None:
         """The engine's state changed: a (re)start writes a new record, which must name the

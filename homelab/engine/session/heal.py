@@ -170,6 +170,7 @@ class Healer:
         with self._lock:
             if attempt in self._healed_attempts:
                 return ALREADY
+            from homelab.engine.session.restart_into import restart_into
             from homelab.plan.calibration_miss import setting_of
 
             self._healed_attempts.add(attempt)
@@ -187,20 +188,15 @@ class Healer:
                 nxt = None
             if nxt is None:
                 return GAVE_UP
-            argv = self.session.kind.argv(
-                nxt, self.supervisor.spec.port, self.supervisor.spec.argv[0]
-            )
-            spec = replace(self.supervisor.spec, argv=tuple(argv), facts=nxt.facts)
-            self.supervisor.respec(spec)
+            # The gate in front takes the healed plan's budget and ceiling now, before the
+            # smaller engine is back (at load and in the proof it starts later, from the
+            # healed spec's facts).
+            argv = restart_into(
+                self.session, self.supervisor, nxt, now=False, retarget=stage == "run"
+            ).argv
             self.plan = nxt
-            self.session.plan = nxt
             now = setting_of(nxt.plan)
-            self.session._emit(ev.Healing(stage, said, was, now, step, MAX_STEPS, tuple(argv)))
-            if stage == "run" and self.session.gate is not None:
-                # The gate in front takes the healed plan's budget and ceiling now, before
-                # the smaller engine is back (at load and in the proof it starts later,
-                # from the healed spec's facts).
-                self.session.gate.retarget(nxt.facts)
+            self.session._emit(ev.Healing(stage, said, was, now, step, MAX_STEPS, argv))
             return HEALED
 
     def _smaller_plan(self, was: Setting, step: int) -> ServePlan | None:

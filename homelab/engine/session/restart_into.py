@@ -1,0 +1,170 @@
+"""Restart the running engine into another plan under the same session, supervisor and gate.
+
+One operation, used by the heal (:mod:`homelab.engine.session.heal`: a smaller plan after
+an out-of-memory) and by the re-plan a front-end asks for (the TUI's ``R``, re-planned on
+the card now, and ``r``, the same plan again): the plan's command line on the engine's own
+port and program, handed to the supervisor (:meth:`Supervisor.respec
+<homelab.engine.supervision.supervisor.Supervisor.respec>`), which restarts into it; the
+session's plan follows, and the gate in front takes the new plan's budget and ceiling on
+its live queue (:meth:`SessionGate.retarget
+<homelab.engine.session.gate.SessionGate.retarget>`) — queued requests keep their place,
+and an admitted request whose engine is down for the restart waits for it to come back
+(:mod:`homelab.gate.engine_wait`) instead of failing. Clients keep the gate's port.
+
+:func:`replan` re-plans through the one planning path (the engine kind's ``plan``, a fresh
+look at the card unless a report is given) *before* anything stops: a plan that no longer
+fits raises and the engine keeps running as it was. It says so as ``Replanning`` then
+``Replanned`` session events (``GateRetargeted`` between them when a gate runs).
+
+Where it cannot apply (:func:`why_not_in_place`): an adopted engine (homelab did not plan
+it), a vLLM engine, no engine of this session running; a front-end then stops and starts.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from homelab.engine.session import events as ev
+from homelab.engine.supervision.states import State
+from homelab.errors import EngineError
+
+if TYPE_CHECKING:
+    from homelab.engine.kinds import ServePlan
+    from homelab.engine.session.serve import ServeSession
+    from homelab.engine.supervision.supervisor import Supervisor
+    from homelab.gpu.report import GpuReport
+    from homelab.plan.options import PlanOptions
+
+READY_TIMEOUT_S = 600.0
+"""How long :func:`replan` waits for the restarted engine to be ready."""
+
+
+@dataclass(frozen=True, slots=True)
+class Restarted:
+    """What :func:`restart_into` handed over."""
+
+    argv: tuple[str, ...]
+    """The plan's command line (the engine's port and program)."""
+    gate: ev.GateRetargeted | None
+    """The limits the gate took now (None: no gate, or it starts later)."""
+
+
+def restart_into(
+    session: ServeSession,
+    supervisor: Supervisor,
+    plan: ServePlan,
+    *,
+    now: bool,
+    retarget: bool = True,
+) -> Restarted:
+    """Hand ``plan`` to ``supervisor`` (the engine's port and program kept).
+
+    ``now``: end the running engine at once so the supervisor restarts into the plan (else
+    from its next restart on, e.g. after a crash). ``retarget``: give the session's gate the
+    plan's limits now (a gate that starts later takes them from the spec's facts).
+    """
+    spec = supervisor.spec
+    argv = tuple(session.kind.argv(plan, spec.port, spec.argv[0]))
+    supervisor.respec(replace(spec, argv=argv, facts=plan.facts), restart=now)
+    session.plan = plan
+    gate = None
+    if retarget and session.gate is not None:
+        gate = session.gate.retarget(plan.facts)
+    return Restarted(argv, gate)
+
+
+@dataclass(frozen=True, slots=True)
+class Replan:
+    """A restart into a new plan that held: the plan, what was handed over, the engines."""
+
+    plan: ServePlan
+    restarted: Restarted
+    old_pid: int | None
+    pid: int | None
+
+
+def why_not_in_place(session: ServeSession) -> str | None:
+    """Why this session's engine cannot be restarted into a new plan in place (a front-end
+    then stops and starts it); None when it can."""
+    supervisor = session.supervisor
+    if supervisor is None or not session.live:
+        return "no engine of this session runs"
+    if session.adopted is not None or session.plan is None:
+        return "the engine was adopted (homelab did not plan it)"
+    if session.plan.kind != "llama.cpp":
+        return f"{session.plan.kind} restarts by stopping and starting"
+    return None
+
+
+def replan(
+    session: ServeSession,
+    options: PlanOptions,
+    *,
+    report: GpuReport | None = None,
+    why: str = "re-plan",
+    ready_timeout_s: float = READY_TIMEOUT_S,
+) -> Replan:
+    """Re-plan the running model with ``options`` (on ``report``, else the card read now),
+    restart the engine into it under the same supervisor and gate, wait until it is ready.
+
+    Returns what happened (the new plan first). Raises:
+        EngineError: it cannot be done in place (:func:`why_not_in_place`), or the
+            restarted engine did not come up (the supervisor's explained failure).
+        HomelabError: the new plan failed (nothing was stopped).
+    """
+    from homelab.plan.card import card_for
+
+    reason = why_not_in_place(session)
+    if reason is not None:
+        raise EngineError(f"cannot restart the engine into a new plan here: {reason}")
+    supervisor, old = session.supervisor, session.plan
+    assert supervisor is not None and old is not None
+    card = report if report is not None else card_for(options)
+    new = session.kind.plan(
+        old.model_path, card, options, default_workload=session._default_workload
+    )
+    old_pid, attempt = supervisor.pid, supervisor.events[-1].attempt
+    if session.healer is not None:  # a later heal shrinks from this plan and these options
+        session.healer.plan, session.healer.options = new, options
+    session._emit(ev.Replanning(why, old, new, old_pid))
+    restarted = restart_into(session, supervisor, new, now=True)
+    ready = _ready_after(supervisor, attempt, ready_timeout_s)
+    measured = session.kind.measure(new, supervisor.attempt_lines(), restarted.argv[0])
+    if measured is not None:
+        session._emit(ev.Actuals(measured))
+    session._emit(ev.Replanned(why, new, restarted.argv, old_pid, ready.pid, ready.url or ""))
+    return Replan(new, restarted, old_pid, ready.pid)
+
+
+def restart_same(
+    session: ServeSession, *, report: GpuReport | None = None, options: PlanOptions | None = None
+) -> Replan:
+    """Restart into the running plan again: its context and slots pinned (``options``, or
+    the session's, with them set), checked against the card as it is now."""
+    plan = session.plan
+    if plan is None:
+        raise EngineError("cannot restart the engine here: this session has no plan")
+    base = options if options is not None else session.request.options
+    alloc = plan.plan.candidate.allocation
+    same = replace(base, ctx=alloc.n_ctx, slots=plan.plan.settings.n_seq)
+    return replan(session, same, report=report, why="restart")
+
+
+def _ready_after(supervisor: Supervisor, attempt: int, timeout_s: float):
+    """The READY transition of an attempt after ``attempt`` (the restarted engine).
+
+    Raises:
+        EngineError: not within ``timeout_s``.
+        HomelabError: it stopped instead (the supervisor's explained failure).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise EngineError(f"the restarted engine was not ready within {timeout_s:g} s")
+        ready = supervisor.wait_ready(left)  # HomelabError: it stopped instead
+        if ready.attempt > attempt and supervisor.state is State.READY:
+            return ready
+        time.sleep(0.05)  # still the old engine, about to end

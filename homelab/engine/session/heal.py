@@ -246,7 +246,7 @@ class Healer:
         after: int | None = None
         while True:
             try:
-                ready = self._next_ready(after)
+                ready = self.supervisor.wait_ready(after=after)
             except HomelabError:
                 if self.gave_up is not None:
                     raise self.gave_up from None
@@ -276,15 +276,6 @@ class Healer:
         if self.failed:
             self._record()
         return ready
-
-    def _next_ready(self, after: int | None) -> Transition:
-        """The supervisor's READY transition of an attempt later than ``after`` (a restart
-        asked for moves the loop off the old one within moments)."""
-        while True:
-            ready = self.supervisor.wait_ready()
-            if after is None or ready.attempt > after:
-                return ready
-            time.sleep(0.05)
 
     def _still_up(self, attempt: int, settle_s: float = 3.0) -> bool:
         """True when the attempt that failed its proof is still the one serving after

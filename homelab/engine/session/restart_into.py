@@ -22,12 +22,10 @@ it), a vLLM engine, no engine of this session running; a front-end then stops an
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from homelab.engine.session import events as ev
-from homelab.engine.supervision.states import State
 from homelab.errors import EngineError
 
 if TYPE_CHECKING:
@@ -130,7 +128,7 @@ def replan(
         session.healer.plan, session.healer.options = new, options
     session._emit(ev.Replanning(why, old, new, old_pid))
     restarted = restart_into(session, supervisor, new, now=True)
-    ready = _ready_after(supervisor, attempt, ready_timeout_s)
+    ready = supervisor.wait_ready(ready_timeout_s, after=attempt)
     measured = session.kind.measure(new, supervisor.attempt_lines(), restarted.argv[0])
     if measured is not None:
         session._emit(ev.Actuals(measured))
@@ -150,21 +148,3 @@ def restart_same(
     alloc = plan.plan.candidate.allocation
     same = replace(base, ctx=alloc.n_ctx, slots=plan.plan.settings.n_seq)
     return replan(session, same, report=report, why="restart")
-
-
-def _ready_after(supervisor: Supervisor, attempt: int, timeout_s: float):
-    """The READY transition of an attempt after ``attempt`` (the restarted engine).
-
-    Raises:
-        EngineError: not within ``timeout_s``.
-        HomelabError: it stopped instead (the supervisor's explained failure).
-    """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise EngineError(f"the restarted engine was not ready within {timeout_s:g} s")
-        ready = supervisor.wait_ready(left)  # HomelabError: it stopped instead
-        if ready.attempt > attempt and supervisor.state is State.READY:
-            return ready
-        time.sleep(0.05)  # still the old engine, about to end

@@ -23,6 +23,7 @@ Engine-agnostic: what differs between llama-server and vLLM comes in an
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import cast
@@ -211,21 +212,33 @@ class Supervisor:
         self._thread.start()
         loop.spawned.set()
 
-    def wait_ready(self, timeout_s: float | None = None) -> Transition:
+    def wait_ready(self, timeout_s: float | None = None, *, after: int | None = None) -> Transition:
         """Block until the engine is ready; returns the READY transition.
+
+        ``after``: the READY of an attempt later than this one (a restart that was just
+        asked for moves the loop off the old attempt within moments).
 
         Raises:
             HomelabError: it stopped instead (the explained failure), or ``timeout_s`` passed.
         """
-        try:
-            ready = self._loop.machine.wait_ready(self._loop.done, timeout_s)
-        except TimeoutError:
-            raise EngineError(f"{self.profile.name} was not ready within {timeout_s:g} s") from None
-        if ready is not None:
-            return ready
-        if self.failure is not None:
-            raise self.failure.to_error()
-        raise EngineError(f"{self.profile.name} stopped before it was ready")
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                ready = self._loop.machine.wait_ready(self._loop.done, left)
+            except TimeoutError:
+                raise EngineError(
+                    f"{self.profile.name} was not ready within {timeout_s:g} s"
+                ) from None
+            if ready is None:
+                if self.failure is not None:
+                    raise self.failure.to_error()
+                raise EngineError(f"{self.profile.name} stopped before it was ready")
+            if after is None or (ready.attempt > after and self.state is State.READY):
+                return ready
+            if deadline is not None and time.monotonic() >= deadline:
+                raise EngineError(f"{self.profile.name} was not ready within {timeout_s:g} s")
+            time.sleep(0.05)  # still the old attempt, about to end
 
     def wait_stopped(self, timeout_s: float | None = None) -> bool:
         """Block until the supervisor is done (stopped, gave up, or released); True if it is."""

@@ -6,7 +6,7 @@ import argparse
 import shlex
 
 from homelab.cli.common import add_gpu_options, parse_gpus, print_json
-from homelab.cli.serve_prove import add_memory_limit_argument, memory_limit_of
+from homelab.cli.serve_prove import add_memory_limit_argument, cache_ram_of, memory_limit_of
 from homelab.cli.vllm_cmd import add_engine_option, vllm_options_from_args
 from homelab.errors import ExitCode, UsageError
 from homelab.units import format_bytes, parse_size
@@ -137,6 +137,7 @@ def options_from_args(args: argparse.Namespace):
         engine=getattr(args, "engine", "llama.cpp"),
         port=args.port,
         engine_memory_limit=memory_limit_of(args),
+        cache_ram=cache_ram_of(args),
         **vllm_options_from_args(args),
         rpc=(args.rpc,) if getattr(args, "rpc", None) else (),
     )
@@ -180,10 +181,9 @@ def _plan_and_model(args: argparse.Namespace, model=None, model_path: str | None
     if fit.plan is None:  # does not fit / cannot be planned: that error is the command's
         assert fit.error is not None  # the judge keeps the error of every verdict without a plan
         raise fit.error
-    from homelab.engine.llamacpp.cache_ram import cache_ram_mib, with_cache_ram
+    from homelab.engine.llamacpp.cache_ram import sized_cache_ram
 
-    limit = options.engine_memory_limit  # serve's --cache-ram under it, and its working
-    plan, cache_ram = with_cache_ram(fit.plan, limit), cache_ram_mib(fit.plan, limit)
+    plan, cache_ram = sized_cache_ram(fit.plan, options)  # serve's --cache-ram, and its working
     port = args.port or 8080
     argv = llama_server_argv(plan, port=port, model_args=model_args, cache_ram_mib=cache_ram)
     return plan, argv, model

@@ -156,10 +156,9 @@ class LlamaCpp:
             if any(d.device.pin and d.device.cuda for d in plan.devices)
             else {}
         )
-        from homelab.engine.llamacpp.cache_ram import cache_ram_mib, with_cache_ram
+        from homelab.engine.llamacpp.cache_ram import sized_cache_ram
 
-        limit = options.engine_memory_limit
-        plan, cache_ram = with_cache_ram(plan, limit), cache_ram_mib(plan, limit)
+        plan, cache_ram = sized_cache_ram(plan, options)
         return ServePlan(self.name, plan, path, facts, parsed, env, cache_ram)
 
     def executable(self) -> str:

@@ -63,6 +63,10 @@ class PlanOptions:
     engine_memory_limit: int | None = None
     """Cap on the engine process's memory (address space) in bytes, so it cannot swap the
     desktop; an allocation past it fails in the engine (and ``serve`` heals). None: no cap."""
+    cache_ram: int | None = None
+    """llama-server's host-RAM prompt cache (``--cache-ram``) in bytes, as the person set it;
+    0: off. None: sized under ``engine_memory_limit`` when one is set, else the engine's
+    default."""
     prove: bool | None = None
     """After ready, fill the largest slot once and watch memory; None: on for a GPU plan,
     off for a CPU plan."""
@@ -108,6 +112,10 @@ class PlanOptions:
             raise UsageError(
                 f"The engine memory limit must be at least {MIN_ENGINE_MEMORY >> 20} MiB, "
                 f"not {limit!r} bytes."
+            )
+        if self.cache_ram is not None and (not _whole(self.cache_ram) or self.cache_ram < 0):
+            raise UsageError(
+                f"The prompt cache size must be zero (off) or more bytes, not {self.cache_ram!r}."
             )
         if self.kv_cache_memory is not None and (
             not _whole(self.kv_cache_memory) or self.kv_cache_memory < 1

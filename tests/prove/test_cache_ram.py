@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from homelab.engine.kinds import engine_kind
 from homelab.engine.llamacpp.cache_ram import (
     ADDRESS_OVERHEAD,
@@ -14,6 +16,7 @@ from homelab.engine.llamacpp.cache_ram import (
     cache_ram_mib,
     host_load,
 )
+from homelab.errors import UsageError
 from homelab.plan.calibration_miss import predicted_bytes
 from homelab.plan.options import PlanOptions
 from homelab.plan.working import render_steps
@@ -46,3 +49,33 @@ def test_a_tight_limit_turns_the_prompt_cache_off_and_no_limit_leaves_the_defaul
     assert "→ off (under 64 MiB)" in "\n".join(render_steps(plan.plan.steps))
     plan, argv = _argv(smollm2_gguf, None)
     assert "--cache-ram" not in argv and plan.cache_ram_mib is None
+
+
+def test_a_prompt_cache_set_by_the_person_is_passed_as_set_under_a_limit_or_not(
+    smollm2_gguf: Path,
+) -> None:
+    kind = engine_kind("llama.cpp")
+    for limit in (4 << 30, None):
+        options = PlanOptions(slots=2, ctx=2048, engine_memory_limit=limit, cache_ram=3 << 30)
+        plan = kind.plan(str(smollm2_gguf), RAM, options)
+        argv = kind.argv(plan, 8080, "llama-server")
+        assert argv[argv.index("--cache-ram") + 1] == "3072" and plan.cache_ram_mib == 3072
+        working = "\n".join(render_steps(plan.plan.steps))
+        assert "prompt cache (--cache-ram), as set: 3,072 MiB" in working
+        assert "under the engine memory limit" not in working
+    off = kind.plan(str(smollm2_gguf), RAM, PlanOptions(slots=2, ctx=2048, cache_ram=0))
+    argv = kind.argv(off, 8080, "llama-server")
+    assert argv[argv.index("--cache-ram") + 1] == "0" and off.cache_ram_mib == 0
+
+
+def test_plan_takes_cache_ram_as_a_size_and_refuses_what_is_not_one(smollm2_gguf: Path) -> None:
+    from tests.engine.supervisor_child import run_homelab
+
+    planned = run_homelab("plan", str(smollm2_gguf), "--vram", "16GiB", "--cache-ram", "512MiB")
+    assert planned.returncode == 0, planned.stderr
+    assert "--cache-ram 512" in planned.stdout
+    refused = run_homelab("plan", str(smollm2_gguf), "--vram", "16GiB", "--cache-ram", "lots")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "--cache-ram" in refused.stderr and "not a size" in refused.stderr
+    with pytest.raises(UsageError, match="prompt cache size must be zero"):
+        PlanOptions(cache_ram=-1).check()

@@ -91,6 +91,20 @@ def full_slot_body(client: httpx.Client) -> dict:
     return {"prompt": prompt, "n_predict": N_PREDICT, "id_slot": slot, "cache_prompt": False}
 
 
+def wait_health(client: httpx.Client, proc: subprocess.Popen) -> None:
+    """Until the uncapped engine ``proc`` answers ``/health`` (at most 120 s)."""
+    deadline = time.monotonic() + 120
+    while True:
+        assert proc.poll() is None, f"the uncapped engine exited: {proc.args}"
+        assert time.monotonic() < deadline, "the uncapped engine was not ready in 120 s"
+        try:
+            if client.get("/health").status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+
+
 def measure(model: Path) -> Lazy:
     """Run the plan of :func:`options` uncapped once (one malloc arena) and read its VmPeak."""
     kind = engine_kind("llama.cpp")
@@ -102,16 +116,7 @@ def measure(model: Path) -> Lazy:
     try:
         url = f"http://127.0.0.1:{port}"
         with loopback_client(url, timeout_s=180) as client:
-            deadline = time.monotonic() + 120
-            while True:
-                assert proc.poll() is None, f"the uncapped engine exited: {argv}"
-                assert time.monotonic() < deadline, "the uncapped engine was not ready in 120 s"
-                try:
-                    if client.get("/health").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.1)
+            wait_health(client, proc)
             at_ready = vm_peak(proc.pid)
             answer = client.post("/completion", json=full_slot_body(client))
             assert answer.status_code == 200, answer.text[:300]

@@ -33,7 +33,7 @@ from homelab.engine.session.serve import ServeRequest, ServeSession
 from homelab.engine.supervision.states import State
 from homelab.plan.options import PlanOptions
 from tests.factory.server_log import free_port
-from tests.prove.lazy_memory import FAST, ONE_ARENA, RAM, vm_peak
+from tests.prove.lazy_memory import FAST, ONE_ARENA, RAM, vm_peak, wait_health
 
 pytestmark = pytest.mark.engine
 
@@ -66,19 +66,6 @@ def _other(client: httpx.Client) -> httpx.Response:
     return client.post("/completion", json={"prompt": "Name three colours.", "n_predict": 4})
 
 
-def _wait_health(client: httpx.Client, alive) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        assert alive(), "the uncapped engine exited"
-        try:
-            if client.get("/health").status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("the uncapped engine was not ready in 120 s")
-
-
 def _measure(model: Path) -> tuple[int, int]:
     """VmPeak of the uncapped engine after the long prompt, and after the copy."""
     kind = engine_kind("llama.cpp")
@@ -90,7 +77,7 @@ def _measure(model: Path) -> tuple[int, int]:
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         with loopback_client(f"http://127.0.0.1:{port}", timeout_s=180) as client:
-            _wait_health(client, lambda: proc.poll() is None)
+            wait_health(client, proc)
             assert _long(client).status_code == 200
             after_long = vm_peak(proc.pid)
             assert _other(client).status_code == 200

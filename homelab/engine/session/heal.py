@@ -109,7 +109,6 @@ class Healer:
         """Attempts announced (ready, and proved when the proof is on): their out-of-memory
         lines are run time. An attempt in its proof is the proof's, never the line's."""
         self._cache_said: set[int] = set()
-        self._ready_once = False
         self._lock = threading.Lock()
         supervisor.subscribe(self._changed)
         supervisor.subscribe(self._line, log_lines=True)
@@ -125,15 +124,15 @@ class Healer:
                     "proof"
                     if self.proving
                     else "run"
-                    if attempt in self._serving or self._ready_once
+                    if self._serving  # announced once: a later crash is a run-time one
                     else "load"
                 )
                 if self._heal(stage, attempt, _said(transition, lines)) == GAVE_UP:
                     self.supervisor.stop()  # on the run loop's thread: it does not wait
         elif transition.state is State.READY:
-            if self._ready_once or not wants_proof(self.session):
+            if self._serving or not wants_proof(self.session):
                 self._serving.add(attempt)  # no proof to wait for: its lines are run time
-            if self._ready_once and self.failed and self.stage == "run":
+            if self._serving and self.failed and self.stage == "run":
                 self._record()  # a run-time heal held (the front-end is watching, not proving)
 
     def _line(self, item: Transition | LogLine) -> None:
@@ -272,7 +271,6 @@ class Healer:
                 self.supervisor.respec(self.supervisor.spec, restart=True)
                 after = ready.attempt  # the next ready is the restart's, not this one
         self._serving.add(ready.attempt)
-        self._ready_once = True
         if self.failed:
             self._record()
         return ready

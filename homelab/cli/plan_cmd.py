@@ -153,7 +153,7 @@ def _plan_and_model(args: argparse.Namespace, model=None, model_path: str | None
     """:func:`plan_from_args` and the model header it planned."""
     from homelab.engine.llamacpp.argv import llama_server_argv
     from homelab.engine.llamacpp.calibrate import current_engine_version
-    from homelab.engine.session.remote import remote_devices
+    from homelab.engine.llamacpp.rpc_query import query_workers
     from homelab.gguf.local_path import local_or_ref
     from homelab.gguf.model_file import read_model
     from homelab.plan.card import card_for
@@ -176,7 +176,7 @@ def _plan_and_model(args: argparse.Namespace, model=None, model_path: str | None
         card_for(options),
         options,
         engine_version=current_engine_version,
-        remote=remote_devices(options),
+        remote=query_workers(options.rpc) if options.rpc else (),
     )
     if fit.plan is None:  # does not fit / cannot be planned: that error is the command's
         assert fit.error is not None  # the judge keeps the error of every verdict without a plan

@@ -164,7 +164,7 @@ GATE_FLAGS = ("host", "max-concurrent", "budget", "queue-timeout")
 def run_serve(args: argparse.Namespace) -> int:
     """``homelab serve``: a serve session, its events rendered as text."""
     from homelab.cli.plan_cmd import options_from_args
-    from homelab.engine.session.serve import ServeRequest, ServeSession
+    from homelab.serve.session import ServeRequest, ServeSession
 
     try:
         if args.start_timeout <= 0:
@@ -234,7 +234,7 @@ class ServeText:
             self._bar = None
 
     def __call__(self, event) -> None:
-        from homelab.engine.session import events as ev
+        from homelab.serve import events as ev
 
         if print_prove_event(event):
             if isinstance(event, ev.Healing):  # it said the crash: the narrator does not

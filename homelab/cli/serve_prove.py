@@ -74,7 +74,7 @@ def prove_options(args: argparse.Namespace, options):
 
 def print_prove_event(event) -> bool:
     """Print a proof or heal event; False when ``event`` is neither."""
-    from homelab.engine.session import events as ev
+    from homelab.serve import events as ev
     from homelab.units import format_bytes
 
     if isinstance(event, ev.Proving):

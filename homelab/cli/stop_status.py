@@ -99,9 +99,9 @@ def _say_set_aside(now) -> None:
 def run_stop(args: argparse.Namespace) -> int:
     """``homelab stop``: stop the recorded engine, and any of homelab's engines that lost
     their record; 0 also when none runs."""
-    from homelab.engine.session.gate import stop_recorded_gate
     from homelab.engine.supervision.ownership import running, stop_engine, stop_found
     from homelab.engine.supervision.state_file import StateFile
+    from homelab.serve.gate import stop_recorded_gate
 
     store = StateFile()
     try:
@@ -132,9 +132,9 @@ def run_status(args: argparse.Namespace) -> int:
     """``homelab status [--json]``: 0 whether or not an engine runs (``running`` says which)."""
     from homelab.engine.kinds import KINDS, logged_kv_tokens
     from homelab.engine.llamacpp.client import status_line
-    from homelab.engine.session.prove import launch_of
     from homelab.engine.supervision.ownership import running
     from homelab.engine.supervision.state_file import StateFile
+    from homelab.serve.prove import launch_of
 
     try:
         now = running(StateFile())

@@ -124,7 +124,7 @@ class LlamaCpp:
 
     def plan(self, model, report, options, *, default_workload=None) -> ServePlan:
         from homelab.engine.llamacpp.calibrate import current_engine_version
-        from homelab.engine.session.remote import remote_devices
+        from homelab.engine.llamacpp.rpc_query import query_workers
         from homelab.gguf.model_file import read_model
         from homelab.plan.pipeline import plan_model
 
@@ -137,7 +137,7 @@ class LlamaCpp:
             options,
             default_workload=default_workload,
             engine_version=current_engine_version,
-            remote=remote_devices(options),
+            remote=query_workers(options.rpc) if options.rpc else (),
         )
         s, alloc = plan.settings, plan.candidate.allocation
         facts = PlanFacts(

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from homelab.engine.llamacpp.reuse_alarm import ReuseWatch
     from homelab.engine.llamacpp.status_poller import StatusPoller
-    from homelab.engine.session.serve import ServeSession
     from homelab.engine.supervision.state_file import EngineRecord
     from homelab.engine.supervision.supervisor import Supervisor
     from homelab.errors import HomelabError
@@ -32,6 +31,7 @@ if TYPE_CHECKING:
     from homelab.plan.planner import Plan
     from homelab.plan.workload import Workload
     from homelab.polling import Clock
+    from homelab.serve.session import ServeSession
 
 
 # -- settings ----------------------------------------------------------------------------
@@ -254,8 +254,8 @@ def serve_session(
     Detached but held: the app keeps supervising it, and quitting may leave it running
     for the next ``homelab`` to adopt. Its events go to ``on_event`` on a thread of its own.
     """
-    from homelab.engine.session.serve import ServeRequest, ServeSession
     from homelab.gate.config_file import GateChoices
+    from homelab.serve.session import ServeRequest, ServeSession
 
     request = ServeRequest(
         model,

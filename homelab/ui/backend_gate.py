@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from homelab.engine.session.serve import ServeSession
+    from homelab.serve.session import ServeSession
 
 
 def gate_state(session: ServeSession | None) -> dict[str, Any] | None:

@@ -1,15 +1,15 @@
 """The TUI's restarts of the running engine into a new plan under the same gate (the
-domain calls, like :mod:`homelab.ui.backend`): :mod:`homelab.engine.session.restart_into`."""
+domain calls, like :mod:`homelab.ui.backend`): :mod:`homelab.serve.restart_into`."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from homelab.engine.session.restart_into import Replan
-    from homelab.engine.session.serve import ServeSession
     from homelab.gpu.report import GpuReport
     from homelab.plan.options import PlanOptions
+    from homelab.serve.restart_into import Replan
+    from homelab.serve.session import ServeSession
 
 
 def why_not_in_place(session: ServeSession | None) -> str | None:
@@ -17,7 +17,7 @@ def why_not_in_place(session: ServeSession | None) -> str | None:
     and started: its gate too); None when it can."""
     if session is None:
         return "no engine of this session runs"
-    from homelab.engine.session.restart_into import why_not_in_place as why_not
+    from homelab.serve.restart_into import why_not_in_place as why_not
 
     return why_not(session)
 
@@ -33,8 +33,8 @@ def replan_in_place(
         HomelabError: the plan failed (the engine keeps running as it was; see
             :func:`still_on`), or the restarted engine did not come up.
     """
-    from homelab.engine.session.restart_into import replan
     from homelab.plan.own_engine import without_own_engines
+    from homelab.serve.restart_into import replan
 
     card = None if report is None else without_own_engines(report)
     return replan(session, options, report=card, why=why)

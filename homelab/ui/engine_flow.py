@@ -208,7 +208,7 @@ class EngineFlow:
 
     def _serve_event_arrived(self, event: Any) -> None:
         """Called on the session's delivery thread: hand over, never block it."""
-        from homelab.engine.session import events as ev
+        from homelab.serve import events as ev
 
         if isinstance(event, ev.GateRetargeted):  # a heal's or a re-plan's new gate limits
             self.post_message(ServeEvent(event))

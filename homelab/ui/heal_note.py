@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from homelab.engine.session import events as ev
+from homelab.serve import events as ev
 from homelab.units import format_bytes
 
 

@@ -129,7 +129,7 @@ class EngineMissing(Message, bubble=False):
 
 @dataclass
 class ServeEvent(Message, bubble=False):
-    """An event of the domain's serve session (``homelab.engine.session.events``)."""
+    """An event of the domain's serve session (``homelab.serve.events``)."""
 
     event: Any
 

@@ -222,6 +222,6 @@ def gate_words(event: Any) -> str:
 def retarget_words(event: Any) -> str | None:
     """What the app says of a ``GateRetargeted`` session event (a heal, a re-plan); None
     for another event."""
-    from homelab.engine.session import events as ev
+    from homelab.serve import events as ev
 
     return gate_words(event) if isinstance(event, ev.GateRetargeted) else None

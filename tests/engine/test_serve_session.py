@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 
 from homelab.engine.kinds import KINDS, engine_kind
-from homelab.engine.session import events as ev
-from homelab.engine.session.serve import ServeRequest, ServeSession
 from homelab.engine.supervision.facts import Asked, PlanFacts
 from homelab.engine.supervision.identity import ENGINE_VAR, find_engines
 from homelab.engine.supervision.ownership import Running, decide
@@ -20,6 +18,8 @@ from homelab.engine.supervision.record import EngineRecord
 from homelab.engine.supervision.state_file import StateFile
 from homelab.errors import EngineError, ModelFileError, UsageError
 from homelab.plan.options import PlanOptions
+from homelab.serve import events as ev
+from homelab.serve.session import ServeRequest, ServeSession
 
 pytestmark = pytest.mark.engine
 OPTIONS = PlanOptions(vram=8 << 30, ctx=512, slots=1)

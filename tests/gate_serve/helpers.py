@@ -9,7 +9,7 @@ import psutil
 
 from homelab.paths import state_dir
 
-GATE_MODULE = "homelab.engine.session.gate_process"
+GATE_MODULE = "homelab.serve.gate_process"
 PLAN = ["--vram", "8GiB", "--ctx", "512", "--parallel", "1"]
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from homelab.engine.session.serve import ServeRequest, ServeSession
 from homelab.engine.supervision.state_file import StateFile
 from homelab.gate.config_file import GateChoices
 from homelab.plan.options import PlanOptions
+from homelab.serve.session import ServeRequest, ServeSession
 from tests.factory.server_log import free_port
 from tests.gate.conftest import wait_for
 from tests.gate_serve.helpers import chat, gate_state, wait_gates_gone

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from homelab.engine.session import events as ev
-from homelab.engine.session.restart_into import replan, restart_same
-from homelab.engine.session.serve import ServeRequest, ServeSession
 from homelab.engine.supervision.process import alive
 from homelab.engine.supervision.state_file import StateFile
 from homelab.engine.supervision.states import State
 from homelab.gate.config_file import GateChoices
 from homelab.plan.options import PlanOptions
+from homelab.serve import events as ev
+from homelab.serve.restart_into import replan, restart_same
+from homelab.serve.session import ServeRequest, ServeSession
 from tests.engine.supervisor_child import run_homelab
 from tests.factory.server_log import free_port
 from tests.gate.conftest import wait_for

@@ -13,14 +13,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from homelab.engine.session import events as ev
-from homelab.engine.session.serve import ServeRequest, ServeSession
 from homelab.engine.supervision.process import alive
 from homelab.engine.supervision.state_file import StateFile
 from homelab.engine.supervision.states import RestartPolicy
 from homelab.errors import ExitCode, HomelabError
 from homelab.gate.config_file import GateChoices
 from homelab.plan.options import PlanOptions
+from homelab.serve import events as ev
+from homelab.serve.session import ServeRequest, ServeSession
 from tests.engine.test_serve_session import _names
 from tests.factory.server_log import free_port
 from tests.gate_serve.helpers import chat

@@ -29,10 +29,10 @@ import httpx
 
 from homelab.engine.kinds import ServePlan, engine_kind
 from homelab.engine.loopback import loopback_client
-from homelab.engine.session.prove import MARGIN_TOKENS, N_PREDICT, largest_slot, proof_prompt
 from homelab.engine.supervision.states import RestartPolicy
 from homelab.gpu.report import CpuMemory, GpuReport
 from homelab.plan.options import PlanOptions
+from homelab.serve.prove import MARGIN_TOKENS, N_PREDICT, largest_slot, proof_prompt
 from tests.factory.server_log import free_port
 
 RAM = GpuReport(
@@ -129,8 +129,8 @@ def measure(model: Path) -> Lazy:
 
 def serve_ready(request, engines, policy=None):
     """Serve ``request`` until ready (or failed), then stop it: (the session, its events)."""
-    from homelab.engine.session import events as ev
-    from homelab.engine.session.serve import ServeSession
+    from homelab.serve import events as ev
+    from homelab.serve.session import ServeSession
 
     session = ServeSession(request, policy=policy or FAST)
     seen: list = []

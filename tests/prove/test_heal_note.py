@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from homelab.engine.session import events as ev
-from homelab.engine.session.prove import ProofResult
 from homelab.plan.calibration_miss import Setting
+from homelab.serve import events as ev
+from homelab.serve.prove import ProofResult
 from homelab.ui.heal_note import heal_note
 
 WAS, NOW = Setting(32, 32 * 8192, 3 << 30), Setting(16, 16 * 8192, 3 << 29)

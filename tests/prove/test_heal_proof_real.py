@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from homelab.engine.kinds import engine_kind
-from homelab.engine.session import events as ev
-from homelab.engine.session.serve import ServeRequest, ServeSession
 from homelab.engine.supervision.states import State
 from homelab.plan.calibration_miss import misses
+from homelab.serve import events as ev
+from homelab.serve.session import ServeRequest, ServeSession
 from tests.prove.lazy_memory import RAM, Lazy, options, serve_ready
 
 pytestmark = pytest.mark.engine

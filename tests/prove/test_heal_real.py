@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from homelab.engine.kinds import engine_kind
-from homelab.engine.session import events as ev
-from homelab.engine.session import heal
-from homelab.engine.session.serve import ServeRequest, ServeSession
 from homelab.engine.supervision.states import RestartPolicy
 from homelab.gpu.report import CpuMemory, GpuReport
 from homelab.plan.calibration_miss import lookup_miss, misses
 from homelab.plan.options import PlanOptions
+from homelab.serve import events as ev
+from homelab.serve import heal
+from homelab.serve.session import ServeRequest, ServeSession
 from tests.factory.server_log import free_port
 from tests.prove.lazy_memory import serve_ready
 

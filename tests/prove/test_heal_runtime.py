@@ -6,7 +6,7 @@ engine on fewer slots (an asked-for restart, not a crash), the gate in front tak
 smaller plan's limits, later requests are answered, the miss is recorded at stage "run",
 and ``homelab serve``'s lines say what happened and what changed, with no stale crash line.
 When no smaller plan is left, the session ends with a
-:class:`~homelab.engine.session.heal.HealError` naming what was tried.
+:class:`~homelab.serve.heal.HealError` naming what was tried.
 
 Real llama-server (b11312 CPU build), real SmolLM2, real requests; nothing edited.
 """
@@ -20,13 +20,13 @@ import httpx
 import pytest
 
 from homelab.cli.serve_cmd import ServeText
-from homelab.engine.session import events as ev
-from homelab.engine.session import heal
-from homelab.engine.session.serve import ServeRequest, ServeSession
 from homelab.engine.supervision.states import State
 from homelab.gate.config_file import GateChoices
 from homelab.gate.state import STATE_PATH
 from homelab.plan.calibration_miss import misses
+from homelab.serve import events as ev
+from homelab.serve import heal
+from homelab.serve.session import ServeRequest, ServeSession
 from tests.gate_serve.helpers import chat
 from tests.prove.lazy_memory import FAST, RAM, Lazy, full_slot_body, options
 

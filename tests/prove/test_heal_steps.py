@@ -17,7 +17,6 @@ from homelab.engine.llamacpp.oom import (
     oom_line,
     prompt_cache_line,
 )
-from homelab.engine.session.heal import MIN_CTX_PER_SLOT, smaller
 from homelab.engine.supervision.failure import EngineFailure
 from homelab.errors import UsageError
 from homelab.gpu.report import CpuMemory, GpuReport
@@ -33,6 +32,7 @@ from homelab.plan.calibration_miss import (
 )
 from homelab.plan.options import PlanOptions
 from homelab.plan.pipeline import plan_model
+from homelab.serve.heal import MIN_CTX_PER_SLOT, smaller
 from tests.factory import write_gguf
 
 VERSION = "b11312-test"

@@ -27,11 +27,11 @@ import pytest
 from homelab.cli.serve_cmd import ServeText
 from homelab.engine.kinds import engine_kind
 from homelab.engine.loopback import loopback_client
-from homelab.engine.session import events as ev
-from homelab.engine.session.prove import proof_prompt
-from homelab.engine.session.serve import ServeRequest, ServeSession
 from homelab.engine.supervision.states import State
 from homelab.plan.options import PlanOptions
+from homelab.serve import events as ev
+from homelab.serve.prove import proof_prompt
+from homelab.serve.session import ServeRequest, ServeSession
 from tests.factory.server_log import free_port
 from tests.prove.lazy_memory import FAST, ONE_ARENA, RAM, vm_peak, wait_health
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from homelab.engine.session import events as ev
-from homelab.engine.session.prove import MARGIN_TOKENS, N_PREDICT, launch_of
-from homelab.engine.session.serve import ServeRequest, ServeSession
 from homelab.plan.calibration_miss import predicted_bytes
 from homelab.plan.options import PlanOptions
+from homelab.serve import events as ev
+from homelab.serve.prove import MARGIN_TOKENS, N_PREDICT, launch_of
+from homelab.serve.session import ServeRequest, ServeSession
 from tests.factory.server_log import free_port
 
 pytestmark = pytest.mark.engine

@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from homelab.engine.llamacpp.log import mib_matches, parse_load_log
-from homelab.engine.session.serve import ServeRequest, ServeSession
 from homelab.errors import ExitCode, WorkerError
 from homelab.plan.calibration import records
 from homelab.plan.options import PlanOptions
+from homelab.serve.session import ServeRequest, ServeSession
 from tests.factory.server_log import free_port
 from tests.rpc.conftest import worker_env
 

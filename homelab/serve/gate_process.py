@@ -1,6 +1,6 @@
 """A detached engine's gate, in a process of its own so it outlives the serve that started it.
 
-``python -m homelab.engine.session.gate_process`` reads one JSON object on stdin (the gate
+``python -m homelab.serve.gate_process`` reads one JSON object on stdin (the gate
 settings — the API key among them, so never on the command line —, the engine URL, the
 plan's facts and the engine record's path), runs the one
 :class:`~homelab.gate.runner.GateRunner` there is, and answers one JSON line on stdout:
@@ -95,7 +95,7 @@ def spawn_gate(
     }
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "homelab.engine.session.gate_process"],
+            [sys.executable, "-m", "homelab.serve.gate_process"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,

@@ -11,7 +11,7 @@ A :class:`Healer` watches one serve session's llama-server from before its first
   (:meth:`~homelab.engine.supervision.supervisor.Supervisor.respec`; a live engine's
   restart is asked for, not a crash, so heal steps never make a crash loop);
 - the prompt cache's failed copy is said (``PromptCacheOff``), not healed (it serves on);
-- **in the launch proof** (:mod:`homelab.engine.session.prove`, run by :meth:`Healer.ready`
+- **in the launch proof** (:mod:`homelab.serve.prove`, run by :meth:`Healer.ready`
   after ready and before the session announces it) the same, when the proof's request saw
   an out-of-memory;
 - at most :data:`MAX_STEPS` steps, then a clear :class:`HealError` naming what was tried;
@@ -32,17 +32,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from homelab.engine.llamacpp.oom import heal_line, is_oom, oom_lines, prompt_cache_line
-from homelab.engine.session import events as ev
 from homelab.engine.supervision.attempt_log import LogLine
 from homelab.engine.supervision.states import State, Transition
 from homelab.errors import DoesNotFitError, EngineError, HomelabError
+from homelab.serve import events as ev
 
 if TYPE_CHECKING:
     from homelab.engine.kinds import ServePlan
-    from homelab.engine.session.prove import ProofResult
-    from homelab.engine.session.serve import ServeSession
     from homelab.engine.supervision.supervisor import Supervisor
     from homelab.plan.calibration_miss import Setting
+    from homelab.serve.prove import ProofResult
+    from homelab.serve.session import ServeSession
 
 MAX_STEPS = 4
 """Smaller plans tried after an out-of-memory before giving up (below the crash-loop limit)."""
@@ -140,7 +140,7 @@ class Healer:
         a failed allocation that cost it a request (``decode() failed: std::bad_alloc``:
         the CPU graph's work buffer, grown lazily on the first big batch, could not grow)
         ran out at run time: heal it, the loop restarting it on the smaller plan now. The
-        prompt cache's failure is said (:class:`~homelab.engine.session.events.PromptCacheOff`),
+        prompt cache's failure is said (:class:`~homelab.serve.events.PromptCacheOff`),
         not healed: the engine drops the cache and serves on."""
         if not isinstance(item, LogLine):
             return
@@ -169,8 +169,8 @@ class Healer:
         with self._lock:
             if attempt in self._healed_attempts:
                 return ALREADY
-            from homelab.engine.session.restart_into import restart_into
             from homelab.plan.calibration_miss import setting_of
+            from homelab.serve.restart_into import restart_into
 
             self._healed_attempts.add(attempt)
             was = setting_of(self.plan.plan)
@@ -288,8 +288,8 @@ class Healer:
         )
 
     def _prove(self, ready: Transition) -> ProofResult:
-        from homelab.engine.session.prove import prove, save_launch
         from homelab.plan.calibration_miss import predicted_bytes
+        from homelab.serve.prove import prove, save_launch
 
         plan = self.plan.plan
         session = self.session
@@ -354,7 +354,7 @@ class Healer:
     ) -> None:
         from dataclasses import asdict
 
-        from homelab.engine.session.prove import save_launch
+        from homelab.serve.prove import save_launch
 
         healed = {
             "stage": stage,

@@ -12,7 +12,7 @@ never an engine left without the gate that was asked for.
 Where the gate runs follows the engine: an engine that dies with this process has its
 gate on a thread here (:class:`~homelab.gate.runner.GateRunner`); a detached engine,
 which outlives this process, has its gate in a detached process of its own
-(:mod:`homelab.engine.session.gate_process`, the same runner), which ends when the
+(:mod:`homelab.serve.gate_process`, the same runner), which ends when the
 engine's record goes (``homelab stop``, a replace) or on SIGTERM. The engine record
 names the gate (``gate_url``, ``gate_budget_tokens``, its pid), so the next ``serve``
 adopts both and ``homelab status`` shows both; the API key is never in it.
@@ -29,19 +29,19 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from homelab.engine.session import events as ev
 from homelab.engine.supervision.ports import LOOPBACK, PortChoice, choose_port, port_is_free
 from homelab.engine.supervision.process import alive, create_time_of
 from homelab.errors import EngineError
+from homelab.serve import events as ev
 
 if TYPE_CHECKING:
-    from homelab.engine.session.gate_process import GateChild
     from homelab.engine.supervision.facts import PlanFacts
     from homelab.engine.supervision.record import EngineRecord
     from homelab.engine.supervision.state_file import StateFile
     from homelab.gate.config_file import GateChoices
     from homelab.gate.runner import GateRunner
     from homelab.gate.settings import GateSettings
+    from homelab.serve.gate_process import GateChild
 
 STOP_GRACE_S = 5.0
 """How long a gate process gets after SIGTERM before SIGKILL."""
@@ -126,7 +126,7 @@ class SessionGate:
         if self.public is None:  # an adopted engine without a record of its gate: not here
             raise RuntimeError("the gate's port was not reserved")
         if detached:
-            from homelab.engine.session.gate_process import spawn_gate
+            from homelab.serve.gate_process import spawn_gate
 
             child = spawn_gate(settings, engine_url, facts, self._store.path)
             self._child = child

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from homelab.engine.session import events as ev
 from homelab.errors import UsageError
+from homelab.serve import events as ev
 
 if TYPE_CHECKING:
     from homelab.engine.kinds import EngineKind

@@ -1,7 +1,7 @@
 """One ``serve``: plan → pull (if needed) → start, adopt or replace → ready → actuals → live.
 
 :class:`ServeSession` does the work and prints nothing: it publishes the events of
-:mod:`homelab.engine.session.events` (on an :class:`~homelab.engine.session.bus.EventBus`,
+:mod:`homelab.serve.events` (on an :class:`~homelab.serve.bus.EventBus`,
 so subscribers never block it) and raises the same :class:`~homelab.errors.HomelabError`
 it publishes as ``Failed``. A front-end calls :meth:`ServeSession.start`,
 :meth:`ServeSession.wait_ready`, then watches the engine until it ends and calls
@@ -12,7 +12,7 @@ Adopt, replace or refuse is decided in the domain
 (:func:`homelab.engine.supervision.ownership.decide`), with the settings the person asked for.
 
 With ``ServeRequest.gate`` the admission gate is part of the session
-(:mod:`homelab.engine.session.gate`): it takes the public port, the engine an internal one,
+(:mod:`homelab.serve.gate`): it takes the public port, the engine an internal one,
 and it starts once the engine is ready and stops when the session stops the engine.
 """
 
@@ -25,11 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from homelab.engine.kinds import KINDS, EngineKind, ServePlan, engine_kind
-from homelab.engine.session import events as ev
-from homelab.engine.session.bus import EventBus
-from homelab.engine.session.gate import SessionGate, stop_recorded_gate, wait_port_freed
-from homelab.engine.session.heal import Healer, attach_healer, ended_error
-from homelab.engine.session.model_ref import resolve_model
 from homelab.engine.supervision.facts import Asked
 from homelab.engine.supervision.ownership import Running, decide, running, stop_engine, stop_found
 from homelab.engine.supervision.ports import LOOPBACK, choose_port
@@ -42,6 +37,11 @@ from homelab.gate.config_file import GateChoices
 from homelab.gpu.report import GpuReport
 from homelab.plan.options import PlanOptions
 from homelab.plan.workload import Workload
+from homelab.serve import events as ev
+from homelab.serve.bus import EventBus
+from homelab.serve.gate import SessionGate, stop_recorded_gate, wait_port_freed
+from homelab.serve.heal import Healer, attach_healer, ended_error
+from homelab.serve.model_ref import resolve_model
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,13 +1,13 @@
 """Restart the running engine into another plan under the same session, supervisor and gate.
 
-One operation, used by the heal (:mod:`homelab.engine.session.heal`: a smaller plan after
+One operation, used by the heal (:mod:`homelab.serve.heal`: a smaller plan after
 an out-of-memory) and by the re-plan a front-end asks for (the TUI's ``R``, re-planned on
 the card now, and ``r``, the same plan again): the plan's command line on the engine's own
 port and program, handed to the supervisor (:meth:`Supervisor.respec
 <homelab.engine.supervision.supervisor.Supervisor.respec>`), which restarts into it; the
 session's plan follows, and the gate in front takes the new plan's budget and ceiling on
 its live queue (:meth:`SessionGate.retarget
-<homelab.engine.session.gate.SessionGate.retarget>`) — queued requests keep their place,
+<homelab.serve.gate.SessionGate.retarget>`) — queued requests keep their place,
 and an admitted request whose engine is down for the restart waits for it to come back
 (:mod:`homelab.gate.engine_wait`) instead of failing. Clients keep the gate's port.
 
@@ -25,15 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from homelab.engine.session import events as ev
 from homelab.errors import EngineError
+from homelab.serve import events as ev
 
 if TYPE_CHECKING:
     from homelab.engine.kinds import ServePlan
-    from homelab.engine.session.serve import ServeSession
     from homelab.engine.supervision.supervisor import Supervisor
     from homelab.gpu.report import GpuReport
     from homelab.plan.options import PlanOptions
+    from homelab.serve.session import ServeSession
 
 READY_TIMEOUT_S = 600.0
 """How long :func:`replan` waits for the restarted engine to be ready."""

@@ -69,32 +69,42 @@ def _headroom_why(plan: Plan) -> str:
 
 
 def describe_plan(plan: Plan) -> list[Step]:
-    """Every step of the plan, in order."""
-    b = plan.budget
+    """Every step of the plan, in order: the model, the budget, what the engine takes, the
+    cost of a token of context, and what fits."""
+    return [
+        *_model_steps(plan),
+        *_budget_steps(plan),
+        *_engine_steps(plan),
+        *_token_steps(plan),
+        *_fit_steps(plan),
+    ]
+
+
+def _model_steps(plan: Plan) -> list[Step]:
+    """The model's architecture, trained context and which layers keep memory."""
     g = plan.geometry
-    c = plan.candidate
-    alloc = c.allocation
-    s = c.settings
-    engine = c.engine
-    steps = [
+    kinds = Counter(layer.kind for layer in g.layers)
+    layout = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
+    return [
         Step(
             "Model",
             f"{g.arch}, {g.n_layer_all} layers, trained on {g.trained_ctx:,} tokens",
             g.trained_ctx,
             "tokens",
-        )
-    ]
-    kinds = Counter(layer.kind for layer in g.layers)
-    layout = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
-    steps.append(
+        ),
         Step(
             "Layers that keep memory",
             f"{len(g.kv_layers)} of {g.n_layer_all} keep KV ({layout})",
             len(g.kv_layers),
             "count",
-        )
-    )
-    steps.append(Step("Memory", f"{b.name}, {_b(b.total)} in all", b.total, "B"))
+        ),
+    ]
+
+
+def _budget_steps(plan: Plan) -> list[Step]:
+    """The device's memory, less what is not llama-server's to use."""
+    b = plan.budget
+    steps = [Step("Memory", f"{b.name}, {_b(b.total)} in all", b.total, "B")]
     for label, value in (
         ("reserved by the driver", b.reserved),
         ("desktop (its peak while sampled)", b.desktop),
@@ -103,16 +113,22 @@ def describe_plan(plan: Plan) -> list[Step]:
     ):
         steps.append(Step(label, _b(value), value, "B", level=1, sign="−"))
     steps.append(Step("usable by llama-server", _b(b.usable), b.usable, "B", level=1, sign="="))
+    return steps
+
+
+def _engine_steps(plan: Plan) -> list[Step]:
+    """The weights on the device and the engine state that does not grow per token."""
+    g, s, engine = plan.geometry, plan.settings, plan.candidate.engine
     where = ("on the devices" if plan.split else "on the card") if plan.on_gpu else "in RAM"
     embd_note = " (the input embedding stays in system RAM)" if plan.on_gpu else ""
-    steps.append(
+    steps = [
         Step(
             f"Weights {where}",
             f"{_b(plan.weights_on_device)} of {_b(plan.weights.total)}{embd_note}",
             plan.weights_on_device,
             "B",
         )
-    )
+    ]
     if engine.cuda_context:
         steps.append(
             Step(
@@ -138,7 +154,14 @@ def describe_plan(plan: Plan) -> list[Step]:
     )
     left = plan.left_for_conversations
     steps.append(Step("Left for conversations", _b(left), left, "B"))
-    steps.append(Step(f"KV per token at {s.type_k}/{s.type_v} (K/V cache types)"))
+    return steps
+
+
+def _token_steps(plan: Plan) -> list[Step]:
+    """What one token of context costs, and the memory that does not grow with context."""
+    g, s, engine = plan.geometry, plan.settings, plan.candidate.engine
+    alloc = plan.candidate.allocation
+    steps = [Step(f"KV per token at {s.type_k}/{s.type_v} (K/V cache types)")]
     steps.extend(kv_per_token_lines(plan))
     per_token = alloc.bytes_per_token
     steps.append(
@@ -176,32 +199,35 @@ def describe_plan(plan: Plan) -> list[Step]:
                 "B",
             )
         )
-    steps.append(
+    return steps
+
+
+def _fit_steps(plan: Plan) -> list[Step]:
+    """The tokens that fit, the slots they make, the KV allocated and the spare memory."""
+    b, s, engine = plan.budget, plan.settings, plan.candidate.engine
+    alloc = plan.candidate.allocation
+    slot_note = "shared pool (-kvu)" if s.unified else f"{alloc.ctx_per_seq:,} each"
+    steps = [
         Step(
             f"Tokens that fit with {s.n_seq} slot(s)",
             f"{plan.tokens_fit:,}",
             plan.tokens_fit,
             "tokens",
-        )
-    )
-    slot_note = "shared pool (-kvu)" if s.unified else f"{alloc.ctx_per_seq:,} each"
-    steps.append(
+        ),
         Step(
             f"Slots for {plan.request.workload.describe()}",
             f"{s.n_seq} × {alloc.ctx_per_slot:,} tokens ({slot_note})",
             s.n_seq,
             "count",
-        )
-    )
-    steps.append(
+        ),
         Step(
             "KV allocated",
             f"{alloc.n_ctx:,} cells → {_b(alloc.total)} "
             f"(full {alloc.full_bytes:,} + SWA {alloc.swa_bytes:,} + recurrent {alloc.recurrent_bytes:,} B)",
             alloc.total,
             "B",
-        )
-    )
+        ),
+    ]
     if plan.n_gpu_layers is not None:
         steps.append(
             Step(

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from homelab.gguf.ggml_types import ggml_type
 from homelab.plan.device_steps import device_lines
-from homelab.plan.working import Step
+from homelab.plan.working import Step, byte_figure
 from homelab.units import format_bytes
 
 if TYPE_CHECKING:
@@ -24,10 +24,6 @@ def type_fraction(cache_type: str) -> str:
     kind = ggml_type(cache_type)
     block, size = kind.block_size, kind.type_size
     return str(size) if block == 1 else f"{size}/{block}"
-
-
-def _b(n: int) -> str:
-    return f"{n:,} B" if n < 1024 else f"{n:,} B ({format_bytes(n)})"
 
 
 def kv_per_token_lines(plan: Plan) -> list[Step]:
@@ -104,15 +100,17 @@ def _model_steps(plan: Plan) -> list[Step]:
 def _budget_steps(plan: Plan) -> list[Step]:
     """The device's memory, less what is not llama-server's to use."""
     b = plan.budget
-    steps = [Step("Memory", f"{b.name}, {_b(b.total)} in all", b.total, "B")]
+    steps = [Step("Memory", f"{b.name}, {byte_figure(b.total)} in all", b.total, "B")]
     for label, value in (
         ("reserved by the driver", b.reserved),
         ("desktop (its peak while sampled)", b.desktop),
         ("other processes", b.other),
         (f"headroom ({_headroom_why(plan)})", b.headroom),
     ):
-        steps.append(Step(label, _b(value), value, "B", level=1, sign="−"))
-    steps.append(Step("usable by llama-server", _b(b.usable), b.usable, "B", level=1, sign="="))
+        steps.append(Step(label, byte_figure(value), value, "B", level=1, sign="−"))
+    steps.append(
+        Step("usable by llama-server", byte_figure(b.usable), b.usable, "B", level=1, sign="=")
+    )
     return steps
 
 
@@ -124,7 +122,7 @@ def _engine_steps(plan: Plan) -> list[Step]:
     steps = [
         Step(
             f"Weights {where}",
-            f"{_b(plan.weights_on_device)} of {_b(plan.weights.total)}{embd_note}",
+            f"{byte_figure(plan.weights_on_device)} of {byte_figure(plan.weights.total)}{embd_note}",
             plan.weights_on_device,
             "B",
         )
@@ -133,7 +131,7 @@ def _engine_steps(plan: Plan) -> list[Step]:
         steps.append(
             Step(
                 "Engine: CUDA context and cuBLAS",
-                f"{_b(engine.cuda_context)} (not in llama.cpp's own figures)",
+                f"{byte_figure(engine.cuda_context)} (not in llama.cpp's own figures)",
                 engine.cuda_context,
                 "B",
                 sep=" ",
@@ -144,7 +142,7 @@ def _engine_steps(plan: Plan) -> list[Step]:
     steps.append(
         Step(
             f"Engine: compute buffer {compute_label}",
-            f"{_b(compute)} "
+            f"{byte_figure(compute)} "
             f"(logits 4 × {g.n_vocab or 'unknown'} vocab × {min(s.n_ubatch, s.n_seq)} output row(s) = {engine.logits:,} B, "
             f"attention mask {engine.attention_mask:,} B, activations ~{engine.activations:,} B)",
             compute,
@@ -153,7 +151,7 @@ def _engine_steps(plan: Plan) -> list[Step]:
         )
     )
     left = plan.left_for_conversations
-    steps.append(Step("Left for conversations", _b(left), left, "B"))
+    steps.append(Step("Left for conversations", byte_figure(left), left, "B"))
     return steps
 
 
@@ -183,7 +181,7 @@ def _token_steps(plan: Plan) -> list[Step]:
         steps.append(
             Step(
                 f"Sliding-window layers ({len(g.swa_layers)}, window {g.n_swa:,})",
-                f"{alloc.swa_cells:,} cells × {alloc.n_stream} stream(s) = {_b(alloc.swa_bytes)}, "
+                f"{alloc.swa_cells:,} cells × {alloc.n_stream} stream(s) = {byte_figure(alloc.swa_bytes)}, "
                 "whatever the context",
                 alloc.swa_bytes,
                 "B",
@@ -194,7 +192,7 @@ def _token_steps(plan: Plan) -> list[Step]:
             Step(
                 "Recurrent state",
                 f"{len(g.recurrent_layers)} layers × 4 B × ({g.n_embd_r:,} + {g.n_embd_s:,}) "
-                f"× {max(1, s.n_seq)} sequence(s) = {_b(alloc.recurrent_bytes)}",
+                f"× {max(1, s.n_seq)} sequence(s) = {byte_figure(alloc.recurrent_bytes)}",
                 alloc.recurrent_bytes,
                 "B",
             )
@@ -222,7 +220,7 @@ def _fit_steps(plan: Plan) -> list[Step]:
         ),
         Step(
             "KV allocated",
-            f"{alloc.n_ctx:,} cells → {_b(alloc.total)} "
+            f"{alloc.n_ctx:,} cells → {byte_figure(alloc.total)} "
             f"(full {alloc.full_bytes:,} + SWA {alloc.swa_bytes:,} + recurrent {alloc.recurrent_bytes:,} B)",
             alloc.total,
             "B",
@@ -243,7 +241,7 @@ def _fit_steps(plan: Plan) -> list[Step]:
     steps.append(
         Step(
             "Spare after the plan",
-            f"{_b(spare)} (plus the {format_bytes(b.headroom)} headroom)",
+            f"{byte_figure(spare)} (plus the {format_bytes(b.headroom)} headroom)",
             spare,
             "B",
         )

@@ -23,6 +23,7 @@ class ArchKeys:
         self.values: dict[str, Any] = header.metadata
 
     def fail(self, key: str, why: str) -> ModelFileError:
+        """The error for the full key name ``key``, naming the file and what is wrong."""
         return ModelFileError(
             f"{self.header.source_name}: metadata {key!r} {why}",
             hint="The file may be from a newer or broken converter; re-download or re-convert it.",

@@ -11,13 +11,13 @@ them to the generic hyper-parameters the way llama.cpp's loader does.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from homelab.errors import ModelFileError, UnknownArchitectureError
+from homelab.gguf.arch_keys import ArchKeys
 from homelab.gguf.archs import ArchRule, rule_for
 from homelab.gguf.header import GgufHeader, GgufModel, LazyArray
 from homelab.gguf.plausible import (
-    MAX_COUNT,
     MAX_EXPERTS,
     MAX_HEAD_DIM,
     MAX_HEADS,
@@ -100,80 +100,8 @@ class Geometry:
         )
 
 
-class _Meta:
-    """Typed access to ``{arch}.*`` keys with the file named in every error."""
-
-    def __init__(self, header: GgufHeader, arch: str) -> None:
-        self.header = header
-        self.arch = arch
-        self.values: dict[str, Any] = header.metadata
-
-    def _fail(self, key: str, why: str) -> ModelFileError:
-        return ModelFileError(
-            f"{self.header.source_name}: metadata {key!r} {why}",
-            hint="The file may be from a newer or broken converter; re-download or re-convert it.",
-        )
-
-    def get(self, suffix: str, default: Any = None) -> Any:
-        return self.values.get(f"{self.arch}.{suffix}", default)
-
-    def uint(
-        self, suffix: str, default: int | None = None, *, high: int = MAX_COUNT, low: int = 0
-    ) -> int:
-        """The integer ``{arch}.{suffix}``, checked to lie in ``low..high``."""
-        key = f"{self.arch}.{suffix}"
-        value = self.values.get(key, default)
-        if value is None:
-            raise self._fail(key, "is missing")
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self._fail(key, f"should be an integer, not {value!r}")
-        return self._bounded(key, value, low, high)
-
-    def _bounded(self, key: str, value: int, low: int, high: int) -> int:
-        if value < 0:
-            raise self._fail(key, f"is negative ({value:,})")
-        if not low <= value <= high:
-            raise self._fail(
-                key, f"is {value:,}, outside what a real model has ({low:,} to {high:,})"
-            )
-        return value
-
-    def optional_int(self, suffix: str, *, high: int = MAX_COUNT) -> int | None:
-        """Like :meth:`uint`, but ``None`` when the key is absent."""
-        if f"{self.arch}.{suffix}" not in self.values:
-            return None
-        return self.uint(suffix, high=high)
-
-    def per_layer(
-        self, suffix: str, n_layer_all: int, default: int | list[int], *, high: int = MAX_COUNT
-    ) -> list[int]:
-        """A scalar-or-array key expanded to one value per layer (llama.cpp's get_key_or_arr)."""
-        key = f"{self.arch}.{suffix}"
-        value = self.values.get(key, default)
-        if isinstance(value, LazyArray):
-            raise self._fail(key, f"is an array of {value.count} items, not one per layer")
-        if isinstance(value, list):
-            if len(value) != n_layer_all or not all(
-                isinstance(v, int) and not isinstance(v, bool) for v in value
-            ):
-                raise self._fail(key, f"should hold {n_layer_all} integers, one per layer")
-            return [self._bounded(f"{key}[{il}]", v, 0, high) for il, v in enumerate(value)]
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self._fail(key, f"should be an integer or per-layer array, not {value!r}")
-        return [self._bounded(key, value, 0, high)] * n_layer_all
-
-    def bool_array(self, suffix: str, n_layer_all: int) -> list[bool] | None:
-        key = f"{self.arch}.{suffix}"
-        value = self.values.get(key)
-        if not isinstance(value, list) or not value or not isinstance(value[0], bool):
-            return None
-        if len(value) > n_layer_all:
-            raise self._fail(key, f"has {len(value)} entries for {n_layer_all} layers")
-        return list(value) + [False] * (n_layer_all - len(value))
-
-
 def _swa_flags(
-    meta: _Meta, rule: ArchRule, n_layer: int, n_layer_all: int
+    meta: ArchKeys, rule: ArchRule, n_layer: int, n_layer_all: int
 ) -> tuple[int, list[bool]]:
     """(n_swa, per-layer is_swa), as llama.cpp's load_swa_pattern / set_swa_pattern do."""
     none = [False] * n_layer_all
@@ -193,7 +121,7 @@ def _swa_flags(
 
 
 def _recurrent_flags(
-    meta: _Meta,
+    meta: ArchKeys,
     rule: ArchRule,
     n_layer: int,
     n_layer_all: int,
@@ -208,7 +136,7 @@ def _recurrent_flags(
             return flags
         interval = meta.uint("full_attention_interval", 4)
         if interval == 0:
-            raise meta._fail(f"{meta.arch}.full_attention_interval", "is 0")
+            raise meta.fail(f"{meta.arch}.full_attention_interval", "is 0")
         return [il < n_layer and (il + 1) % interval != 0 for il in range(n_layer_all)]
     if rule.recurrent == "no_kv_heads":
         return [il < n_layer and n_head_kv[il] == 0 for il in range(n_layer_all)]
@@ -217,7 +145,7 @@ def _recurrent_flags(
     return [False] * n_layer_all
 
 
-def _recurrent_widths(meta: _Meta, n_embd: int) -> tuple[int, int]:
+def _recurrent_widths(meta: ArchKeys, n_embd: int) -> tuple[int, int]:
     """(n_embd_r, n_embd_s) in F32 elements per sequence, as llama_hparams computes them."""
     l_cache = meta.uint("shortconv.l_cache", 0, high=MAX_WIDTH)
     if l_cache:
@@ -230,6 +158,23 @@ def _recurrent_widths(meta: _Meta, n_embd: int) -> tuple[int, int]:
     return n_conv, d_state * d_inner
 
 
+@dataclass(frozen=True, slots=True)
+class _Hparams:
+    """The generic hyper-parameters every architecture's rules are applied to."""
+
+    n_layer_all: int
+    n_layer: int
+    n_embd: int
+    trained_ctx: int
+    n_head: list[int]
+    n_head_kv: list[int]
+    n_ff: list[int]
+    head_k: int
+    head_v: int
+    head_k_swa: int
+    head_v_swa: int
+
+
 def geometry_of(model: GgufModel | GgufHeader) -> Geometry:
     """Read a model's memory geometry from its GGUF header.
 
@@ -239,6 +184,54 @@ def geometry_of(model: GgufModel | GgufHeader) -> Geometry:
         ModelFileError: a key the architecture needs is missing or malformed.
     """
     header = model.header if isinstance(model, GgufModel) else model
+    arch, rule = _arch_rule(header)
+    meta = ArchKeys(header, arch)
+    hp = _hparams(meta)
+    is_mla = rule.mla and (
+        f"{arch}.attention.key_length_mla" in meta.values
+        and f"{arch}.attention.value_length_mla" in meta.values
+    )
+    n_swa, is_swa = _swa_flags(meta, rule, hp.n_layer, hp.n_layer_all)
+    is_recr = _recurrent_flags(meta, rule, hp.n_layer, hp.n_layer_all, hp.n_head_kv, hp.n_ff)
+    kv_from_start = rule.kv_from_start(meta.values, arch, hp.n_layer_all)
+    if kv_from_start is not None and kv_from_start <= 0:
+        key = f"{arch}.attention.shared_kv_layers"
+        raise meta.fail(key, f"is {meta.values.get(key)!r}: no layer would own a KV cache")
+    layers = [
+        _layer(rule, hp, il, is_swa[il], is_recr[il], is_mla, kv_from_start)
+        for il in range(hp.n_layer_all)
+    ]
+    check_kv_layers(
+        header.source_name, arch, layers, hp.n_head, is_mla=is_mla, kv_only=rule.memory == "kv"
+    )
+    check_tensors(model, arch, hp.n_layer_all, hp.n_layer)
+    n_embd_r, n_embd_s = (0, 0)
+    if any(layer.kind == "recurrent" or layer.also_recurrent for layer in layers):
+        n_embd_r, n_embd_s = _recurrent_widths(meta, hp.n_embd)
+    n_vocab = _vocab_size(header, meta)
+    n_ff_max = _widest_ff(meta, hp.n_ff)
+    return Geometry(
+        n_ff_max=n_ff_max,
+        ssm_d_inner=meta.uint("ssm.inner_size", 0, high=MAX_WIDTH) if n_embd_s else 0,
+        arch=arch,
+        n_layer_all=hp.n_layer_all,
+        n_layer=hp.n_layer,
+        layers=tuple(layers),
+        trained_ctx=hp.trained_ctx,
+        n_embd=hp.n_embd,
+        n_head=hp.n_head[0],
+        n_vocab=n_vocab,
+        n_swa=n_swa if any(layer.kind == "swa" for layer in layers) else 0,
+        is_mla=is_mla,
+        n_embd_r=n_embd_r,
+        n_embd_s=n_embd_s,
+        verified=rule.verified,
+        notes=() if rule.verified else (_unverified_note(arch),),
+    )
+
+
+def _arch_rule(header: GgufHeader) -> tuple[str, ArchRule]:
+    """The header's architecture and homelab's rules for it; refused when there are none."""
     arch = header.arch
     if arch is None:
         raise ModelFileError(
@@ -252,100 +245,94 @@ def geometry_of(model: GgufModel | GgufHeader) -> Geometry:
             hint="Its KV layout cannot be derived exactly; pass --ctx and --parallel yourself, "
             "or open an issue naming the architecture.",
         )
-    meta = _Meta(header, arch)
+    return arch, rule
+
+
+def _hparams(meta: ArchKeys) -> _Hparams:
+    """The layer counts, widths and heads (per layer where llama.cpp allows an array)."""
     n_layer_all = meta.uint("block_count", low=1, high=MAX_LAYERS)
     n_nextn = meta.uint("nextn_predict_layers", 0, high=n_layer_all)
-    n_layer = n_layer_all - n_nextn
     n_embd = meta.uint("embedding_length", low=1, high=MAX_WIDTH)
     trained_ctx = meta.uint("context_length", low=1)
-    n_head_arr = meta.per_layer("attention.head_count", n_layer_all, 0, high=MAX_HEADS)
-    n_head = n_head_arr[0]
-    n_head_kv = meta.per_layer("attention.head_count_kv", n_layer_all, n_head_arr, high=MAX_HEADS)
+    n_head = meta.per_layer("attention.head_count", n_layer_all, 0, high=MAX_HEADS)
+    n_head_kv = meta.per_layer("attention.head_count_kv", n_layer_all, n_head, high=MAX_HEADS)
     n_ff = meta.per_layer("feed_forward_length", n_layer_all, 0, high=MAX_WIDTH)
-
     head_k = head_v = 0
-    if n_head > 0:
-        head_k = meta.uint("attention.key_length", n_embd // n_head, high=MAX_HEAD_DIM)
-        head_v = meta.uint("attention.value_length", n_embd // n_head, high=MAX_HEAD_DIM)
-    head_k_swa = meta.uint("attention.key_length_swa", head_k, high=MAX_HEAD_DIM)
-    head_v_swa = meta.uint("attention.value_length_swa", head_v, high=MAX_HEAD_DIM)
-    is_mla = rule.mla and (
-        f"{arch}.attention.key_length_mla" in meta.values
-        and f"{arch}.attention.value_length_mla" in meta.values
+    if n_head[0] > 0:
+        head_k = meta.uint("attention.key_length", n_embd // n_head[0], high=MAX_HEAD_DIM)
+        head_v = meta.uint("attention.value_length", n_embd // n_head[0], high=MAX_HEAD_DIM)
+    return _Hparams(
+        n_layer_all=n_layer_all,
+        n_layer=n_layer_all - n_nextn,
+        n_embd=n_embd,
+        trained_ctx=trained_ctx,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        n_ff=n_ff,
+        head_k=head_k,
+        head_v=head_v,
+        head_k_swa=meta.uint("attention.key_length_swa", head_k, high=MAX_HEAD_DIM),
+        head_v_swa=meta.uint("attention.value_length_swa", head_v, high=MAX_HEAD_DIM),
     )
-    n_swa, is_swa = _swa_flags(meta, rule, n_layer, n_layer_all)
-    is_recr = _recurrent_flags(meta, rule, n_layer, n_layer_all, n_head_kv, n_ff)
-    kv_from_start = rule.kv_from_start(meta.values, arch, n_layer_all)
-    if kv_from_start is not None and kv_from_start <= 0:
-        key = f"{arch}.attention.shared_kv_layers"
-        raise meta._fail(key, f"is {meta.values.get(key)!r}: no layer would own a KV cache")
 
-    layers = []
-    for il in range(n_layer_all):
-        why = _why_no_kv(rule, il, n_layer, is_recr[il], n_ff[il], kv_from_start)
-        recurrent_here = rule.memory != "kv" and _keeps_recurrent(
-            rule, il, n_layer, is_recr[il], n_ff[il]
+
+def _layer(
+    rule: ArchRule,
+    hp: _Hparams,
+    il: int,
+    swa: bool,
+    recurrent: bool,
+    is_mla: bool,
+    kv_from_start: int | None,
+) -> LayerMemory:
+    """What layer ``il`` keeps: a KV cache (full or sliding), a recurrent state, or nothing."""
+    why = _why_no_kv(rule, il, hp.n_layer, recurrent, hp.n_ff[il], kv_from_start)
+    recurrent_here = rule.memory != "kv" and _keeps_recurrent(
+        rule, il, hp.n_layer, recurrent, hp.n_ff[il]
+    )
+    n_head_kv = hp.n_head_kv[il]
+    if why is None:
+        hk, hv = (hp.head_k_swa, hp.head_v_swa) if swa else (hp.head_k, hp.head_v)
+        return LayerMemory(
+            index=il,
+            kind="swa" if swa else "full",
+            n_head_kv=n_head_kv,
+            k_width=hk * n_head_kv,
+            v_width=0 if is_mla else hv * n_head_kv,
+            also_recurrent=recurrent_here,
+            head_k=hk,
+            head_v=hv,
         )
-        if why is None:
-            swa = is_swa[il]
-            hk, hv = (head_k_swa, head_v_swa) if swa else (head_k, head_v)
-            layers.append(
-                LayerMemory(
-                    index=il,
-                    kind="swa" if swa else "full",
-                    n_head_kv=n_head_kv[il],
-                    k_width=hk * n_head_kv[il],
-                    v_width=0 if is_mla else hv * n_head_kv[il],
-                    also_recurrent=recurrent_here,
-                    head_k=hk,
-                    head_v=hv,
-                )
-            )
-        elif recurrent_here:
-            layers.append(LayerMemory(il, "recurrent", n_head_kv[il], 0, 0))
-        else:
-            layers.append(LayerMemory(il, "none", n_head_kv[il], 0, 0, why_none=why))
+    if recurrent_here:
+        return LayerMemory(il, "recurrent", n_head_kv, 0, 0)
+    return LayerMemory(il, "none", n_head_kv, 0, 0, why_none=why)
 
-    check_kv_layers(
-        header.source_name, arch, layers, n_head_arr, is_mla=is_mla, kv_only=rule.memory == "kv"
-    )
-    check_tensors(model, arch, n_layer_all, n_layer)
-    n_embd_r, n_embd_s = (0, 0)
-    if any(layer.kind == "recurrent" or layer.also_recurrent for layer in layers):
-        n_embd_r, n_embd_s = _recurrent_widths(meta, n_embd)
+
+def _vocab_size(header: GgufHeader, meta: ArchKeys) -> int | None:
+    """Tokens in the vocabulary: the token list's length, else ``{arch}.vocab_size``."""
     tokens = header.metadata.get("tokenizer.ggml.tokens")
-    n_vocab = len(tokens) if isinstance(tokens, (list, LazyArray)) else None
-    if n_vocab is None and isinstance(meta.get("vocab_size"), int):
-        n_vocab = meta.uint("vocab_size", high=MAX_VOCAB)
-    notes = []
-    if not rule.verified:
-        notes.append(
-            f"the memory rules for {arch!r} follow llama.cpp's source but were not yet "
-            "checked against a running llama-server: treat the KV figure as unverified"
-        )
-    n_ff_max = max(n_ff, default=0)
+    if isinstance(tokens, (list, LazyArray)):
+        return len(tokens)
+    if isinstance(meta.get("vocab_size"), int):
+        return meta.uint("vocab_size", high=MAX_VOCAB)
+    return None
+
+
+def _widest_ff(meta: ArchKeys, n_ff: list[int]) -> int:
+    """The widest feed-forward a token passes through: dense, or its routed experts together."""
+    widest = max(n_ff, default=0)
     experts_used = meta.optional_int("expert_used_count", high=MAX_EXPERTS)
     expert_ff = meta.optional_int("expert_feed_forward_length", high=MAX_WIDTH)
     if experts_used is not None and expert_ff is not None:
         shared = meta.uint("expert_shared_feed_forward_length", 0, high=MAX_WIDTH)
-        n_ff_max = max(n_ff_max, experts_used * expert_ff + shared)
-    return Geometry(
-        n_ff_max=n_ff_max,
-        ssm_d_inner=meta.uint("ssm.inner_size", 0, high=MAX_WIDTH) if n_embd_s else 0,
-        arch=arch,
-        n_layer_all=n_layer_all,
-        n_layer=n_layer,
-        layers=tuple(layers),
-        trained_ctx=trained_ctx,
-        n_embd=n_embd,
-        n_head=n_head,
-        n_vocab=n_vocab,
-        n_swa=n_swa if any(layer.kind == "swa" for layer in layers) else 0,
-        is_mla=is_mla,
-        n_embd_r=n_embd_r,
-        n_embd_s=n_embd_s,
-        verified=rule.verified,
-        notes=tuple(notes),
+        widest = max(widest, experts_used * expert_ff + shared)
+    return widest
+
+
+def _unverified_note(arch: str) -> str:
+    return (
+        f"the memory rules for {arch!r} follow llama.cpp's source but were not yet "
+        "checked against a running llama-server: treat the KV figure as unverified"
     )
 
 

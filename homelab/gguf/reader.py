@@ -226,8 +226,7 @@ class _HeaderParser:
 
     def alignment(self, metadata: dict[str, Any]) -> int:
         value = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-        is_int = isinstance(value, int) and not isinstance(value, bool)
-        if not is_int or value <= 0 or value & (value - 1):
+        if type(value) is not int or value <= 0 or value & (value - 1):  # not a bool
             raise self.error(f"general.alignment is {value!r}; it must be a power of two")
         return value
 

@@ -1,7 +1,7 @@
 """Where GGUF bytes come from, and the buffered cursor the reader walks them with.
 
 A ``ByteSource`` answers "give me ``length`` bytes at ``offset``". A local file is one;
-an HTTP range-request source (a later issue) is another, where every ``read`` is a
+an HTTP range-request source would be another, where every ``read`` is a
 round trip. So the reader never asks a source for small pieces: it reads through a
 ``ByteCursor``, which fetches growing chunks (64 KiB first) and takes size hints from
 the reader ("about 2 MB of vocabulary strings are still to come"), so a header is

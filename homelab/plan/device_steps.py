@@ -4,16 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from homelab.plan.working import Step
-from homelab.units import format_bytes
+from homelab.plan.working import Step, byte_figure
 
 if TYPE_CHECKING:
     from homelab.plan.planner import Plan
     from homelab.plan.split import DeviceShare
-
-
-def _b(n: int) -> str:
-    return f"{n:,} B" if n < 1024 else f"{n:,} B ({format_bytes(n)})"
 
 
 def _held(share: DeviceShare) -> str:
@@ -42,7 +37,7 @@ def device_lines(plan: Plan) -> list[Step]:
         rows.append(
             Step(
                 f"{d.llama_name}{role}",
-                f"{b.name}{host}, {_b(b.total)} in all",
+                f"{b.name}{host}, {byte_figure(b.total)} in all",
                 b.total,
                 "B",
                 level=1,
@@ -54,8 +49,8 @@ def device_lines(plan: Plan) -> list[Step]:
             ("other processes", b.other),
             (f"headroom ({'drives a display' if b.display_active else 'no display'})", b.headroom),
         ):
-            rows.append(Step(label, _b(value), value, "B", level=2, sign="−"))
-        rows.append(Step("usable", _b(b.usable), b.usable, "B", level=2, sign="="))
+            rows.append(Step(label, byte_figure(value), value, "B", level=2, sign="−"))
+        rows.append(Step("usable", byte_figure(b.usable), b.usable, "B", level=2, sign="="))
         rows.append(Step("holds", _held(share), share.layers, "count", level=2))
         for label, value in (
             ("weights", share.weights),
@@ -64,6 +59,6 @@ def device_lines(plan: Plan) -> list[Step]:
             ("compute buffer (estimated)", e.compute_buffer),
         ):
             if value:
-                rows.append(Step(label, _b(value), value, "B", level=2, sign="−"))
-        rows.append(Step("spare", _b(share.spare), share.spare, "B", level=2, sign="="))
+                rows.append(Step(label, byte_figure(value), value, "B", level=2, sign="−"))
+        rows.append(Step("spare", byte_figure(share.spare), share.spare, "B", level=2, sign="="))
     return rows

@@ -183,6 +183,17 @@ def _whole(plan: Plan, request: PlanRequest, geometry: Geometry) -> bool:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Placement:
+    """Where the weights go, and the fitter that prices conversations in the room left."""
+
+    fitter: Fitter
+    n_gpu_layers: int | None
+    """-ngl for a partial offload; None when every block is on the device(s)."""
+    weights_on_device: int
+    verdict: Verdict
+
+
 def _plan_on(
     model_path: str,
     geometry: Geometry,
@@ -212,37 +223,8 @@ def _plan_on(
                 hint="Free memory on the cards or workers, or pick a smaller model.",
             )
     budget = total_budget(devices)
-    on_gpu = budget.kind != "cpu"
-    n_gpu_layers: int | None = None
-    verdict: Verdict = "fits"
-    split = len(devices) > 1 or devices[0].remote
-    weights_on_device = weights.on_device() if on_gpu else weights.total
-    if split:
-        fitter: Fitter = SplitFitter(geometry, devices, weights, base)
-        warnings += split_notes(devices)
-    else:
-        fitter = _fitter(geometry, budget.usable - weights_on_device, base, request, on_gpu, None)
-
-    if on_gpu and not fitter.fits(min(MIN_CTX, per_slot_wanted), 1):
-        want = min(per_slot_wanted, MIN_CTX) if request.ctx is None else request.ctx
-        if split:
-            n_gpu_layers, fitter = partial_split(
-                geometry, devices, weights, base, want, budget.name
-            )
-            weights_on_device = weights.on_device(n_gpu_layers - 1)
-        else:
-            n_gpu_layers, fitter, weights_on_device = _partial_offload(
-                geometry, budget, weights, base, request, want
-            )
-        verdict = "partial"
-        shortfall = weights.on_device() - (budget.usable - CUDA_CONTEXT_BYTES)
-        warnings.append(
-            f"The weights do not fit on the {'devices' if split else 'card'} (short by {shortfall:,} bytes with the engine's state): "
-            f"{n_gpu_layers - 1} of {len(weights.per_block)} blocks go to the GPU, the rest run on the CPU. "
-            "Expect generation several times slower than a model that fits."
-        )
-
-    candidate, tokens_fit = choose(fitter, request, geometry, per_slot_wanted, warnings)
+    place = _place(geometry, weights, base, request, devices, budget, per_slot_wanted, warnings)
+    candidate, tokens_fit = choose(place.fitter, request, geometry, per_slot_wanted, warnings)
     if candidate.measurement is not None and not candidate.measured_here:
         m = candidate.measurement
         warnings.append(
@@ -250,36 +232,83 @@ def _plan_on(
             f"-c {candidate.allocation.n_ctx} -np {candidate.settings.n_seq}, which no run has measured yet: "
             f"the plan takes its estimate corrected by that run's error ({m.error:+,} bytes)."
         )
-    if isinstance(fitter, SplitFitter):
-        shares = fitter.shares(candidate)
-    else:
-        n_blocks = len(weights.per_block) if n_gpu_layers is None else n_gpu_layers - 1
-        first = len(weights.per_block) - n_blocks
-        share = DeviceShare(
-            devices[0],
-            first,
-            n_blocks,
-            True,
-            weights_on_device,
-            candidate.allocation.total,
-            candidate.engine,
-        )
-        shares = (share,)
     plan = Plan(
         model_path=model_path,
         geometry=geometry,
         request=request,
         budget=budget,
         weights=weights,
-        weights_on_device=weights_on_device,
-        n_gpu_layers=n_gpu_layers,
+        weights_on_device=place.weights_on_device,
+        n_gpu_layers=place.n_gpu_layers,
         candidate=candidate,
         tokens_fit=tokens_fit,
-        verdict=verdict,
+        verdict=place.verdict,
         warnings=tuple(warnings + list(geometry.notes) + list(budget.notes)),
-        devices=shares,
+        devices=_shares(place, candidate, devices, weights),
     )
     return _with_steps(plan)
+
+
+def _place(
+    geometry: Geometry,
+    weights: WeightPlacement,
+    base: KvSettings,
+    request: PlanRequest,
+    devices: tuple[PlanDevice, ...],
+    budget: DeviceBudget,
+    per_slot_wanted: int,
+    warnings: list[str],
+) -> _Placement:
+    """Every block on the device(s) when one short conversation still fits there; else as
+    many blocks as leave room for one, the rest on the CPU (said in ``warnings``)."""
+    on_gpu = budget.kind != "cpu"
+    split = len(devices) > 1 or devices[0].remote
+    weights_on_device = weights.on_device() if on_gpu else weights.total
+    if split:
+        fitter: Fitter = SplitFitter(geometry, devices, weights, base)
+        warnings += split_notes(devices)
+    else:
+        fitter = _fitter(geometry, budget.usable - weights_on_device, base, request, on_gpu, None)
+    if not on_gpu or fitter.fits(min(MIN_CTX, per_slot_wanted), 1):
+        return _Placement(fitter, None, weights_on_device, "fits")
+    want = min(per_slot_wanted, MIN_CTX) if request.ctx is None else request.ctx
+    if split:
+        n_gpu_layers, fitter = partial_split(geometry, devices, weights, base, want, budget.name)
+        weights_on_device = weights.on_device(n_gpu_layers - 1)
+    else:
+        n_gpu_layers, fitter, weights_on_device = _partial_offload(
+            geometry, budget, weights, base, request, want
+        )
+    shortfall = weights.on_device() - (budget.usable - CUDA_CONTEXT_BYTES)
+    warnings.append(
+        f"The weights do not fit on the {'devices' if split else 'card'} (short by {shortfall:,} bytes with the engine's state): "
+        f"{n_gpu_layers - 1} of {len(weights.per_block)} blocks go to the GPU, the rest run on the CPU. "
+        "Expect generation several times slower than a model that fits."
+    )
+    return _Placement(fitter, n_gpu_layers, weights_on_device, "partial")
+
+
+def _shares(
+    place: _Placement,
+    candidate: Candidate,
+    devices: tuple[PlanDevice, ...],
+    weights: WeightPlacement,
+) -> tuple[DeviceShare, ...]:
+    """What each device holds: the split's shares, or the one device's blocks and KV."""
+    if isinstance(place.fitter, SplitFitter):
+        return place.fitter.shares(candidate)
+    n_blocks = len(weights.per_block) if place.n_gpu_layers is None else place.n_gpu_layers - 1
+    first = len(weights.per_block) - n_blocks
+    share = DeviceShare(
+        devices[0],
+        first,
+        n_blocks,
+        True,
+        place.weights_on_device,
+        candidate.allocation.total,
+        candidate.engine,
+    )
+    return (share,)
 
 
 def _with_steps(plan: Plan) -> Plan:

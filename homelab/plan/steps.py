@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from homelab.gguf.ggml_types import ggml_type
 from homelab.plan.device_steps import device_lines
-from homelab.plan.working import Step
+from homelab.plan.working import Step, byte_figure
 from homelab.units import format_bytes
 
 if TYPE_CHECKING:
@@ -24,10 +24,6 @@ def type_fraction(cache_type: str) -> str:
     kind = ggml_type(cache_type)
     block, size = kind.block_size, kind.type_size
     return str(size) if block == 1 else f"{size}/{block}"
-
-
-def _b(n: int) -> str:
-    return f"{n:,} B" if n < 1024 else f"{n:,} B ({format_bytes(n)})"
 
 
 def kv_per_token_lines(plan: Plan) -> list[Step]:
@@ -69,55 +65,73 @@ def _headroom_why(plan: Plan) -> str:
 
 
 def describe_plan(plan: Plan) -> list[Step]:
-    """Every step of the plan, in order."""
-    b = plan.budget
+    """Every step of the plan, in order: the model, the budget, what the engine takes, the
+    cost of a token of context, and what fits."""
+    return [
+        *_model_steps(plan),
+        *_budget_steps(plan),
+        *_engine_steps(plan),
+        *_token_steps(plan),
+        *_fit_steps(plan),
+    ]
+
+
+def _model_steps(plan: Plan) -> list[Step]:
+    """The model's architecture, trained context and which layers keep memory."""
     g = plan.geometry
-    c = plan.candidate
-    alloc = c.allocation
-    s = c.settings
-    engine = c.engine
-    steps = [
+    kinds = Counter(layer.kind for layer in g.layers)
+    layout = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
+    return [
         Step(
             "Model",
             f"{g.arch}, {g.n_layer_all} layers, trained on {g.trained_ctx:,} tokens",
             g.trained_ctx,
             "tokens",
-        )
-    ]
-    kinds = Counter(layer.kind for layer in g.layers)
-    layout = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
-    steps.append(
+        ),
         Step(
             "Layers that keep memory",
             f"{len(g.kv_layers)} of {g.n_layer_all} keep KV ({layout})",
             len(g.kv_layers),
             "count",
-        )
-    )
-    steps.append(Step("Memory", f"{b.name}, {_b(b.total)} in all", b.total, "B"))
+        ),
+    ]
+
+
+def _budget_steps(plan: Plan) -> list[Step]:
+    """The device's memory, less what is not llama-server's to use."""
+    b = plan.budget
+    steps = [Step("Memory", f"{b.name}, {byte_figure(b.total)} in all", b.total, "B")]
     for label, value in (
         ("reserved by the driver", b.reserved),
         ("desktop (its peak while sampled)", b.desktop),
         ("other processes", b.other),
         (f"headroom ({_headroom_why(plan)})", b.headroom),
     ):
-        steps.append(Step(label, _b(value), value, "B", level=1, sign="−"))
-    steps.append(Step("usable by llama-server", _b(b.usable), b.usable, "B", level=1, sign="="))
+        steps.append(Step(label, byte_figure(value), value, "B", level=1, sign="−"))
+    steps.append(
+        Step("usable by llama-server", byte_figure(b.usable), b.usable, "B", level=1, sign="=")
+    )
+    return steps
+
+
+def _engine_steps(plan: Plan) -> list[Step]:
+    """The weights on the device and the engine state that does not grow per token."""
+    g, s, engine = plan.geometry, plan.settings, plan.candidate.engine
     where = ("on the devices" if plan.split else "on the card") if plan.on_gpu else "in RAM"
     embd_note = " (the input embedding stays in system RAM)" if plan.on_gpu else ""
-    steps.append(
+    steps = [
         Step(
             f"Weights {where}",
-            f"{_b(plan.weights_on_device)} of {_b(plan.weights.total)}{embd_note}",
+            f"{byte_figure(plan.weights_on_device)} of {byte_figure(plan.weights.total)}{embd_note}",
             plan.weights_on_device,
             "B",
         )
-    )
+    ]
     if engine.cuda_context:
         steps.append(
             Step(
                 "Engine: CUDA context and cuBLAS",
-                f"{_b(engine.cuda_context)} (not in llama.cpp's own figures)",
+                f"{byte_figure(engine.cuda_context)} (not in llama.cpp's own figures)",
                 engine.cuda_context,
                 "B",
                 sep=" ",
@@ -128,7 +142,7 @@ def describe_plan(plan: Plan) -> list[Step]:
     steps.append(
         Step(
             f"Engine: compute buffer {compute_label}",
-            f"{_b(compute)} "
+            f"{byte_figure(compute)} "
             f"(logits 4 × {g.n_vocab or 'unknown'} vocab × {min(s.n_ubatch, s.n_seq)} output row(s) = {engine.logits:,} B, "
             f"attention mask {engine.attention_mask:,} B, activations ~{engine.activations:,} B)",
             compute,
@@ -137,8 +151,15 @@ def describe_plan(plan: Plan) -> list[Step]:
         )
     )
     left = plan.left_for_conversations
-    steps.append(Step("Left for conversations", _b(left), left, "B"))
-    steps.append(Step(f"KV per token at {s.type_k}/{s.type_v} (K/V cache types)"))
+    steps.append(Step("Left for conversations", byte_figure(left), left, "B"))
+    return steps
+
+
+def _token_steps(plan: Plan) -> list[Step]:
+    """What one token of context costs, and the memory that does not grow with context."""
+    g, s, engine = plan.geometry, plan.settings, plan.candidate.engine
+    alloc = plan.candidate.allocation
+    steps = [Step(f"KV per token at {s.type_k}/{s.type_v} (K/V cache types)")]
     steps.extend(kv_per_token_lines(plan))
     per_token = alloc.bytes_per_token
     steps.append(
@@ -160,7 +181,7 @@ def describe_plan(plan: Plan) -> list[Step]:
         steps.append(
             Step(
                 f"Sliding-window layers ({len(g.swa_layers)}, window {g.n_swa:,})",
-                f"{alloc.swa_cells:,} cells × {alloc.n_stream} stream(s) = {_b(alloc.swa_bytes)}, "
+                f"{alloc.swa_cells:,} cells × {alloc.n_stream} stream(s) = {byte_figure(alloc.swa_bytes)}, "
                 "whatever the context",
                 alloc.swa_bytes,
                 "B",
@@ -171,37 +192,40 @@ def describe_plan(plan: Plan) -> list[Step]:
             Step(
                 "Recurrent state",
                 f"{len(g.recurrent_layers)} layers × 4 B × ({g.n_embd_r:,} + {g.n_embd_s:,}) "
-                f"× {max(1, s.n_seq)} sequence(s) = {_b(alloc.recurrent_bytes)}",
+                f"× {max(1, s.n_seq)} sequence(s) = {byte_figure(alloc.recurrent_bytes)}",
                 alloc.recurrent_bytes,
                 "B",
             )
         )
-    steps.append(
+    return steps
+
+
+def _fit_steps(plan: Plan) -> list[Step]:
+    """The tokens that fit, the slots they make, the KV allocated and the spare memory."""
+    b, s, engine = plan.budget, plan.settings, plan.candidate.engine
+    alloc = plan.candidate.allocation
+    slot_note = "shared pool (-kvu)" if s.unified else f"{alloc.ctx_per_seq:,} each"
+    steps = [
         Step(
             f"Tokens that fit with {s.n_seq} slot(s)",
             f"{plan.tokens_fit:,}",
             plan.tokens_fit,
             "tokens",
-        )
-    )
-    slot_note = "shared pool (-kvu)" if s.unified else f"{alloc.ctx_per_seq:,} each"
-    steps.append(
+        ),
         Step(
             f"Slots for {plan.request.workload.describe()}",
             f"{s.n_seq} × {alloc.ctx_per_slot:,} tokens ({slot_note})",
             s.n_seq,
             "count",
-        )
-    )
-    steps.append(
+        ),
         Step(
             "KV allocated",
-            f"{alloc.n_ctx:,} cells → {_b(alloc.total)} "
+            f"{alloc.n_ctx:,} cells → {byte_figure(alloc.total)} "
             f"(full {alloc.full_bytes:,} + SWA {alloc.swa_bytes:,} + recurrent {alloc.recurrent_bytes:,} B)",
             alloc.total,
             "B",
-        )
-    )
+        ),
+    ]
     if plan.n_gpu_layers is not None:
         steps.append(
             Step(
@@ -217,7 +241,7 @@ def describe_plan(plan: Plan) -> list[Step]:
     steps.append(
         Step(
             "Spare after the plan",
-            f"{_b(spare)} (plus the {format_bytes(b.headroom)} headroom)",
+            f"{byte_figure(spare)} (plus the {format_bytes(b.headroom)} headroom)",
             spare,
             "B",
         )

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from homelab.units import format_bytes
+
 Unit = Literal["B", "tokens", "count", ""]
 
 
@@ -33,6 +35,11 @@ class Step:
     sign: str = ""
     """"−", "+" or "=" for a term that is taken off, added or the sum."""
     sep: str = ": "
+
+
+def byte_figure(n: int) -> str:
+    """Bytes as a row writes them: exact, with binary units from 1 KiB up."""
+    return f"{n:,} B" if n < 1024 else f"{n:,} B ({format_bytes(n)})"
 
 
 def render_step(step: Step) -> str:

@@ -25,7 +25,7 @@ from homelab.plan.options import PlanOptions
 from homelab.plan.vllm.config import load_model_config
 from homelab.plan.vllm.kv import CPU_BLOCK_SIZE, DEFAULT_BLOCK_SIZE, KvLayout, kv_layout
 from homelab.plan.vllm.length import LengthAsk, choose_len, most_in_pool
-from homelab.plan.vllm.plan import VllmPlan
+from homelab.plan.vllm.plan import FALLBACK_MODEL_LEN, VllmPlan
 from homelab.plan.working import Step
 from homelab.plan.workload import AGENT
 from homelab.units import GiB, format_bytes
@@ -34,7 +34,6 @@ CPU_RUNTIME_BYTES = 3 * GiB
 """vLLM's own resident memory on the CPU backend beside weights and KV (est.): torch and
 vLLM imported in the API server and in the engine core, oneDNN/OpenMP buffers."""
 BATCHED_TOKENS = 2048
-FALLBACK_MODEL_LEN = 2048
 
 
 def vllm_cpu_plan(

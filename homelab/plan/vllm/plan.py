@@ -180,78 +180,19 @@ def vllm_plan(
             the length that fits.
         ModelFileError: the model cannot be read or sized.
     """
-    for flag, value in (
-        ("--max-model-len", max_model_len),
-        ("--max-num-seqs", max_num_seqs),
-        ("--max-num-batched-tokens", max_num_batched_tokens),
-    ):
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 1
-        ):
-            raise UsageError(f"{flag} must be a positive whole number, not {value!r}")
-    if max_num_seqs is not None and max_num_batched_tokens < max_num_seqs:
-        raise UsageError(
-            f"--max-num-batched-tokens {max_num_batched_tokens} is below --max-num-seqs {max_num_seqs}; vLLM refuses that",
-            hint=f"Use a batch of at least {max(max_num_seqs, 2048)} tokens, or fewer slots.",
-        )
+    _check_flags(max_model_len, max_num_seqs, max_num_batched_tokens)
     model = load_model_config(str(model_dir_or_repo), cache_dir=hf_cache_dir)
-    device_index = device_indices[0] if device_indices else None
-    device = pick_device(report, device_index)
-    if device is None:
-        raise UsageError(
-            f"vLLM needs an NVIDIA GPU, and {report.note or 'none is visible'}",
-            hint="Plan for llama.cpp instead, which runs on the CPU too.",
-        )
-    budget = device_budget(report, device_index)
-    warnings = list(model.notes) + list(budget.notes)
-    tp: CardSlice | None = None
-    if device_indices is not None and len(device_indices) > 1:
-        whole = model
-        model, tp = tensor_parallel(whole, report, device_indices)
-        utilization = tp.utilization
-        warnings.append(
-            f"Tensor parallel over {tp.size} equal cards: each holds 1/{tp.size} of the weights "
-            f"({format_bytes(tp.weights_per_card)} of {format_bytes(whole.weights.total)}) and "
-            f"{tp.kv_heads_per_card} of {whole.num_kv_heads} KV heads; priced per card at the "
-            f"fraction the tightest card ({utilization.device}) allows."
-        )
-    else:
-        utilization = utilization_for(device, budget)
-
-    batched = max_num_batched_tokens
-    layout = kv_layout(model, kv_cache_dtype, batched)
-    if model.is_hybrid and batched < layout.block_size:
-        batched = cdiv(layout.block_size, 256) * 256
-        warnings.append(
-            f"--max-num-batched-tokens raised from {max_num_batched_tokens:,} to {batched:,}: with prefix "
-            f"caching vLLM refuses a batch smaller than this hybrid model's {layout.block_size}-token block."
-        )
-        layout = kv_layout(model, kv_cache_dtype, batched)
-
+    model, utilization, tp, warnings = _on_cards(model, report, device_indices)
+    batched, layout = _batch_and_layout(model, kv_cache_dtype, max_num_batched_tokens, warnings)
     # Price with the fewest sequences first: the length is chosen (or refused) against the pool
     # the final plan can actually have; more sequences are added only while the length still fits.
     seqs = max_num_seqs or 1
     memory = price_memory(model, utilization, batched, seqs)
     _check_weights_fit(model, utilization, memory, layout)
     model_max = model.max_model_len or FALLBACK_MODEL_LEN
-    if model.max_model_len is None:
-        warnings.append(
-            f"config.json names no context length; vLLM then assumes {FALLBACK_MODEL_LEN:,}."
-        )
-    wanted = min(workload.tokens_per_slot, model_max)
-    if max_model_len is None and workload.tokens_per_slot > model_max:
-        warnings.append(
-            f"{model.name} allows {model_max:,} tokens: each conversation is capped there, below the "
-            f"{workload.tokens_per_slot:,} the {workload.name} workload wants."
-        )
+    wanted = _wanted_len(model, workload, max_model_len, model_max, warnings)
     if kv_cache_memory is not None:
-        if kv_cache_memory > memory.kv_pool:
-            warnings.append(
-                f"The KV cache memory asked for ({format_bytes(kv_cache_memory)}) is more than the "
-                f"{format_bytes(max(memory.kv_pool, 0))} the card's budget leaves after the weights "
-                "and scratch: vLLM does not check it and may run out of memory."
-            )
-        memory = replace(memory, requested=memory.before_kv + kv_cache_memory)
+        memory = _with_kv_memory(memory, kv_cache_memory, warnings)
     chosen = choose_len(
         LengthAsk(model, workload, layout, max_model_len, model_max, wanted, force),
         memory.kv_pool,
@@ -259,7 +200,6 @@ def vllm_plan(
         f"at --gpu-memory-utilization {utilization.fraction:.3f} the KV pool on {utilization.device}",
         warnings,
     )
-
     if max_num_seqs is None and kv_cache_memory is not None:  # the pool is fixed: count in it
         seqs = most_in_pool(layout, kv_cache_memory, chosen, batched)
     elif max_num_seqs is None:
@@ -293,6 +233,97 @@ def vllm_plan(
         kv_cache_memory_bytes=kv_cache_memory,
     )
     return replace(plan, steps=tuple(describe(plan)))
+
+
+def _check_flags(max_model_len: int | None, max_num_seqs: int | None, batched: int) -> None:
+    """Refuse the counts vLLM would refuse at start-up."""
+    for flag, value in (
+        ("--max-model-len", max_model_len),
+        ("--max-num-seqs", max_num_seqs),
+        ("--max-num-batched-tokens", batched),
+    ):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise UsageError(f"{flag} must be a positive whole number, not {value!r}")
+    if max_num_seqs is not None and batched < max_num_seqs:
+        raise UsageError(
+            f"--max-num-batched-tokens {batched} is below --max-num-seqs {max_num_seqs}; vLLM refuses that",
+            hint=f"Use a batch of at least {max(max_num_seqs, 2048)} tokens, or fewer slots.",
+        )
+
+
+def _on_cards(
+    model: ModelConfig, report: GpuReport, device_indices: tuple[int, ...] | None
+) -> tuple[ModelConfig, Utilization, CardSlice | None, list[str]]:
+    """The card (or equal cards, tensor parallel) the model is priced on: the model as one
+    card holds it, the fraction of the card vLLM may take, the split, and the notes so far."""
+    device_index = device_indices[0] if device_indices else None
+    device = pick_device(report, device_index)
+    if device is None:
+        raise UsageError(
+            f"vLLM needs an NVIDIA GPU, and {report.note or 'none is visible'}",
+            hint="Plan for llama.cpp instead, which runs on the CPU too.",
+        )
+    budget = device_budget(report, device_index)
+    warnings = list(model.notes) + list(budget.notes)
+    if device_indices is None or len(device_indices) < 2:
+        return model, utilization_for(device, budget), None, warnings
+    sliced, tp = tensor_parallel(model, report, device_indices)
+    warnings.append(
+        f"Tensor parallel over {tp.size} equal cards: each holds 1/{tp.size} of the weights "
+        f"({format_bytes(tp.weights_per_card)} of {format_bytes(model.weights.total)}) and "
+        f"{tp.kv_heads_per_card} of {model.num_kv_heads} KV heads; priced per card at the "
+        f"fraction the tightest card ({tp.utilization.device}) allows."
+    )
+    return sliced, tp.utilization, tp, warnings
+
+
+def _batch_and_layout(
+    model: ModelConfig, kv_cache_dtype: str, asked: int, warnings: list[str]
+) -> tuple[int, KvLayout]:
+    """``--max-num-batched-tokens`` and the KV layout at it: a hybrid model's batch is raised
+    to its block, since with prefix caching vLLM refuses a smaller one."""
+    layout = kv_layout(model, kv_cache_dtype, asked)
+    if not model.is_hybrid or asked >= layout.block_size:
+        return asked, layout
+    batched = cdiv(layout.block_size, 256) * 256
+    warnings.append(
+        f"--max-num-batched-tokens raised from {asked:,} to {batched:,}: with prefix "
+        f"caching vLLM refuses a batch smaller than this hybrid model's {layout.block_size}-token block."
+    )
+    return batched, kv_layout(model, kv_cache_dtype, batched)
+
+
+def _wanted_len(
+    model: ModelConfig,
+    workload: Workload,
+    asked: int | None,
+    model_max: int,
+    warnings: list[str],
+) -> int:
+    """The length the workload wants per request, capped at the model's (said when capped)."""
+    if model.max_model_len is None:
+        warnings.append(
+            f"config.json names no context length; vLLM then assumes {FALLBACK_MODEL_LEN:,}."
+        )
+    if asked is None and workload.tokens_per_slot > model_max:
+        warnings.append(
+            f"{model.name} allows {model_max:,} tokens: each conversation is capped there, below the "
+            f"{workload.tokens_per_slot:,} the {workload.name} workload wants."
+        )
+    return min(workload.tokens_per_slot, model_max)
+
+
+def _with_kv_memory(memory: MemoryPrice, kv_cache_memory: int, warnings: list[str]) -> MemoryPrice:
+    """The budget with the asked KV pool in place of the measured one (vLLM does not check it)."""
+    if kv_cache_memory > memory.kv_pool:
+        warnings.append(
+            f"The KV cache memory asked for ({format_bytes(kv_cache_memory)}) is more than the "
+            f"{format_bytes(max(memory.kv_pool, 0))} the card's budget leaves after the weights "
+            "and scratch: vLLM does not check it and may run out of memory."
+        )
+    return replace(memory, requested=memory.before_kv + kv_cache_memory)
 
 
 def _most_sequences(

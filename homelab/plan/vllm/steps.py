@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from homelab.plan.vllm.pricing import ESTIMATE_MARGIN_BYTES
+from homelab.plan.vllm.pricing import ESTIMATE_MARGIN_BYTES, MemoryPrice, Utilization
 from homelab.plan.working import Step
 from homelab.units import format_bytes
 
@@ -25,11 +25,23 @@ def _b(n: int) -> str:
 
 
 def describe(plan: VllmPlan) -> list[Step]:
-    """Every step of the plan, in order."""
-    m, u, mem, kv = plan.model, plan.utilization, plan.memory, plan.layout
+    """Every step of the plan, in order: the model, the card's fraction for vLLM, the
+    budget spent in vLLM's order, the KV cache's shape, and the flags that follow."""
+    u, mem = plan.utilization, plan.memory
     assert u is not None and mem is not None  # the GPU plan (the CPU plan has its own steps)
-    kinds = Counter(m.layer_kinds)
-    layout = ", ".join(f"{n} {_KIND_WORDS[k]}" for k, n in kinds.items())
+    return [
+        *_model_steps(plan),
+        *_utilization_steps(u),
+        *_budget_steps(mem),
+        *_kv_steps(plan, mem.kv_pool),
+        *_flag_steps(plan),
+    ]
+
+
+def _model_steps(plan: VllmPlan) -> list[Step]:
+    """The model's layers, the tensor-parallel split (if any), MLA and the weights."""
+    m = plan.model
+    layout = ", ".join(f"{n} {_KIND_WORDS[k]}" for k, n in Counter(m.layer_kinds).items())
     arch = ", ".join(m.architectures) or m.model_type
     limit = (
         f"config allows {m.max_model_len:,} tokens" if m.max_model_len else "config names no length"
@@ -68,27 +80,29 @@ def describe(plan: VllmPlan) -> list[Step]:
         what = "Weights"
         formula = f"{len(m.weights.files)} {m.weights.source} file(s), {_b(total)}"
     steps.append(Step(what, formula, total, "B"))
+    return steps
 
-    steps.append(Step("Card", u.device))
-    steps.append(
+
+def _utilization_steps(u: Utilization) -> list[Step]:
+    """The card's memory, less what vLLM cannot have, as ``--gpu-memory-utilization``."""
+    desktop = "unknown" if u.desktop_peak is None else _b(u.desktop_peak)
+    steps = [
+        Step("Card", u.device),
         Step(
             f"CUDA-visible total (NVML total − reserved {_b(u.reserved)})",
             _b(u.visible_total),
             u.visible_total,
             "B",
             level=1,
-        )
-    )
-    desktop = "unknown" if u.desktop_peak is None else _b(u.desktop_peak)
-    steps.append(
+        ),
         Step(
             "free at its lowest while sampled",
             f"{_b(u.free_min)} (desktop at its peak: {desktop})",
             u.free_min,
             "B",
             level=1,
-        )
-    )
+        ),
+    ]
     for label, value in (
         ("vLLM's CUDA context (est.)", u.cuda_context),
         ("runtime slack outside vLLM's budget (est.)", u.runtime_slack),
@@ -111,11 +125,15 @@ def describe(plan: VllmPlan) -> list[Step]:
             sep=" ",
         )
     )
+    return steps
 
+
+def _budget_steps(mem: MemoryPrice) -> list[Step]:
+    """vLLM's budget spent in its own order: weights, activations, outside torch, graphs, KV."""
     act = mem.activation
-    steps.append(Step(f"Budget {_b(mem.requested)}, spent in vLLM's order", value=mem.requested))
-    steps.append(Step("weights (file sizes)", _b(mem.weights), mem.weights, "B", level=1, sign="−"))
-    steps.append(
+    return [
+        Step(f"Budget {_b(mem.requested)}, spent in vLLM's order", value=mem.requested),
+        Step("weights (file sizes)", _b(mem.weights), mem.weights, "B", level=1, sign="−"),
         Step(
             "activation peak (est.)",
             f"{act.tokens:,} batched tokens × {act.bytes_per_token:,} B "
@@ -124,10 +142,8 @@ def describe(plan: VllmPlan) -> list[Step]:
             "B",
             level=1,
             sign="−",
-        )
-    )
-    steps.append(Step("memory outside torch (est.)", _b(mem.non_torch), mem.non_torch, "B", 1, "−"))
-    steps.append(
+        ),
+        Step("memory outside torch (est.)", _b(mem.non_torch), mem.non_torch, "B", 1, "−"),
         Step(
             f"CUDA graphs (est., {mem.graph_sizes} capture sizes)",
             _b(mem.cuda_graphs),
@@ -135,9 +151,7 @@ def describe(plan: VllmPlan) -> list[Step]:
             "B",
             level=1,
             sign="−",
-        )
-    )
-    steps.append(
+        ),
         Step(
             "KV pool (vLLM logs it as 'Available KV cache memory')",
             _b(mem.kv_pool),
@@ -145,23 +159,26 @@ def describe(plan: VllmPlan) -> list[Step]:
             "B",
             level=1,
             sign="=",
-        )
-    )
+        ),
+    ]
 
+
+def _kv_steps(plan: VllmPlan, kv_pool: int) -> list[Step]:
+    """A token's KV bytes per layer kind, and the ``kv_pool`` bytes cut into blocks of pages."""
+    m, kv = plan.model, plan.layout
+    kinds = Counter(m.layer_kinds)
     dtype = f"{plan.kv_cache_dtype} ({kv.element_bytes} B per element)"
     if m.mla is not None:
         per_layer = f"{m.mla.width} latent × {kv.element_bytes} B"
     else:
         per_layer = f"2 × {m.num_kv_heads} kv heads × {m.head_dim} × {kv.element_bytes} B"
-    steps.append(
+    steps = [
         Step(
             f"KV per token per layer at {dtype}",
             f"{per_layer} = {kv.token_layer_bytes:,} B",
             kv.token_layer_bytes,
             "B",
-        )
-    )
-    steps.append(
+        ),
         Step(
             "",
             f"{kv.full_layers} full-attention layers = {kv.kv_bytes_per_token:,} B per token of context",
@@ -169,8 +186,8 @@ def describe(plan: VllmPlan) -> list[Step]:
             "B",
             level=1,
             sign="×",
-        )
-    )
+        ),
+    ]
     if kinds.get("sliding"):
         window = kv.sliding_window or 0
         steps.append(
@@ -196,7 +213,7 @@ def describe(plan: VllmPlan) -> list[Step]:
             )
         )
     groups = Counter(g.kind for g in kv.groups)
-    blocks = kv.num_blocks(mem.kv_pool)
+    blocks = kv.num_blocks(kv_pool)
     steps.append(
         Step(
             "",
@@ -208,7 +225,13 @@ def describe(plan: VllmPlan) -> list[Step]:
             "count",
         )
     )
-    steps.append(
+    return steps
+
+
+def _flag_steps(plan: VllmPlan) -> list[Step]:
+    """The length, sequences and batch flags, and what vLLM should log at start-up."""
+    kv = plan.layout
+    return [
         Step(
             f"--max-model-len {plan.max_model_len:,}",
             f"{kv.blocks_per_request(plan.max_model_len):,} blocks = "
@@ -216,31 +239,24 @@ def describe(plan: VllmPlan) -> list[Step]:
             f"of the pool kept for estimate error: {plan.longest_fitting:,}; vLLM's own limit ≈ {plan.vllm_longest:,})",
             plan.request_bytes,
             "B",
-        )
-    )
-    steps.append(
+        ),
         Step(
             "Expect at start-up",
             f"GPU KV cache size ≈ {plan.predicted_kv_tokens:,} tokens, maximum concurrency "
             f"≈ {plan.predicted_concurrency:.2f}x for {plan.max_model_len:,} tokens per request",
             plan.predicted_kv_tokens,
             "tokens",
-        )
-    )
-    steps.append(
+        ),
         Step(
             "",
             f"--max-num-seqs {plan.max_num_seqs} (full-length requests that fit at once, at most 16); "
             f"--max-num-batched-tokens {plan.max_num_batched_tokens:,} for {plan.workload.describe()}",
             plan.max_num_seqs,
             "count",
-        )
-    )
-    steps.append(
+        ),
         Step(
             "--enable-prefix-caching",
             "always passed, so reuse does not depend on the vLLM release's default "
             "(off for hybrid models before 0.28)",
-        )
-    )
-    return steps
+        ),
+    ]

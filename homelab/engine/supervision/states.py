@@ -1,7 +1,8 @@
 """The supervisor's vocabulary: states, transitions, what to run, when to restart.
 
-Kept apart from ``homelab.engine.supervision.supervisor`` and its run loop (``homelab.engine.supervision.run_loop``) so a UI can import
-these values without the machinery.
+Kept apart from :mod:`homelab.engine.supervision.supervisor` and its run loop
+(:mod:`homelab.engine.supervision.run_loop`) so a UI can import these values without the
+machinery.
 """
 
 from __future__ import annotations
@@ -277,7 +278,7 @@ class StateMachine:
 
 
 class Inbox:
-    """What the run loop waits on: stop and release requests, engine exits, log news.
+    """What the run loop waits on: stop, release and restart requests, engine exits, log news.
 
     Everything that should wake the loop sets :attr:`wake`; the loop then asks
     :meth:`pending` what happened (so a wake-up between two looks is never lost).

@@ -6,11 +6,18 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from homelab.cli.common import print_json
 from homelab.cli.serve_output import duration
 from homelab.errors import ExitCode, HomelabError
+
+if TYPE_CHECKING:
+    from homelab.engine.kinds import EngineKind
+    from homelab.engine.llamacpp.client import Health
+    from homelab.engine.supervision.ownership import Running
+    from homelab.engine.supervision.record import EngineRecord
 
 
 def register_stop_status(subparsers: argparse._SubParsersAction) -> None:
@@ -130,35 +137,63 @@ def run_stop(args: argparse.Namespace) -> int:
 
 def run_status(args: argparse.Namespace) -> int:
     """``homelab status [--json]``: 0 whether or not an engine runs (``running`` says which)."""
-    from homelab.engine.kinds import KINDS, logged_kv_tokens
-    from homelab.engine.llamacpp.client import status_line
     from homelab.engine.supervision.ownership import running
     from homelab.engine.supervision.state_file import StateFile
-    from homelab.serve.prove import launch_of
 
     try:
         now = running(StateFile())
     except HomelabError as error:
         raise worded(error) from None
     _say_set_aside(now)
-    record = now.record
     unrecorded = [
         {"pid": e.pid, "pgid": e.pgid, "argv": list(e.cmdline), "engine_id": e.engine_id}
         for e in now.unrecorded
     ]
+    record = now.record
     if record is None:
-        if args.json:
-            print_json(
-                {"running": True, "unrecorded": unrecorded} if unrecorded else {"running": False}
-            )
-        elif unrecorded:
-            for e in now.unrecorded:
-                print(f"an engine homelab started runs without a readable record: pid {e.pid}")
-                print(f"  {' '.join(e.cmdline)}")
-            print("  `homelab stop` stops it")
-        else:
-            print("no homelab engine is running")
-        return int(ExitCode.OK)
+        _say_no_record(now, unrecorded, as_json=args.json)
+    elif args.json:
+        print_json(_status_json(record, _look(record), unrecorded))
+    else:
+        _say_status(record, _look(record))
+    return int(ExitCode.OK)
+
+
+def _say_no_record(now: Running, unrecorded: list[dict[str, object]], *, as_json: bool) -> None:
+    """Status without a record: nothing runs, or engines homelab started that lost theirs."""
+    if as_json:
+        print_json(
+            {"running": True, "unrecorded": unrecorded} if unrecorded else {"running": False}
+        )
+    elif unrecorded:
+        for e in now.unrecorded:
+            print(f"an engine homelab started runs without a readable record: pid {e.pid}")
+            print(f"  {' '.join(e.cmdline)}")
+        print("  `homelab stop` stops it")
+    else:
+        print("no homelab engine is running")
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """What one look at the recorded engine, its supervisor and its gate found."""
+
+    running: bool
+    kind: EngineKind | None
+    health: Health | None
+    line: str | None
+    """The engine's live status line (None: not running, or its kind has no status client)."""
+    supervisor: int | None
+    """The pid of the homelab that supervises it, while that one lives."""
+    program: str
+    gate_state: dict[str, object] | None
+
+
+def _look(record: EngineRecord) -> _Seen:
+    """Ask the recorded engine (its kind's status client) and its gate how they are."""
+    from homelab.engine.kinds import KINDS
+    from homelab.engine.llamacpp.client import status_line
+
     running_now = record.engine_alive()
     health = line = None
     kind = KINDS.get(record.engine)
@@ -177,68 +212,82 @@ def run_status(args: argparse.Namespace) -> int:
         from homelab.gate.client import live_gate_state
 
         gate_state = live_gate_state(record.gate_url)
-    if args.json:
-        print_json(
-            {
-                "running": running_now,
-                "engine": {"url": record.url, "kind": record.engine},
-                "program": program,
-                "pid": record.pid,
-                "pgid": record.pgid,
-                "url": record.public_url,
-                "model": record.model,
-                "argv": list(record.argv),
-                "log": record.log_path,
-                "started_at": record.started_at,
-                "uptime_s": round(time.time() - record.started_at, 1),
-                "ready_at": record.ready_at,
-                "detached": record.detached,
-                "supervisor_pid": supervisor,
-                "port_pinned": record.port_pinned,
-                "plan": None if record.facts is None else record.facts.to_json(),
-                "kv_tokens": None if kind is None else logged_kv_tokens(kind, record.log_path),
-                "gate": None
-                if record.gate_url is None
-                else {
-                    "url": record.gate_url,
-                    "budget_tokens": record.gate_budget_tokens,
-                    "pid": record.gate_pid,
-                    "running": record.gate_alive(),
-                    "state": gate_state,
-                },
-                "health": None
-                if health is None
-                else {
-                    "state": health.state.value,
-                    "http_status": health.http_status,
-                    "detail": health.detail,
-                },
-                "status_line": line,
-                "launch": launch_of(record.pid),  # the launch proof and heal, when there was one
-                "unrecorded": unrecorded,
-            }
-        )
-        return int(ExitCode.OK)
-    how = "detached" if record.detached else f"supervised by homelab pid {supervisor}"
-    if not running_now:
-        print(f"{program} is between restarts ({how}); last pid {record.pid}, {record.url}")
-    else:
-        print(f"{program} pid {record.pid} serving {record.model}")
-        if record.gate_url is not None:
-            ceiling = record.gate_budget_tokens
-            gone = "" if record.gate_alive() else " (not running)"
-            admits = f" · up to {ceiling} tokens per request" if ceiling else ""
-            print(f"  gate {record.gate_url}{gone}{admits} · clients use this URL")
-            print(f"  engine {record.url} (internal)")
-            if gate_state is not None:
-                from homelab.gate.client import describe_gate_state
+    return _Seen(running_now, kind, health, line, supervisor, program, gate_state)
 
-                for gate_line in describe_gate_state(gate_state):
-                    print(f"  {gate_line}")
+
+def _status_json(
+    record: EngineRecord, seen: _Seen, unrecorded: list[dict[str, object]]
+) -> dict[str, object]:
+    """``homelab status --json``'s object."""
+    from homelab.engine.kinds import logged_kv_tokens
+    from homelab.serve.prove import launch_of
+
+    health = seen.health
+    return {
+        "running": seen.running,
+        "engine": {"url": record.url, "kind": record.engine},
+        "program": seen.program,
+        "pid": record.pid,
+        "pgid": record.pgid,
+        "url": record.public_url,
+        "model": record.model,
+        "argv": list(record.argv),
+        "log": record.log_path,
+        "started_at": record.started_at,
+        "uptime_s": round(time.time() - record.started_at, 1),
+        "ready_at": record.ready_at,
+        "detached": record.detached,
+        "supervisor_pid": seen.supervisor,
+        "port_pinned": record.port_pinned,
+        "plan": None if record.facts is None else record.facts.to_json(),
+        "kv_tokens": None if seen.kind is None else logged_kv_tokens(seen.kind, record.log_path),
+        "gate": None
+        if record.gate_url is None
+        else {
+            "url": record.gate_url,
+            "budget_tokens": record.gate_budget_tokens,
+            "pid": record.gate_pid,
+            "running": record.gate_alive(),
+            "state": seen.gate_state,
+        },
+        "health": None
+        if health is None
+        else {
+            "state": health.state.value,
+            "http_status": health.http_status,
+            "detail": health.detail,
+        },
+        "status_line": seen.line,
+        "launch": launch_of(record.pid),  # the launch proof and heal, when there was one
+        "unrecorded": unrecorded,
+    }
+
+
+def _say_status(record: EngineRecord, seen: _Seen) -> None:
+    """``homelab status``'s lines: the engine, its gate, its uptime and live line, its log."""
+    how = "detached" if record.detached else f"supervised by homelab pid {seen.supervisor}"
+    if not seen.running:
+        print(f"{seen.program} is between restarts ({how}); last pid {record.pid}, {record.url}")
+    else:
+        print(f"{seen.program} pid {record.pid} serving {record.model}")
+        if record.gate_url is not None:
+            _say_gate(record, seen.gate_state)
         else:
             print(f"  {record.url} · no gate (the engine serves directly)")
         print(f"  up {duration(time.time() - record.started_at)} · {how}")
-        if line is not None:
-            print(f"  {line}")
+        if seen.line is not None:
+            print(f"  {seen.line}")
     print(f"  log: {record.log_path}")
-    return int(ExitCode.OK)
+
+
+def _say_gate(record: EngineRecord, gate_state: dict[str, object] | None) -> None:
+    ceiling = record.gate_budget_tokens
+    gone = "" if record.gate_alive() else " (not running)"
+    admits = f" · up to {ceiling} tokens per request" if ceiling else ""
+    print(f"  gate {record.gate_url}{gone}{admits} · clients use this URL")
+    print(f"  engine {record.url} (internal)")
+    if gate_state is not None:
+        from homelab.gate.client import describe_gate_state
+
+        for gate_line in describe_gate_state(gate_state):
+            print(f"  {gate_line}")

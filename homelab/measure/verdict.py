@@ -114,48 +114,19 @@ def recommend(
             ttft_factor,
             min_growth,
         )
-    base = measured[0]
-    single = base.ttft_s.p50
-    evidence: list[Evidence] = []
-    limit = limited_at = None
-    best = base.concurrency
-    reason = ""
-    previous: LevelResult | None = None
-    for level in measured:
-        growth = None
-        if previous is not None:
-            growth_ratio = ratio(level.decode_tps_aggregate, previous.decode_tps_aggregate)
-            growth = None if growth_ratio is None else growth_ratio - 1
-        ttft_ratio = ratio(level.ttft_s.p50, single)
-        evidence.append(
-            Evidence(
-                level.concurrency, level.ttft_s.p50, ttft_ratio, level.decode_tps_aggregate, growth
-            )
-        )
-        if limit is None and previous is not None:
-            if ttft_ratio is not None and ttft_ratio > ttft_factor:
-                limit, limited_at = "ttft", level.concurrency
-                reason = (
-                    f"time to first token at {level.concurrency} at once is {ttft_ratio:.1f}× "
-                    f"the {base.concurrency}-request figure ({_s(single)} → {_s(level.ttft_s.p50)}; "
-                    f"the limit is {ttft_factor:g}×)"
-                )
-            elif growth is not None and growth < min_growth:
-                limit, limited_at = "throughput", level.concurrency
-                reason = (
-                    f"aggregate decode stopped growing at {level.concurrency} at once "
-                    f"({previous.decode_tps_aggregate:.1f} → {level.decode_tps_aggregate:.1f} tokens/s, "
-                    f"{growth:+.0%}; growth under {min_growth:.0%} counts as stopped)"
-                )
-            else:
-                best = level.concurrency
-        previous = level
-    if limit is None:
+    single = measured[0].ttft_s.p50
+    evidence = _evidence(measured, single)
+    found = _first_limit(measured, evidence, ttft_factor, min_growth)
+    if found is None:
+        limit = limited_at = None
         best = measured[-1].concurrency
         reason = (
             f"no limit found up to {best} at once (TTFT {_s(single)} → {_s(measured[-1].ttft_s.p50)}); "
             "compute held at every level tested"
         )
+    else:
+        limit, at, reason = found
+        limited_at, best = measured[at].concurrency, measured[at - 1].concurrency
     before = None
     if memory_slots is not None and limit is not None:
         before = best < memory_slots
@@ -180,3 +151,57 @@ def recommend(
         ttft_factor,
         min_growth,
     )
+
+
+def _evidence(measured: Sequence[LevelResult], single: float | None) -> list[Evidence]:
+    """Each level's TTFT over the single request's and its decode growth over the level before."""
+    evidence: list[Evidence] = []
+    previous: LevelResult | None = None
+    for level in measured:
+        growth = None
+        if previous is not None:
+            growth_ratio = ratio(level.decode_tps_aggregate, previous.decode_tps_aggregate)
+            growth = None if growth_ratio is None else growth_ratio - 1
+        ttft_ratio = ratio(level.ttft_s.p50, single)
+        evidence.append(
+            Evidence(
+                level.concurrency, level.ttft_s.p50, ttft_ratio, level.decode_tps_aggregate, growth
+            )
+        )
+        previous = level
+    return evidence
+
+
+def _first_limit(
+    measured: Sequence[LevelResult],
+    evidence: Sequence[Evidence],
+    ttft_factor: float,
+    min_growth: float,
+) -> tuple[str, int, str] | None:
+    """The first level where compute ran out: (``ttft`` or ``throughput``, its index, why);
+    None when every level held."""
+    base = measured[0]
+    single = base.ttft_s.p50
+    for at in range(1, len(measured)):
+        level, previous, seen = measured[at], measured[at - 1], evidence[at]
+        if seen.ttft_ratio is not None and seen.ttft_ratio > ttft_factor:
+            return (
+                "ttft",
+                at,
+                (
+                    f"time to first token at {level.concurrency} at once is {seen.ttft_ratio:.1f}× "
+                    f"the {base.concurrency}-request figure ({_s(single)} → {_s(level.ttft_s.p50)}; "
+                    f"the limit is {ttft_factor:g}×)"
+                ),
+            )
+        if seen.growth is not None and seen.growth < min_growth:
+            return (
+                "throughput",
+                at,
+                (
+                    f"aggregate decode stopped growing at {level.concurrency} at once "
+                    f"({previous.decode_tps_aggregate:.1f} → {level.decode_tps_aggregate:.1f} tokens/s, "
+                    f"{seen.growth:+.0%}; growth under {min_growth:.0%} counts as stopped)"
+                ),
+            )
+    return None

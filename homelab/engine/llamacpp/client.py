@@ -12,9 +12,9 @@ Facts of llama-server (b11312) this relies on: ``/health`` answers 503
 ``{"error": {"message": "Loading model", ...}}`` while the model loads (its HTTP
 server starts first) and 200 ``{"status": "ok"}`` once ready; every other endpoint
 also answers 503 while loading; ``/metrics`` answers 501 without ``--metrics``;
-``/slots`` lists each slot's ``n_ctx`` and held tokens. There is no KV-usage
-metric any more (see :mod:`homelab.engine.llamacpp.metrics`): KV use is the slots' held
-tokens over their context.
+``/slots`` lists each slot's ``n_ctx`` and held tokens. No metric gives KV usage
+(see :mod:`homelab.engine.llamacpp.metrics`): KV use is the slots' held tokens over their
+context.
 """
 
 from __future__ import annotations

@@ -26,7 +26,13 @@ from homelab.engine.supervision.failure import (
     unexplained,
 )
 from homelab.engine.supervision.readiness import EngineProfile
-from homelab.errors import DoesNotFitError, EngineError, ModelFileError, UnknownArchitectureError
+from homelab.errors import (
+    DoesNotFitError,
+    EngineError,
+    HomelabError,
+    ModelFileError,
+    UnknownArchitectureError,
+)
 from homelab.units import format_bytes
 
 if TYPE_CHECKING:
@@ -116,96 +122,104 @@ def _smaller_ctx_hint(plan: Plan | None) -> str:
     )
 
 
-def _explain(key: Failure, lines: Sequence[str], plan: Plan | None, model: str | None) -> tuple:
-    """(title, message, hint, error type) for a recognised failure."""
-    what = model or "the model"
-    kind = key.kind
-    if kind is FailureKind.UNKNOWN_ARCHITECTURE:
-        return (
-            "Unknown architecture",
-            f"this llama-server does not know the architecture '{key.detail}' of {what}",
-            "a newer llama.cpp may: point HOMELAB_LLAMA_SERVER at a newer llama-server build",
-            UnknownArchitectureError,
-        )
-    if kind is FailureKind.LOAD_FAILED:
-        return (
-            "Bad model file",
-            f"llama-server could not load {what}",
-            "the file may be truncated or damaged: check its size, or download it again",
-            ModelFileError,
-        )
-    if kind is FailureKind.BIND_FAILED:
-        port = f"port {key.detail}" if key.detail else "its port"
-        return (
-            "Port in use",
-            f"llama-server could not listen on {port}: another program took it",
-            "pick another `port`, or leave `port` unset and homelab takes the next free one",
-            EngineError,
-        )
-    if kind is FailureKind.INVALID_ARGUMENT:
-        return (
-            "Flag refused",
-            f"this llama-server does not accept the flag {key.detail}",
-            "it is older or newer than the build homelab plans for: run `homelab engine build`",
-            EngineError,
-        )
-    if kind is FailureKind.QUANTIZED_V_NEEDS_FLASH_ATTN:
-        return (
-            "Quantized V cache needs flash attention",
-            "llama-server refuses a quantized V cache without flash attention",
-            "use `cache_type_v` f16, or keep flash attention on",
-            EngineError,
-        )
-    if kind is FailureKind.KV_TYPES_MUST_MATCH:
-        return (
-            "K and V cache types must match",
-            f"this model refuses different K and V cache types ({key.detail})",
-            "use one type for both, e.g. `cache_type` q8_0",
-            EngineError,
-        )
-    if kind is FailureKind.OUT_OF_MEMORY:
-        ran_out = _what_ran_out(lines)
-        if ran_out == "kv":
-            return (
-                "KV cache did not fit",
-                "llama-server could not allocate the KV cache",
-                _smaller_ctx_hint(plan),
-                DoesNotFitError,
-            )
-        if ran_out == "compute":
-            return (
-                "Compute buffer did not fit",
-                "llama-server could not allocate its compute buffer",
-                "try `ubatch` 256 (the compute buffer grows with it), or a smaller `ctx`",
-                DoesNotFitError,
-            )
-        if ran_out == "weights":
-            return (
-                "Weights did not fit",
-                f"llama-server could not allocate the weights of {what}",
-                "close programs that use the GPU, or pick a smaller quant",
-                DoesNotFitError,
-            )
-        return (
-            "Out of memory",
-            "llama-server ran out of memory",
-            _smaller_ctx_hint(plan),
-            DoesNotFitError,
-        )
-    if kind is FailureKind.ABORTED:
-        return (
-            "Engine aborted",
-            f"llama-server aborted: {key.detail or 'GGML_ABORT'}",
-            "this is a llama.cpp assertion: try other cache types or a smaller `ubatch`, "
-            "and report it upstream with the log",
-            EngineError,
-        )
-    return (
+_Explained = tuple[str, str, str | None, type[HomelabError]]
+"""(title, message, hint, error type); the message's ``{what}``, ``{detail}``, ``{port}`` and
+``{abort}`` are filled from the failure; a hint of None is the smaller-context step."""
+
+_EXPLAINED: dict[FailureKind, _Explained] = {
+    FailureKind.UNKNOWN_ARCHITECTURE: (
+        "Unknown architecture",
+        "this llama-server does not know the architecture '{detail}' of {what}",
+        "a newer llama.cpp may: point HOMELAB_LLAMA_SERVER at a newer llama-server build",
+        UnknownArchitectureError,
+    ),
+    FailureKind.LOAD_FAILED: (
+        "Bad model file",
+        "llama-server could not load {what}",
+        "the file may be truncated or damaged: check its size, or download it again",
+        ModelFileError,
+    ),
+    FailureKind.BIND_FAILED: (
+        "Port in use",
+        "llama-server could not listen on {port}: another program took it",
+        "pick another `port`, or leave `port` unset and homelab takes the next free one",
+        EngineError,
+    ),
+    FailureKind.INVALID_ARGUMENT: (
+        "Flag refused",
+        "this llama-server does not accept the flag {detail}",
+        "it is older or newer than the build homelab plans for: run `homelab engine build`",
+        EngineError,
+    ),
+    FailureKind.QUANTIZED_V_NEEDS_FLASH_ATTN: (
+        "Quantized V cache needs flash attention",
+        "llama-server refuses a quantized V cache without flash attention",
+        "use `cache_type_v` f16, or keep flash attention on",
+        EngineError,
+    ),
+    FailureKind.KV_TYPES_MUST_MATCH: (
+        "K and V cache types must match",
+        "this model refuses different K and V cache types ({detail})",
+        "use one type for both, e.g. `cache_type` q8_0",
+        EngineError,
+    ),
+    FailureKind.ABORTED: (
+        "Engine aborted",
+        "llama-server aborted: {abort}",
+        "this is a llama.cpp assertion: try other cache types or a smaller `ubatch`, "
+        "and report it upstream with the log",
+        EngineError,
+    ),
+    FailureKind.CONTEXT_FAILED: (
         "Context creation failed",
         "llama-server loaded the model but could not create its context",
         "check the cache types and flash-attention setting in the quoted lines",
         EngineError,
+    ),
+}
+"""Each failure kind but running out of memory, explained."""
+
+_RAN_OUT: dict[str, _Explained] = {
+    "kv": (
+        "KV cache did not fit",
+        "llama-server could not allocate the KV cache",
+        None,
+        DoesNotFitError,
+    ),
+    "compute": (
+        "Compute buffer did not fit",
+        "llama-server could not allocate its compute buffer",
+        "try `ubatch` 256 (the compute buffer grows with it), or a smaller `ctx`",
+        DoesNotFitError,
+    ),
+    "weights": (
+        "Weights did not fit",
+        "llama-server could not allocate the weights of {what}",
+        "close programs that use the GPU, or pick a smaller quant",
+        DoesNotFitError,
+    ),
+    "memory": ("Out of memory", "llama-server ran out of memory", None, DoesNotFitError),
+}
+"""Running out of memory, explained by what ran out (:func:`_what_ran_out`)."""
+
+
+def _explain(
+    key: Failure, lines: Sequence[str], plan: Plan | None, model: str | None
+) -> _Explained:
+    """(title, message, hint, error type) for a recognised failure."""
+    if key.kind is FailureKind.OUT_OF_MEMORY:
+        title, message, hint, error_type = _RAN_OUT[_what_ran_out(lines)]
+    else:
+        title, message, hint, error_type = _EXPLAINED.get(
+            key.kind, _EXPLAINED[FailureKind.CONTEXT_FAILED]
+        )
+    message = message.format(
+        what=model or "the model",
+        detail=key.detail,
+        port=f"port {key.detail}" if key.detail else "its port",
+        abort=key.detail or "GGML_ABORT",
     )
+    return title, message, _smaller_ctx_hint(plan) if hint is None else hint, error_type
 
 
 def diagnose_llama_server(

@@ -8,9 +8,8 @@ processed, *excluding* those reused from the cache), ``prompt_tokens_cached_tota
 ``prompt_tokens_seconds`` and ``predicted_tokens_seconds`` (averaged since the
 previous scrape: every scrape resets them, so two clients scraping see each
 other's zeros), ``requests_processing``, ``requests_deferred``,
-``n_busy_slots_per_decode``. ``kv_cache_usage_ratio`` and ``kv_cache_tokens``
-were removed in 2025 (llama.cpp PR #13660) and are read when an older build
-prints them. A figure the server does not print is None.
+``n_busy_slots_per_decode``; ``kv_cache_usage_ratio`` and ``kv_cache_tokens`` when a
+build before llama.cpp PR #13660 prints them. A figure the server does not print is None.
 
 Throughput is best taken from the counters between two scrapes
 (:func:`window`): tokens over the seconds spent on them, immune to other scrapers.

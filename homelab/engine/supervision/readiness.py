@@ -128,7 +128,7 @@ def await_ready(
 
     Returns:
         "ready", "timeout" (``deadline``, monotonic, passed), or what the inbox
-        had first: "exited", "stop", "release".
+        had first: "exited", "stop", "release", "restart".
     """
     backoff = HealthBackoff()
     while True:

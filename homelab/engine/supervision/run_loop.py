@@ -135,12 +135,14 @@ class RunLoop:
                 if outcome != "restart":
                     break
             self._finish(proc, outcome, failure)
-        except Exception as error:  # a bug here must not leave an engine behind
+        except Exception as error:  # a bug (a refused transition too) must not leave an engine
             logger.exception("supervisor run loop failed")
             failure = EngineFailure(
                 "Supervisor failed", f"homelab's supervisor failed: {error}", None
             )
-            self._finish(proc, "error", failure)
+            with self.lock:
+                current = self.proc  # the attempt the failure came in, ended or not
+            self._finish(current, "error", failure)
         finally:
             client.close()
             self.spawned.set()
@@ -277,7 +279,7 @@ class RunLoop:
                 failure = start_timeout(
                     self.profile.name, self.spec.start_timeout_s, tail, str(self.log_path)
                 )
-            if outcome in ("stop", "timeout", "error"):
+            if outcome in ("stop", "timeout", "error") and self.machine.state is not State.STOPPING:
                 self.set(
                     State.STOPPING,
                     {"stop": "stop requested", "timeout": "start timed out"}.get(

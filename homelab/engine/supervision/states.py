@@ -1,7 +1,8 @@
 """The supervisor's vocabulary: states, transitions, what to run, when to restart.
 
-Kept apart from ``homelab.engine.supervision.supervisor`` and its run loop (``homelab.engine.supervision.run_loop``) so a UI can import
-these values without the machinery.
+Kept apart from :mod:`homelab.engine.supervision.supervisor` and its run loop
+(:mod:`homelab.engine.supervision.run_loop`) so a UI can import these values without the
+machinery.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 
 from homelab.engine.supervision.facts import PlanFacts
 from homelab.engine.supervision.failure import EngineFailure
@@ -22,10 +24,7 @@ logger = logging.getLogger(__name__)
 
 
 class State(StrEnum):
-    """Where the engine is in its life.
-
-    ``stopped -> starting -> ready -> (crashed -> restarting -> starting) -> stopping -> stopped``
-    """
+    """Where the engine is in its life; :data:`TRANSITIONS` says what may follow what."""
 
     STOPPED = "stopped"
     STARTING = "starting"
@@ -33,6 +32,36 @@ class State(StrEnum):
     CRASHED = "crashed"
     RESTARTING = "restarting"
     STOPPING = "stopping"
+
+
+_STOP = frozenset({State.STOPPING, State.STOPPED})
+
+TRANSITIONS: Mapping[State, frozenset[State]] = MappingProxyType(
+    {
+        # spawned or adopted; a first spawn that failed (STOPPED again, with its failure);
+        # the supervisor failed (STOPPING)
+        State.STOPPED: frozenset({State.STARTING, State.STOPPED, State.STOPPING}),
+        # ready, crashed, an asked-for restart, a stop (asked, timed out, from outside)
+        State.STARTING: frozenset({State.READY, State.CRASHED, State.RESTARTING, *_STOP}),
+        State.READY: frozenset({State.CRASHED, State.RESTARTING, *_STOP}),
+        # the restart (or a heal's new spec); gave up (STOPPED); the supervisor failed
+        State.CRASHED: frozenset({State.RESTARTING, *_STOP}),
+        # the next attempt; its spawn failed (CRASHED); a stop during the backoff
+        State.RESTARTING: frozenset({State.STARTING, State.CRASHED, *_STOP}),
+        State.STOPPING: frozenset({State.STOPPED}),
+    }
+)
+"""Every state change the run loop makes: the state -> the states that may follow it.
+
+``stopped -> starting -> ready -> (crashed -> restarting -> starting ...) -> stopping -> stopped``
+is the usual life; a stop from outside (``homelab stop``, ``--replace``) and giving up after
+a crash go straight to STOPPED; a run loop that fails goes to STOPPING from where it was and
+stops the engine. :meth:`StateMachine.move` refuses anything else.
+"""
+
+
+class TransitionError(RuntimeError):
+    """A state change that is not in :data:`TRANSITIONS`: a bug in the supervisor."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,8 +221,15 @@ class StateMachine:
         url: str | None,
         failure: EngineFailure | None = None,
     ) -> Transition:
-        """Change to ``state``, record it, tell the subscribers."""
+        """Change to ``state``, record it, tell the subscribers.
+
+        Raises:
+            TransitionError: :data:`TRANSITIONS` has no change from the current state to
+                ``state`` (nothing changes, nobody is told).
+        """
         with self.changed:
+            if state not in TRANSITIONS[self._state]:
+                raise TransitionError(f"no transition from {self._state} to {state} ({reason})")
             transition = Transition(
                 state,
                 self._state,
@@ -242,7 +278,7 @@ class StateMachine:
 
 
 class Inbox:
-    """What the run loop waits on: stop and release requests, engine exits, log news.
+    """What the run loop waits on: stop, release and restart requests, engine exits, log news.
 
     Everything that should wake the loop sets :attr:`wake`; the loop then asks
     :meth:`pending` what happened (so a wake-up between two looks is never lost).

@@ -1,12 +1,10 @@
 """Keep one engine running: start it, know when it is ready, restart it when it dies, stop it.
 
-States::
-
-    stopped -> starting -> ready -> (crashed -> restarting -> starting ...) -> stopping -> stopped
-
-Every change is a :class:`Transition` (timestamped, with the pid, URL, reason and,
-after a crash, the explained :class:`~homelab.engine.supervision.failure.EngineFailure`),
-appended to :attr:`Supervisor.events` and handed to subscribers.
+Every change of :class:`State` is one that
+:data:`~homelab.engine.supervision.states.TRANSITIONS` allows, made as a :class:`Transition`
+(timestamped, with the pid, URL, reason and, after a crash, the explained
+:class:`~homelab.engine.supervision.failure.EngineFailure`), appended to
+:attr:`Supervisor.events` and handed to subscribers.
 
 One run-loop thread (:mod:`homelab.engine.supervision.run_loop`) owns the engine process: it spawns,
 waits for readiness, watches for the exit, restarts with exponential backoff, and stops.

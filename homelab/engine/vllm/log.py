@@ -275,41 +275,10 @@ def is_ready(health_ok: bool, log: VllmStartup | str) -> bool:
 def failure_error(failure: VllmFailure) -> HomelabError:
     """The failure as a homelab error with a next step (the CLI and TUI show these)."""
     line = f"vLLM said: {failure.line}"
-    if failure.kind == "kv_too_small" and failure.needed_gib is not None:
-        assert failure.max_model_len is not None and failure.available_gib is not None
-        return kv_refusal_error(
-            failure.max_model_len,
-            f"{failure.needed_gib}",
-            f"{failure.available_gib}",
-            failure.estimated_max_model_len,
-        )
     if failure.kind == "kv_too_small":
-        est = failure.estimated_max_model_len
-        need = (
-            f"{failure.needed_gib} GiB of KV cache"
-            if failure.needed_gib is not None
-            else "more KV cache"
-        )
-        left = (
-            f"the {failure.available_gib} GiB" if failure.available_gib is not None else "what is"
-        )
-        return DoesNotFitError(
-            f"vLLM loaded the model, then found that one request of {failure.max_model_len:,} tokens needs "
-            f"{need}, more than {left} left for it. {line}",
-            hint=f"Start with --max-model-len {est}."
-            if est
-            else "Use a smaller --max-model-len or a smaller model.",
-        )
+        return _kv_too_small_error(failure, line)
     if failure.kind == "free_memory":
-        assert failure.free_gib is not None and failure.total_gib is not None
-        room = max(failure.free_gib - 0.5, 0.0)
-        suggest = math.floor(room / failure.total_gib * 1000) / 1000
-        return DoesNotFitError(
-            f"vLLM refused to start: {failure.free_gib} of {failure.total_gib} GiB were free on {failure.device}, "
-            f"and --gpu-memory-utilization {failure.utilization} asks for {failure.requested_gib} GiB. {line}",
-            hint=f"Use --gpu-memory-utilization {suggest:.3f} (0.5 GiB kept for the desktop), "
-            "or close what holds GPU memory and plan again.",
-        )
+        return _free_memory_error(failure, line)
     if failure.kind == "ram_for_kv":
         return DoesNotFitError(
             f"vLLM's CPU backend found {failure.free_gib} of {failure.total_gib} GiB of RAM free for a "
@@ -327,32 +296,70 @@ def failure_error(failure: VllmFailure) -> HomelabError:
             f"--max-model-len is beyond what the model's config allows. {line}",
             hint="Use the length its config.json allows, or less.",
         )
-    simple: dict[str, tuple[type[HomelabError], str, str]] = {
-        "no_kv_memory": (
-            DoesNotFitError,
-            "vLLM has no memory left for the KV cache after the weights and scratch",
-            "Use a quantized model, or a smaller --max-num-batched-tokens.",
-        ),
-        "weights_oom": (
-            DoesNotFitError,
-            "vLLM ran out of GPU memory while loading the weights",
-            "Use a quantized checkpoint, or free GPU memory and plan again.",
-        ),
-        "unknown_architecture": (
-            EngineError,
-            "this vLLM does not support the model's architecture",
-            "Upgrade vLLM, or run the model's GGUF with llama.cpp.",
-        ),
-        "port_in_use": (
-            EngineError,
-            "vLLM could not bind its port: another program holds it",
-            "Choose another --port.",
-        ),
-        "engine_init_failed": (
-            EngineError,
-            "vLLM's engine failed to start",
-            "Read the log lines above it for the cause.",
-        ),
-    }
-    cls, what, hint = simple[failure.kind]
+    cls, what, hint = _PLAIN[failure.kind]
     return cls(f"{what}. {line}", hint=hint)
+
+
+def _kv_too_small_error(failure: VllmFailure, line: str) -> HomelabError:
+    """One request's KV cache is more than the pool: the planner's refusal when vLLM gave
+    the numbers, else what the (older) line said."""
+    if failure.needed_gib is not None:
+        assert failure.max_model_len is not None and failure.available_gib is not None
+        return kv_refusal_error(
+            failure.max_model_len,
+            f"{failure.needed_gib}",
+            f"{failure.available_gib}",
+            failure.estimated_max_model_len,
+        )
+    est = failure.estimated_max_model_len
+    left = f"the {failure.available_gib} GiB" if failure.available_gib is not None else "what is"
+    return DoesNotFitError(
+        f"vLLM loaded the model, then found that one request of {failure.max_model_len:,} tokens needs "
+        f"more KV cache, more than {left} left for it. {line}",
+        hint=f"Start with --max-model-len {est}."
+        if est
+        else "Use a smaller --max-model-len or a smaller model.",
+    )
+
+
+def _free_memory_error(failure: VllmFailure, line: str) -> HomelabError:
+    """Less GPU memory free than ``--gpu-memory-utilization`` asks for: the fraction that fits."""
+    assert failure.free_gib is not None and failure.total_gib is not None
+    room = max(failure.free_gib - 0.5, 0.0)
+    suggest = math.floor(room / failure.total_gib * 1000) / 1000
+    return DoesNotFitError(
+        f"vLLM refused to start: {failure.free_gib} of {failure.total_gib} GiB were free on {failure.device}, "
+        f"and --gpu-memory-utilization {failure.utilization} asks for {failure.requested_gib} GiB. {line}",
+        hint=f"Use --gpu-memory-utilization {suggest:.3f} (0.5 GiB kept for the desktop), "
+        "or close what holds GPU memory and plan again.",
+    )
+
+
+_PLAIN: dict[str, tuple[type[HomelabError], str, str]] = {
+    "no_kv_memory": (
+        DoesNotFitError,
+        "vLLM has no memory left for the KV cache after the weights and scratch",
+        "Use a quantized model, or a smaller --max-num-batched-tokens.",
+    ),
+    "weights_oom": (
+        DoesNotFitError,
+        "vLLM ran out of GPU memory while loading the weights",
+        "Use a quantized checkpoint, or free GPU memory and plan again.",
+    ),
+    "unknown_architecture": (
+        EngineError,
+        "this vLLM does not support the model's architecture",
+        "Upgrade vLLM, or run the model's GGUF with llama.cpp.",
+    ),
+    "port_in_use": (
+        EngineError,
+        "vLLM could not bind its port: another program holds it",
+        "Choose another --port.",
+    ),
+    "engine_init_failed": (
+        EngineError,
+        "vLLM's engine failed to start",
+        "Read the log lines above it for the cause.",
+    ),
+}
+"""(error, what happened, next step) of the failures whose message carries no numbers."""

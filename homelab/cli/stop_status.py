@@ -9,7 +9,6 @@ import time
 from dataclasses import replace
 
 from homelab.cli.common import print_json
-from homelab.cli.serve_output import duration
 from homelab.errors import ExitCode, HomelabError
 
 
@@ -237,6 +236,8 @@ def run_status(args: argparse.Namespace) -> int:
                     print(f"  {gate_line}")
         else:
             print(f"  {record.url} · no gate (the engine serves directly)")
+        from homelab.serve.describe import duration
+
         print(f"  up {duration(time.time() - record.started_at)} · {how}")
         if line is not None:
             print(f"  {line}")

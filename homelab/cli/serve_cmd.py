@@ -29,18 +29,18 @@ from homelab.cli.plan_cmd import add_plan_arguments, add_rpc_argument
 from homelab.cli.serve_output import (
     Narrator,
     StatusLine,
-    duration,
     ignore_interrupts,
     signals_interrupt,
     watch_status,
 )
-from homelab.cli.serve_prove import add_prove_arguments, print_prove_event, prove_options
+from homelab.cli.serve_prove import add_prove_arguments, prove_options
 from homelab.cli.stop_status import register_stop_status, worded, worded_transition
 from homelab.cli.vllm_cmd import add_engine_option
 from homelab.errors import ExitCode, HomelabError, UsageError
 
 if TYPE_CHECKING:
     from homelab.cli.pull_cmd import ProgressBar
+    from homelab.serve.events import PullProgress, SessionEvent
 
 DEFAULT_PORT = 8080
 """llama-server's default, as ``homelab.engine.llamacpp.argv`` has it (not imported: it loads the planner)."""
@@ -222,7 +222,7 @@ def _interrupted(session) -> int:
 
 
 class ServeText:
-    """The serve session's events as the lines ``homelab serve`` prints."""
+    """The serve session's events as the lines ``homelab serve`` prints (the describer's words)."""
 
     def __init__(self) -> None:
         self._narrator = Narrator()
@@ -233,115 +233,40 @@ class ServeText:
             self._bar.finish()
             self._bar = None
 
-    def __call__(self, event) -> None:
+    def __call__(self, event: SessionEvent) -> None:
         from homelab.serve import events as ev
+        from homelab.serve.describe import describe
 
-        if print_prove_event(event):
-            if isinstance(event, ev.Healing):  # it said the crash: the narrator does not
-                self._narrator.healing()
+        if isinstance(event, ev.PullProgress):
+            self._progress(event)
             return
-        if isinstance(event, ev.PresetChosen):
-            print(f"preset {event.key}: {event.name} ({event.ref})", flush=True)
-        elif isinstance(event, ev.PullProgress):
-            if self._bar is None:
-                import sys
-
-                from homelab.cli.pull_cmd import ProgressBar
-
-                self._bar = ProgressBar(sys.stderr)
-            self._bar(event.progress)
+        if isinstance(event, ev.EngineChanged):
+            self._narrator(worded_transition(event.transition))
+            return
+        if isinstance(event, ev.Failed | ev.GateStopped | ev.Replanning | ev.Replanned):
+            return  # the error is printed where it is raised; the rest goes unsaid here
+        if isinstance(event, ev.Stopped) and event.how in ("failed", "released"):
+            return  # said by the error, or by LeftRunning
+        if isinstance(event, ev.Healing):  # it says the crash: the narrator does not
+            self._narrator.healing()
         elif isinstance(event, ev.Pulled):
             self.finish()
-            if event.note:
-                print(event.note)
-        elif isinstance(event, ev.SetAsideNotice):
-            print(f"homelab: {event.set_aside.describe()}", flush=True)
         elif isinstance(event, ev.Planned):
             PLAN_PRINTERS[event.plan.kind](event.plan.plan, list(event.argv))
-            if event.port_note:
-                print(event.port_note)
-        elif isinstance(event, ev.Starting):
-            print(STARTING.get(event.kind, f"starting {event.program}..."), flush=True)
-        elif isinstance(event, ev.Started):
-            if event.port != event.wanted_port:
-                print(
-                    f"port {event.wanted_port} was taken meanwhile; using port {event.port} instead"
-                )
-            print(f"pid {event.pid}, log {event.log_path}", flush=True)
-        elif isinstance(event, ev.Adopting):
-            record = event.record
-            kind = "detached " if record.detached else ""
-            print(
-                f"adopting the running {kind}{event.program} (pid {record.pid}, "
-                f"up {duration(event.age_s)}) serving {record.model}"
-            )
-        elif isinstance(event, ev.Replacing):
-            what = f" ({event.model})" if event.model else " (no record)"
-            where = f" at {event.url}" if event.url else ""
-            print(f"replacing {event.program} pid {event.pid}{what}{where}")
-        elif isinstance(event, ev.EngineChanged):
-            self._narrator(worded_transition(event.transition))
-        elif isinstance(event, ev.Ready):
-            print(
-                f"ready: {event.url} ({event.program} pid {event.pid}; {event.reason})", flush=True
-            )
-        elif isinstance(event, ev.Actuals):
-            _print_actuals(event.measured)
-        elif isinstance(event, ev.LeftRunning):
-            if event.adopted:
-                print("\nleft the detached engine running; `homelab stop` stops it")
-            else:
-                print(f"left running (detached); `homelab stop` stops it; log: {event.log_path}")
-        elif isinstance(event, ev.GateKeyCreated):
-            print(
-                f"made the gate's API key (shown this once; it stays in {event.path}): {event.key}",
-                flush=True,
-            )
-        elif isinstance(event, ev.GateStarted):
-            print(f"gate: {event.url} in front of the engine at {event.engine_url}", flush=True)
-            limits = _gate_limits(event.budget, event.ceiling, event.max_concurrent)
-            print(f"  {limits}; clients use {event.url}", flush=True)
-        elif isinstance(event, ev.GateRetargeted):  # a heal or a re-plan under the gate
-            limits = _gate_limits(event.budget_tokens, event.ceiling, event.max_concurrent)
-            print(f"gate: new plan, {limits}; queued requests keep their place", flush=True)
-        elif isinstance(event, ev.GateAdopted):
-            print(f"adopting its gate: {event.url} ({_gate_limits(None, event.ceiling, None)})")
-        elif isinstance(event, ev.GateMissing):
-            print(
-                f"no gate: the running engine has none ({event.reason}); "
-                "--replace restarts it behind the gate"
-            )
-        elif isinstance(event, ev.Stopped):
-            if event.how == "outside":
-                print("the engine was stopped from outside (`homelab stop` or `--replace`)")
-            elif event.how == "stopped":
-                print("stopped")
+        elif isinstance(event, ev.LeftRunning) and event.adopted:
+            print()  # after the ^C on the terminal
+        line = describe(event).line
+        if line is not None:
+            print(line, flush=True)
 
+    def _progress(self, event: PullProgress) -> None:
+        if self._bar is None:
+            import sys
 
-def _gate_limits(budget: int | None, ceiling: int | None, max_concurrent: int | None) -> str:
-    words = []
-    if budget:
-        words.append(f"admits {budget} tokens at once")
-    if ceiling:
-        words.append(f"up to {ceiling} per request")
-    if max_concurrent:
-        words.append(f"{max_concurrent} request{'s' if max_concurrent != 1 else ''} at once")
-    return ", ".join(words) or "limits from the engine once it says"
+            from homelab.cli.pull_cmd import ProgressBar
 
-
-def _print_actuals(measured) -> None:
-    from homelab.engine.llamacpp.actuals import format_actuals
-    from homelab.units import format_bytes
-
-    print("predicted vs actual (from the engine's load log):")
-    print(format_actuals(measured.rows))
-    if measured.recorded_compute is None:
-        print(f"calibration not recorded: {measured.not_recorded}")
-    else:
-        print(
-            f"recorded the measured compute buffer ({format_bytes(measured.recorded_compute)}) "
-            "for the next plan of these flags"
-        )
+            self._bar = ProgressBar(sys.stderr)
+        self._bar(event.progress)
 
 
 def _print_llama_plan(plan, argv) -> None:
@@ -358,7 +283,3 @@ def _print_vllm_plan(plan, argv) -> None:
 
 PLAN_PRINTERS = {"llama.cpp": _print_llama_plan, "vllm": _print_vllm_plan}
 """How each engine kind's plan is printed (by the kind's name)."""
-STARTING = {
-    "llama.cpp": "starting llama-server...",
-    "vllm": "starting vllm (a first start takes minutes: weights, compile, CUDA graphs)...",
-}

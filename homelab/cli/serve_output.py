@@ -7,6 +7,10 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from homelab.engine.supervision.states import Transition
 
 STATUS_EVERY_S = 2.0
 """How often the live status line is refreshed on a terminal."""
@@ -46,32 +50,40 @@ def watch_status(supervisor, *, kv_unified: bool) -> None:
 
 
 class Narrator:
-    """Says crashes that lead to a restart, the restart, and readiness after it, in plain lines.
+    """Says crashes that lead to a restart, the restart, and readiness after it, in plain lines
+    (the describer's words for each transition).
 
     A crash that ends the retries is not said here: the command's error says it.
     """
 
     def __init__(self) -> None:
-        self._crash = None
+        self._crash: Transition | None = None
 
     def healing(self) -> None:
         """A heal said the crash (out of memory) and what changes: no stale crash line."""
         self._crash = None
 
-    def __call__(self, transition) -> None:
+    def __call__(self, transition: Transition) -> None:
         from homelab.engine.supervision.states import State
 
-        line = StatusLine.shared()
         if transition.state is State.CRASHED:
-            self._crash = transition.failure
-        elif transition.state is State.RESTARTING:
-            if self._crash is not None:
-                line.say(f"crashed: {self._crash.describe()}", err=True)
-                if self._crash.hint:
-                    line.say(f"  {self._crash.hint}", err=True)
-            line.say(transition.reason)
-        elif transition.state is State.READY and transition.attempt > 1:
-            line.say(f"ready again: {transition.url} (pid {transition.pid}, {transition.reason})")
+            self._crash = transition if transition.failure is not None else None
+            return
+        if transition.state is State.RESTARTING and self._crash is not None:
+            _say(self._crash)
+        if transition.state is State.RESTARTING or (
+            transition.state is State.READY and transition.attempt > 1
+        ):
+            _say(transition)
+
+
+def _say(transition: Transition) -> None:
+    """The describer's words for ``transition``; a failure's on stderr."""
+    from homelab.serve.describe import Severity, describe
+    from homelab.serve.events import EngineChanged
+
+    said = describe(EngineChanged(transition))
+    StatusLine.shared().say(said.line or "", err=said.severity is Severity.ERROR)
 
 
 class StatusLine:
@@ -134,12 +146,3 @@ def ignore_interrupts() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-
-
-def duration(seconds: float) -> str:
-    seconds = max(int(seconds), 0)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return (
-        f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
-    )

@@ -10,7 +10,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from homelab.cli.common import print_json
-from homelab.cli.serve_output import duration
 from homelab.errors import ExitCode, HomelabError
 
 if TYPE_CHECKING:
@@ -274,6 +273,8 @@ def _say_status(record: EngineRecord, seen: _Seen) -> None:
             _say_gate(record, seen.gate_state)
         else:
             print(f"  {record.url} · no gate (the engine serves directly)")
+        from homelab.serve.describe import duration
+
         print(f"  up {duration(time.time() - record.started_at)} · {how}")
         if seen.line is not None:
             print(f"  {seen.line}")

@@ -27,7 +27,7 @@ ready)``, ``Actuals``, ``Replanned``. The gate takes new limits (a heal, a re-pl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
     from homelab.engine.kinds import Measured, ServePlan
@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from homelab.engine.supervision.state_file import SetAside
     from homelab.engine.supervision.states import Transition
     from homelab.errors import HomelabError
+    from homelab.hub.download import PullProgress as HubProgress
+    from homelab.plan.calibration_miss import Setting
+    from homelab.serve.prove import ProofResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +52,9 @@ class PresetChosen:
 
 @dataclass(frozen=True, slots=True)
 class PullProgress:
-    """Bytes arriving for the model (``progress`` is the hub's ``PullProgress``)."""
+    """Bytes arriving for the model."""
 
-    progress: Any
+    progress: HubProgress
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,11 +228,11 @@ class GateRetargeted:
 @dataclass(frozen=True, slots=True)
 class Replanning:
     """The running engine restarts into ``new`` under the same gate (``why``: "re-plan" or
-    "restart", the same plan again); ``old`` and ``new`` are ``ServePlan``s."""
+    "restart", the same plan again)."""
 
     why: str
-    old: Any
-    new: Any
+    old: ServePlan
+    new: ServePlan
     pid: int | None
     """The engine that is ended for it."""
 
@@ -239,7 +242,7 @@ class Replanned:
     """The engine runs ``plan`` again, ready: a new pid behind the same public URL."""
 
     why: str
-    plan: Any
+    plan: ServePlan
     argv: tuple[str, ...]
     old_pid: int | None
     pid: int | None
@@ -258,23 +261,22 @@ class Proving:
 
 @dataclass(frozen=True, slots=True)
 class Proved:
-    """What the launch proof saw (``result`` is ``prove.ProofResult``): peak memory against
-    the plan's figure, the time, and whether it ran out of memory."""
+    """What the launch proof saw: peak memory against the plan's figure, the time, and
+    whether it ran out of memory."""
 
-    result: Any
+    result: ProofResult
 
 
 @dataclass(frozen=True, slots=True)
 class Healing:
     """The engine ran out of memory (``stage``: load, proof or run); it restarts smaller.
 
-    ``was`` and ``now`` are :class:`~homelab.plan.calibration_miss.Setting` rows; ``said``
-    is the engine's own out-of-memory line."""
+    ``said`` is the engine's own out-of-memory line."""
 
     stage: str
     said: str
-    was: Any
-    now: Any
+    was: Setting
+    now: Setting
     step: int
     max_steps: int
     argv: tuple[str, ...] = ()
@@ -286,8 +288,8 @@ class Healed:
     """A smaller plan held after an out-of-memory; the miss is in the calibration store
     (``recorded`` False, with ``not_recorded`` saying why, when it could not be written)."""
 
-    failed: tuple[Any, ...]
-    worked: Any
+    failed: tuple[Setting, ...]
+    worked: Setting
     recorded: bool
     not_recorded: str | None = None
 
@@ -300,3 +302,13 @@ class PromptCacheOff:
 
     said: str
     cache_ram: int | None = None
+
+
+_Preparing: TypeAlias = PresetChosen | PullProgress | Pulled | SetAsideNotice | Planned
+_Engine: TypeAlias = Adopting | Replacing | Starting | Started | EngineChanged | Ready | Actuals
+_Ending: TypeAlias = LeftRunning | Stopped | Failed
+_Gate: TypeAlias = GateKeyCreated | GateStarted | GateAdopted | GateMissing | GateStopped
+_Replan: TypeAlias = GateRetargeted | Replanning | Replanned
+_Proof: TypeAlias = Proving | Proved | Healing | Healed | PromptCacheOff
+SessionEvent: TypeAlias = _Preparing | _Engine | _Ending | _Gate | _Replan | _Proof
+"""Every event a serve session publishes (:mod:`homelab.serve.describe` words each one)."""

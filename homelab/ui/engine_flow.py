@@ -210,16 +210,12 @@ class EngineFlow:
         """Called on the session's delivery thread: hand over, never block it."""
         from homelab.serve import events as ev
 
-        if isinstance(event, ev.GateRetargeted):  # a heal's or a re-plan's new gate limits
-            self.post_message(ServeEvent(event))
-            return
         if isinstance(event, ev.EngineChanged):
             self.post_message(EngineChanged(event.transition))
-        elif isinstance(
-            event,
-            ev.Actuals | ev.GateStarted | ev.Proved | ev.Healing | ev.Healed | ev.PromptCacheOff,
+        elif isinstance(event, ev.Actuals | ev.GateStarted | ev.GateRetargeted | ev.Proved) or (
+            isinstance(event, ev.Healing | ev.Healed | ev.PromptCacheOff)
         ):
-            self.post_message(ServeEvent(event))
+            self.post_message(ServeEvent(event))  # the server panel's (ServerFlow)
 
     @while_mounted
     def on_engine_started(self, message: EngineStarted) -> None:

@@ -5,8 +5,8 @@ engine log line, on a delivery thread of the supervisor's event hub), then seeds
 with the log's tail: the lines read before the subscription (an engine that started a
 moment ago, or one adopted from an earlier homelab). Pushed lines read before the seed
 was taken are in the seed already and are skipped (each line carries the wall-clock time
-it was read). Transitions become one line each (``── crashed: …``), so the log reads as
-one story and the search finds them too.
+it was read). Transitions become one line each (the describer's headline, ``── crashed: …``),
+so the log reads as one story and the search finds them too.
 
 The delivery thread only appends to a bounded buffer and, when the app has not been told
 yet, posts one :class:`LogArrived`; the app takes everything buffered at once, so a burst
@@ -24,6 +24,8 @@ from typing import Any
 
 from textual.message import Message
 
+from homelab.serve.describe import describe
+from homelab.serve.events import EngineChanged
 from homelab.ui import backend
 
 LOG_KEPT = 500
@@ -130,8 +132,9 @@ class LogFeed:
 
 
 def transition_line(transition: Any) -> str:
-    """``── crashed: llama-server stopped`` (the supervisor's word for the change)."""
-    return f"── {transition.state.value}: {transition.reason}"
+    """``── restart in 1.0 s (1 crash(es) in the last 600 s)``: the describer's headline for
+    the supervisor's change, marked off from the engine's own lines."""
+    return f"── {describe(EngineChanged(transition)).headline}"
 
 
 def _overlap(seed: list[str], early: list[str]) -> int:

@@ -29,6 +29,7 @@ from textual import work
 from textual.message import Message
 
 from homelab.errors import HomelabError
+from homelab.serve.describe import describe
 from homelab.ui import backend, backend_replan
 from homelab.ui.catalog import ModelEntry
 from homelab.ui.messages import EngineFailed, while_mounted
@@ -203,25 +204,5 @@ def in_place_note(done: Any, note: str | None) -> str:
     lines.append(f"  pid {done.old_pid} → {done.pid}, behind the same gate")
     gate = done.restarted.gate
     if gate is not None:
-        lines.append(f"  {gate_words(gate)}; queued requests kept their place")
+        lines.append(f"  {describe(gate).line}")
     return "\n".join(lines)
-
-
-def gate_words(event: Any) -> str:
-    """``gate admits 2,048 tokens at once, up to 2,048 per request, 1 at once``."""
-    words = []
-    if event.budget_tokens:
-        words.append(f"admits {event.budget_tokens:,} tokens at once")
-    if event.ceiling:
-        words.append(f"up to {event.ceiling:,} per request")
-    if event.max_concurrent:
-        words.append(f"{event.max_concurrent} at once")
-    return "gate " + (", ".join(words) or "limits from the engine")
-
-
-def retarget_words(event: Any) -> str | None:
-    """What the app says of a ``GateRetargeted`` session event (a heal, a re-plan); None
-    for another event."""
-    from homelab.serve import events as ev
-
-    return gate_words(event) if isinstance(event, ev.GateRetargeted) else None

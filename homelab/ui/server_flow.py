@@ -17,8 +17,9 @@ from typing import Any
 from textual import work
 
 from homelab.errors import HomelabError
+from homelab.serve import events as ev
+from homelab.serve.describe import describe
 from homelab.ui import backend, backend_replan
-from homelab.ui.heal_note import heal_note
 from homelab.ui.log_feed import LogArrived
 from homelab.ui.messages import (
     EngineChanged,
@@ -27,7 +28,6 @@ from homelab.ui.messages import (
     ServeEvent,
     while_mounted,
 )
-from homelab.ui.replan_flow import retarget_words
 from homelab.ui.widgets.server import ServerPanel
 
 
@@ -54,17 +54,17 @@ class ServerFlow:
 
     @while_mounted
     def on_serve_event(self, message: ServeEvent) -> None:
-        measured = getattr(message.event, "measured", None)
-        if (note := heal_note(message.event)) is not None:  # the launch proof, a heal
+        event = message.event
+        if isinstance(event, ev.Actuals):
+            self.actuals = event.measured
+        elif isinstance(event, ev.GateStarted):  # the gate listens: its URL is the one to use
+            name = self.running.name if self.running else "engine"
+            self.notify(f"{name} is ready at {event.url}")
+        elif isinstance(event, ev.GateRetargeted):  # a heal's or a re-plan's new limits
+            self.notify(describe(event).line or "", title="gate")
+        elif (note := describe(event).line) is not None:  # the launch proof, a heal
             self.engine_note = note
             self.notify(note.splitlines()[0], title="launch")
-        elif measured is not None:
-            self.actuals = measured
-        elif (words := retarget_words(message.event)) is not None:  # the gate's new limits
-            self.notify(words, title="gate")
-        else:  # the gate listens: its URL is the one to use
-            name = self.running.name if self.running else "engine"
-            self.notify(f"{name} is ready at {message.event.url}")
         self._show_engine()
 
     @while_mounted

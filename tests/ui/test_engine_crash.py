@@ -72,10 +72,12 @@ def test_a_damaged_model_file_at_the_restart_shows_the_engines_own_words_and_giv
             assert "truncated or damaged" in text  # the hint
             assert not alive(app.supervisor.pid)
             log = _log_text(app)  # pushed by the supervisor, in order
-            assert "── crashed: llama-server stopped" in log
-            assert "── restarting: restart in" in log
+            assert "── crashed: llama-server was killed by SIGKILL" in log
+            assert "── restart in" in log
             assert "error loading model" in log
-            assert log.index("── crashed: llama-server stopped") < log.index("error loading")
+            assert log.index("── crashed: llama-server was killed by SIGKILL") < log.index(
+                "error loading"
+            )
             assert "── stopped: Bad model file" in log
             await pilot.press("q")  # nothing runs any more: quits at once
         assert app.return_code == 0
@@ -95,8 +97,10 @@ async def _killed_and_back(app, pilot, engine_pids, restarts: int) -> None:
     # why it restarted stays on the panel: the supervisor's explained failure
     assert "last crash: llama-server stopped: llama-server was killed by SIGKILL" in server
     log = _log_text(app)  # the supervisor's transitions, pushed with the lines
-    assert log.rindex("── crashed: llama-server stopped") < log.rindex("── restarting")
-    assert log.rindex("── restarting") < log.rindex("── ready")
+    assert log.rindex("── crashed: llama-server was killed by SIGKILL") < log.rindex(
+        "── restart in"
+    )
+    assert log.rindex("── restart in") < log.rindex("── ready")
 
 
 def test_an_engine_killed_from_outside_is_restarted_and_the_panel_says_so(
@@ -138,7 +142,7 @@ def test_a_crash_loop_is_stopped_by_the_supervisor_and_the_panel_says_so(
             assert "something killed it with SIGKILL" in text  # the hint
             log = _log_text(app)  # the last 500 lines: the end of the story
             assert log.endswith(
-                "── crashed: llama-server stopped\n── stopped: llama-server stopped"
+                "── crashed: llama-server was killed by SIGKILL\n── stopped: llama-server stopped"
             )
             await pilot.press("q")
         assert app.return_code == 0

@@ -93,7 +93,7 @@ def test_R_with_the_gate_answers_what_the_gate_held_and_keeps_its_port(
             server = str(app.query_one("#server-state").render())
             assert "re-planned on the card now" in server
             assert f"pid {old_pid} → {app.supervisor.pid}, behind the same gate" in server
-            assert "queued requests kept their place" in server
+            assert "queued requests keep their place" in server
             assert "restarts 0" in server  # a restart into a plan, not a crash
             await _quit_stopping_the_engine(app, pilot)
 

@@ -9,12 +9,26 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from textual.css.query import NoMatches
 from textual.message import Message
 
 from homelab.errors import HomelabError
+
+if TYPE_CHECKING:
+    from homelab.engine.supervision.states import Transition
+    from homelab.engine.supervision.supervisor import Supervisor
+    from homelab.gpu.report import GpuReport
+    from homelab.hub.download import PullProgress
+    from homelab.plan.budget import DeviceBudget
+    from homelab.plan.options import PlanOptions
+    from homelab.plan.planner import Plan
+    from homelab.serve import events as ev
+    from homelab.serve.session import ServeSession
+    from homelab.ui.catalog import Judgement, ModelEntry
+    from homelab.ui.log_feed import LogFeed
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
@@ -41,8 +55,8 @@ def while_mounted(handler: Handler) -> Handler:
 class CardRead(Message, bubble=False):
     """One look at the card(s): the report and one budget per card (system RAM without one)."""
 
-    report: Any
-    budgets: list
+    report: GpuReport
+    budgets: list[DeviceBudget]
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, CardRead)
@@ -55,25 +69,25 @@ class CardFailed(Message, bubble=False):
 
 @dataclass
 class ModelsListed(Message, bubble=False):
-    """The menu's rows (``catalog.ModelEntry``), verdicts not yet known."""
+    """The menu's rows, verdicts not yet known."""
 
-    entries: list
+    entries: list[ModelEntry]
 
 
 @dataclass
 class ModelJudged(Message, bubble=False):
-    """One row's verdict (``catalog.Judgement``)."""
+    """One row's verdict."""
 
     key: str
-    judgement: Any
+    judgement: Judgement
 
 
 @dataclass
 class PlanMade(Message, bubble=False):
     key: str
-    plan: Any
+    plan: Plan
     argv: list[str]
-    model_path: Any
+    model_path: Path | None
     measured: tuple[str, ...] = ()
     """Stored bench results of this plan's flags (lines), when there are any."""
 
@@ -88,7 +102,7 @@ class PlanFailed(Message, bubble=False):
 class EngineChanged(Message, bubble=False):
     """A supervisor transition (from the supervisor's thread)."""
 
-    transition: Any
+    transition: Transition
 
 
 @dataclass
@@ -101,11 +115,11 @@ class EngineStarted(Message, bubble=False):
     """
 
     key: str
-    supervisor: Any
-    planned_on: Any = None
-    options: Any = None
+    supervisor: tuple[ServeSession, Supervisor, ModelEntry, Plan | None]
+    planned_on: GpuReport | None = None
+    options: PlanOptions | None = None
     note: str | None = None
-    log_feed: Any = None
+    log_feed: LogFeed | None = None
 
 
 @dataclass
@@ -129,16 +143,24 @@ class EngineMissing(Message, bubble=False):
 
 @dataclass
 class ServeEvent(Message, bubble=False):
-    """An event of the domain's serve session (``homelab.serve.events``)."""
+    """An event of the domain's serve session that the server panel shows."""
 
-    event: Any
+    event: (
+        ev.Actuals
+        | ev.GateStarted
+        | ev.GateRetargeted
+        | ev.Proved
+        | ev.Healing
+        | ev.Healed
+        | ev.PromptCacheOff
+    )
 
 
 @dataclass
 class DownloadProgress(Message, bubble=False):
-    """Bytes arriving for the picked model (``progress``: the hub's ``PullProgress``)."""
+    """Bytes arriving for the picked model."""
 
-    progress: Any
+    progress: PullProgress
 
 
 @dataclass
@@ -150,7 +172,7 @@ class DownloadEnded(Message, bubble=False):
     left on disk for the next one to resume from."""
 
     key: str
-    path: Any = None
+    path: Path | None = None
     error: HomelabError | None = None
     cancelled: bool = False
     fetched: bool = False

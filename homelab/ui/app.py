@@ -228,7 +228,14 @@ def make_app(
     """The app the command line runs and the tests drive (same construction for both; the
     arguments are :class:`~homelab.ui.state.AppArgs`'s)."""
     args = AppArgs(
-        gpu_snapshot, vram, tuple(models_dirs), port, refresh_s, blink, adopt, telemetry_clock
+        gpu_snapshot=gpu_snapshot,
+        vram=vram,
+        models_dirs=tuple(models_dirs),
+        port=port,
+        refresh_s=refresh_s,
+        blink=blink,
+        adopt=adopt,
+        telemetry_clock=telemetry_clock,
     )
     return HomelabApp(args)
 

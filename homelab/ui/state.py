@@ -74,7 +74,8 @@ class Picked:
 @dataclass(slots=True)
 class Running:
     """The engine this app started or adopted. Written by the engine flow (started,
-    stopped) and the re-plan flow (the plan it restarted into); read by every flow."""
+    stopped) and the re-plan flow (the plan it restarted into); read by the server, live,
+    models and re-plan flows and the card panel."""
 
     session: ServeSession | None = None
     supervisor: Supervisor | None = None

@@ -147,10 +147,8 @@ class EngineFlow(AppFlow):
     ) -> None:
         """Tell the app, then follow the engine's log (its lines pushed, from now on)."""
         feed = LogFeed(supervisor, self.post_from_thread)
-        started = EngineStarted(
-            entry.key, (session, supervisor, entry, served), report, options, note, feed
-        )
-        self.post_message(started)
+        running = Running(session, supervisor, entry, served, options, feed)
+        self.post_message(EngineStarted(running, report, note))
         feed.start()
 
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
@@ -187,14 +185,11 @@ class EngineFlow(AppFlow):
 
     @while_mounted
     def on_engine_started(self, message: EngineStarted) -> None:
-        running = self.state.running
-        if running.log_feed is not None:
-            running.log_feed.close()
-        session, supervisor, entry, plan = message.supervisor
-        self.state.running = Running(
-            session, supervisor, entry, plan, message.options, message.log_feed
-        )
-        self.state.health = Health(state=supervisor.state.value, note=message.note)
+        if self.state.running.log_feed is not None:
+            self.state.running.log_feed.close()
+        self.state.running = running = message.running
+        assert running.supervisor is not None  # a started engine's
+        self.state.health = Health(state=running.supervisor.state.value, note=message.note)
         self.query_one("#server", ServerPanel).clear_log()
         self._show_engine()
         self._show_card()

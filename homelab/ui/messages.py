@@ -19,16 +19,13 @@ from homelab.errors import HomelabError
 
 if TYPE_CHECKING:
     from homelab.engine.supervision.states import Transition
-    from homelab.engine.supervision.supervisor import Supervisor
     from homelab.gpu.report import GpuReport
     from homelab.hub.download import PullProgress
     from homelab.plan.budget import DeviceBudget
-    from homelab.plan.options import PlanOptions
     from homelab.plan.planner import Plan
     from homelab.serve import events as ev
-    from homelab.serve.session import ServeSession
     from homelab.ui.catalog import Judgement, ModelEntry
-    from homelab.ui.log_feed import LogFeed
+    from homelab.ui.state import Running
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
@@ -107,19 +104,13 @@ class EngineChanged(Message, bubble=False):
 
 @dataclass
 class EngineStarted(Message, bubble=False):
-    """A supervisor now runs (or adopted) an engine for ``key``.
+    """A supervisor now runs (or adopted) an engine: ``running``, what the app keeps of it;
+    ``planned_on``: the card report it was planned on; ``note``: what a re-plan changed
+    (old vs new)."""
 
-    ``supervisor``: (session, supervisor, entry, the plan it serves). ``planned_on``: the
-    card report it was planned on; ``options``: the plan request; ``note``: what a re-plan
-    changed (old vs new); ``log_feed``: its pushed log (``homelab.ui.log_feed.LogFeed``).
-    """
-
-    key: str
-    supervisor: tuple[ServeSession, Supervisor, ModelEntry, Plan | None]
+    running: Running
     planned_on: GpuReport | None = None
-    options: PlanOptions | None = None
     note: str | None = None
-    log_feed: LogFeed | None = None
 
 
 @dataclass

@@ -5,7 +5,9 @@ tests; :func:`run_app` runs it and makes sure no engine is left supervised by a 
 Blocking work (the card probe, header reads, plans, starting and stopping the engine)
 runs in thread workers that post the past-tense messages of :mod:`homelab.ui.messages`;
 the card follows the domain's GPU telemetry and the metrics panel the engine's status
-(both in :mod:`homelab.ui.live_flow`), stopped and joined when the app unmounts.
+(both in :mod:`homelab.ui.live_flow`), stopped and joined when the app unmounts. The app
+is its flows (:mod:`homelab.ui.flow`); what they share is ``app.state``
+(:mod:`homelab.ui.state`).
 """
 
 from __future__ import annotations

@@ -5,26 +5,25 @@ tests; :func:`run_app` runs it and makes sure no engine is left supervised by a 
 Blocking work (the card probe, header reads, plans, starting and stopping the engine)
 runs in thread workers that post the past-tense messages of :mod:`homelab.ui.messages`;
 the card follows the domain's GPU telemetry and the metrics panel the engine's status
-(both in :mod:`homelab.ui.live_flow`), stopped and joined when the app unmounts.
+(both in :mod:`homelab.ui.live_flow`), stopped and joined when the app unmounts. The app
+is its flows (:mod:`homelab.ui.flow`); what they share is ``app.state``
+(:mod:`homelab.ui.state`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from textual import work
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer
+from textual.widgets import DataTable, Footer, Input
 from textual.worker import Worker, WorkerState
 
-from homelab.errors import HomelabError
 from homelab.ui import backend
-from homelab.ui.catalog import ModelEntry
 from homelab.ui.download_flow import DownloadFlow
 from homelab.ui.engine_flow import EngineFlow
 from homelab.ui.engine_setup_flow import EngineSetupFlow
@@ -34,6 +33,7 @@ from homelab.ui.models_flow import ModelsFlow
 from homelab.ui.offline_flow import OfflineFlow
 from homelab.ui.replan_flow import ReplanFlow
 from homelab.ui.server_flow import ServerFlow
+from homelab.ui.state import AppArgs, AppState
 from homelab.ui.widgets.card import CardPanel
 from homelab.ui.widgets.engine_setup import EngineSetupPanel
 from homelab.ui.widgets.metrics import MetricsPanel
@@ -42,20 +42,23 @@ from homelab.ui.widgets.offline import OfflineBanner
 from homelab.ui.widgets.plan import PlanPanel
 from homelab.ui.widgets.server import ServerPanel
 
+if TYPE_CHECKING:
+    from homelab.plan.options import PlanOptions
+    from homelab.polling import Clock
+
 REFRESH_S = 1.0
 """How often the card is sampled (and the engine asked); 0: the card is read once."""
 
 
 class HomelabApp(
     ModelsFlow,
+    ReplanFlow,
     EngineFlow,
     ServerFlow,
-    ReplanFlow,
     DownloadFlow,
     LiveFlow,
     EngineSetupFlow,
     OfflineFlow,
-    App[int],
 ):
     """See the module docstring."""
 
@@ -77,45 +80,11 @@ class HomelabApp(
         Binding("q", "quit_app", "quit"),
     ]
 
-    def __init__(
-        self,
-        *,
-        gpu_snapshot: Path | None = None,
-        vram: int | None = None,
-        models_dirs: Iterable[Path] = (),
-        port: int | None = None,
-        refresh_s: float = REFRESH_S,
-        blink: bool = True,
-        adopt: bool = True,
-        telemetry_clock: Any = None,
-    ) -> None:
+    def __init__(self, args: AppArgs) -> None:
         super().__init__()
-        self.telemetry_clock = telemetry_clock
-        self.gpu_snapshot = gpu_snapshot
-        self.vram = vram
-        self.models_dirs = tuple(models_dirs)
-        self.port = port
-        self.refresh_s = refresh_s
-        self.blink = blink
-        self.adopt = adopt
-        self.report: Any = None
-        self.budgets: list[Any] = []
-        self.picked: ModelEntry | None = None
-        self.plan: Any = None
-        self.argv: list[str] = []
-        self.model_path: Path | None = None
-        self.supervisor: Any = None
-        self.session: Any = None
-        self.download_cancel: Any = None
-        self.actuals: Any = None
-        self.running: ModelEntry | None = None
-        self.running_plan: Any = None
-        self.engine_state: str | None = None
-        self.ready_at: float | None = None
-        self.restarts = 0
-        self.engine_problem: HomelabError | None = None
-        self._headers: dict[Path, Any] = {}
-        self._engine_init()
+        self.state = AppState(args)
+        self._models_init()
+        self._download_init()
         self._live_init()
         self._engine_setup_init()
         self._offline_init()
@@ -130,13 +99,13 @@ class HomelabApp(
             yield ServerPanel(id="server")
         with Vertical(id="right"):
             yield ModelsMenu(id="menu")
-            yield PlanPanel(id="plan", blink=self.blink)
+            yield PlanPanel(id="plan", blink=self.state.args.blink)
         yield OfflineBanner(id="offline")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#models", DataTable).focus()
-        self.query_one("#filter").cursor_blink = self.blink
+        self.query_one("#filter", Input).cursor_blink = self.state.args.blink
         self.call_after_refresh(self._start_work)  # the first frame first, then the imports
 
     def on_unmount(self) -> None:
@@ -147,7 +116,7 @@ class HomelabApp(
         self.start_card()
         self.list_models()
         self.check_engine()
-        if self.adopt:
+        if self.state.args.adopt:
             self.adopt_running(self.card_options())
 
     def get_system_commands(self, screen: Screen) -> Iterator[SystemCommand]:
@@ -179,51 +148,43 @@ class HomelabApp(
 
     # -- options ---------------------------------------------------------------------------
 
-    def card_options(self) -> Any:
+    def card_options(self) -> PlanOptions:
+        args = self.state.args
         return backend.plan_options(
             workload=None,
             ctx=None,
             slots=None,
             cache_type=None,
-            vram=self.vram,
-            gpu_snapshot=self.gpu_snapshot,
-            port=self.port,
+            vram=args.vram,
+            gpu_snapshot=args.gpu_snapshot,
+            port=args.port,
         )
 
-    def plan_options(self) -> Any:
+    def plan_options(self) -> PlanOptions:
         """The plan request the plan panel's fields describe (``UsageError`` when one is bad)."""
+        args = self.state.args
         values = self.query_one("#plan", PlanPanel).values()
         return backend.plan_options(
             workload=values["workload"] or None,
             ctx=int(values["ctx"]) if values["ctx"] else None,
             slots=int(values["slots"]) if values["slots"] else None,
             cache_type=values["cache"],
-            vram=self.vram,
-            gpu_snapshot=self.gpu_snapshot,
-            port=self.port,
+            vram=args.vram,
+            gpu_snapshot=args.gpu_snapshot,
+            port=args.port,
         )
 
     # -- the card --------------------------------------------------------------------------
 
-    @work(thread=True, exclusive=True, group="card", exit_on_error=False)
-    def probe_card(self) -> None:
-        try:
-            report = backend.read_card(self.card_options())
-            indexes: list[int | None] = [d.index for d in report.devices] or [None]
-            budgets = [backend.device_budget(report, i) for i in indexes]
-        except HomelabError as error:
-            self.post_message(CardFailed(error))
-            return
-        self.post_message(CardRead(report, budgets))
-
     @while_mounted
     def on_card_read(self, message: CardRead) -> None:
-        first = self.report is None
-        changed = message.report != self.report
-        self.report, self.budgets = message.report, message.budgets
+        card = self.state.card
+        first = card.report is None
+        changed = message.report != card.report
+        card.report, card.budgets = message.report, message.budgets
         if changed:  # an unchanged card is not drawn again (idle CPU)
             self._show_card()
-        if self.supervisor is not None:
+        if self.state.running.supervisor is not None:
             self._show_engine()
         if first and self.query_one("#menu", ModelsMenu).entries:
             self.judge_models(self.query_one("#menu", ModelsMenu).entries)
@@ -233,11 +194,12 @@ class HomelabApp(
         self.query_one("#card", CardPanel).show_error(message.error)
 
     def _show_card(self) -> None:
-        if self.report is None:
+        card, running = self.state.card, self.state.running
+        if card.report is None:
             return
-        plan = self.running_plan or self.plan
-        planned = self.running_plan is None
-        self.query_one("#card", CardPanel).show(self.report, self.budgets, plan, planned)
+        plan = running.plan or self.state.picked.plan
+        planned = running.plan is None
+        self.query_one("#card", CardPanel).show(card.report, card.budgets, plan, planned)
 
     # -- errors from workers ---------------------------------------------------------------
 
@@ -263,22 +225,21 @@ def make_app(
     refresh_s: float = REFRESH_S,
     blink: bool = True,
     adopt: bool = True,
-    telemetry_clock: Any = None,
+    telemetry_clock: Clock | None = None,
 ) -> HomelabApp:
-    """The app the command line runs and the tests drive (same construction for both).
-
-    ``telemetry_clock``: a :class:`~homelab.polling.ManualClock` decides when a replayed
-    card's next sample is taken (tests); default real time."""
-    return HomelabApp(
+    """The app the command line runs and the tests drive (same construction for both; the
+    arguments are :class:`~homelab.ui.state.AppArgs`'s)."""
+    args = AppArgs(
         gpu_snapshot=gpu_snapshot,
         vram=vram,
-        models_dirs=models_dirs,
+        models_dirs=tuple(models_dirs),
         port=port,
         refresh_s=refresh_s,
         blink=blink,
         adopt=adopt,
         telemetry_clock=telemetry_clock,
     )
+    return HomelabApp(args)
 
 
 def run_app(

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from homelab.units import format_bytes, format_int
+
+if TYPE_CHECKING:
+    from homelab.hub.presets import Preset
+    from homelab.plan.judge import Fit
+    from homelab.plan.planner import Plan
 
 Source = Literal["preset", "cache", "dir"]
 
@@ -27,8 +32,8 @@ class ModelEntry:
     source: Source
     path: Path | None = None
     """The local GGUF (None for a preset not in the cache yet)."""
-    preset: Any = None
-    """The :class:`~homelab.hub.presets.Preset` behind a preset row."""
+    preset: Preset | None = None
+    """The preset behind a preset row."""
     size: int | None = None
 
 
@@ -45,7 +50,7 @@ class Judgement:
     """Planned from the preset's facts: the model's header has not been read yet."""
 
 
-def judgement_of_plan(plan: Any, size: int | None) -> Judgement:
+def judgement_of_plan(plan: Plan, size: int | None) -> Judgement:
     """The words for a plan's verdict."""
     if plan.verdict == "partial":
         return Judgement("partial", f"partial: -ngl {plan.n_gpu_layers}", size)
@@ -61,8 +66,8 @@ FROM_PRESET_LEGEND = "† from the preset (header not read yet)"
 """What the mark means, shown with the menu while a row carries it."""
 
 
-def judgement_of_fit(fit: Any, source: str | None = "header") -> Judgement:
-    """The words for a verdict (``homelab.plan.judge.Fit``).
+def judgement_of_fit(fit: Fit, source: str | None = "header") -> Judgement:
+    """The words for a verdict.
 
     ``source`` is ``PresetFit.source``: ``"preset"`` adds :data:`FROM_PRESET`.
     """
@@ -73,7 +78,7 @@ def judgement_of_fit(fit: Any, source: str | None = "header") -> Judgement:
     return Judgement(judgement.verdict, text, judgement.size, judgement.detail, from_preset=True)
 
 
-def _words(fit: Any) -> Judgement:
+def _words(fit: Fit) -> Judgement:
     if fit.plan is not None:
         return judgement_of_plan(fit.plan, fit.file_bytes)
     if fit.verdict == "does_not_fit":

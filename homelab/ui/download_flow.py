@@ -11,7 +11,7 @@ waits for the worker, so the partial file is left for a resume and nothing raise
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import work
 from textual.actions import SkipAction
@@ -19,30 +19,32 @@ from textual.actions import SkipAction
 from homelab.errors import HomelabError
 from homelab.ui import backend
 from homelab.ui.catalog import ModelEntry
+from homelab.ui.flow import AppFlow
 from homelab.ui.messages import DownloadEnded, DownloadProgress, while_mounted
 from homelab.ui.widgets.download import DownloadBar
+
+if TYPE_CHECKING:
+    from homelab.hub.download import PullProgress
 
 STOP_WAIT_S = 10.0
 """How long quitting waits for a cancelled download's worker (it stops at the next chunk)."""
 
 
-class DownloadFlow:
+class DownloadFlow(AppFlow):
     """One download at a time, of the picked preset's quant."""
 
-    query_one: Any
-    post_message: Any
-    notify: Any
-    screen_stack: Any
-    picked: ModelEntry | None
-    plan_picked: Any
-    download_cancel: threading.Event | None
+    def _download_init(self) -> None:
+        self.download_cancel: threading.Event | None = None
+        """Set to cancel the running download (None: none runs)."""
+        self._download_ended = threading.Event()
+        """Set when the running download's worker is done."""
 
     def action_download(self) -> None:
-        entry = self.picked
+        entry = self.state.picked.entry
         if entry is None or entry.preset is None:
             self.notify("Pick a preset (a model from the Hub) first.", title="Nothing to download")
             return
-        if getattr(self, "download_cancel", None) is not None:
+        if self.download_cancel is not None:
             self.notify("A download is running (escape cancels it).", title="Downloading")
             return
         cancel, ended = threading.Event(), threading.Event()
@@ -55,7 +57,7 @@ class DownloadFlow:
 
         With none running, or a dialog open, the key goes on to the focused widget (the
         filter closes, a dialog answers no) as if this binding were not there."""
-        cancel = getattr(self, "download_cancel", None)
+        cancel = self.download_cancel
         if cancel is None or cancel.is_set() or len(self.screen_stack) > 1:
             raise SkipAction
         cancel.set()
@@ -63,7 +65,7 @@ class DownloadFlow:
 
     def stop_download(self) -> None:
         """Cancel a running download and wait for its worker (on unmount: quitting)."""
-        cancel = getattr(self, "download_cancel", None)
+        cancel = self.download_cancel
         if cancel is None:
             return
         cancel.set()
@@ -75,32 +77,27 @@ class DownloadFlow:
     ) -> None:
         seen: dict[str, Any] = {"last": None, "fetching": False}
 
-        def progress(p: Any) -> None:
+        def progress(p: PullProgress) -> None:
             if p.state == "downloading":
                 seen["fetching"] = True
                 if cancel.is_set() and p.file_done < p.file_total:
                     seen["last"] = p  # its bytes are on disk: the partial file keeps them
                     raise backend.DownloadCancelled
-            self._send(DownloadProgress(p))
+            self.post_from_thread(DownloadProgress(p))
 
         try:
             path = backend.download(ref, progress)
         except backend.DownloadCancelled:
             last = seen["last"]
-            self._send(DownloadEnded(entry.key, cancelled=True, kept=last.done, total=last.total))
+            self.post_from_thread(
+                DownloadEnded(entry.key, cancelled=True, kept=last.done, total=last.total)
+            )
         except HomelabError as error:
-            self._send(DownloadEnded(entry.key, error=error))
+            self.post_from_thread(DownloadEnded(entry.key, error=error))
         else:
-            self._send(DownloadEnded(entry.key, path=path, fetched=seen["fetching"]))
+            self.post_from_thread(DownloadEnded(entry.key, path=path, fetched=seen["fetching"]))
         finally:
             ended.set()
-
-    def _send(self, message: Any) -> None:
-        """Post from the worker's thread; an app whose loop already closed just drops it."""
-        try:
-            self.post_message(message)
-        except RuntimeError:
-            pass
 
     @while_mounted
     def on_download_progress(self, message: DownloadProgress) -> None:
@@ -114,7 +111,8 @@ class DownloadFlow:
             bar.show_cancelled(message.kept or 0, message.total or 0)
         elif message.error is not None:
             bar.show_line(f"{message.error.title}: {message.error.message}", "red")
-        else:
+        elif message.path is not None:  # done
             bar.show_done(message.path, verified=message.fetched)
-            if self.picked is not None and self.picked.key == message.key:
-                self.plan_picked(self.picked)  # now from the cache
+            picked = self.state.picked.entry
+            if picked is not None and picked.key == message.key:
+                self.plan_picked(picked)  # now from the cache

@@ -11,14 +11,14 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from textual import work
-from textual.message import Message
 
 from homelab.errors import HomelabError
 from homelab.ui import backend
 from homelab.ui.catalog import ModelEntry
+from homelab.ui.flow import AppFlow
 from homelab.ui.log_feed import LogFeed
 from homelab.ui.messages import (
     EngineChanged,
@@ -30,87 +30,57 @@ from homelab.ui.messages import (
 )
 from homelab.ui.models_flow import model_name
 from homelab.ui.screens import ConfirmScreen, QuitScreen
+from homelab.ui.state import Health, Running
 from homelab.ui.widgets.models import ModelsMenu
 from homelab.ui.widgets.server import ServerPanel
 from homelab.units import format_bytes
+
+if TYPE_CHECKING:
+    from homelab.engine.supervision.supervisor import Supervisor
+    from homelab.gpu.report import GpuReport
+    from homelab.plan.options import PlanOptions
+    from homelab.plan.planner import Plan
+    from homelab.serve.session import ServeSession
 
 CLIPBOARD_TOOLS = (["wl-copy"], ["xclip", "-selection", "clipboard"], ["xsel", "-ib"])
 """Linux clipboards Textual's OSC 52 does not reach, tried in order."""
 
 
-class EngineFlow:
+class EngineFlow(AppFlow):
     """Everything about the one engine this app runs or adopted."""
-
-    query_one: Any
-    post_message: Any
-    notify: Any
-    push_screen: Any
-    call_from_thread: Any
-    exit: Any
-    copy_to_clipboard: Any
-    port: int | None
-    picked: ModelEntry | None
-    plan: Any
-    model_path: Path | None
-    supervisor: Any
-    session: Any
-    actuals: Any
-    report: Any
-    running: ModelEntry | None
-    running_plan: Any
-    engine_state: str | None
-    ready_at: float | None
-    restarts: int
-    engine_problem: HomelabError | None
-    _show_card: Any
-    _show_engine: Any
-    plan_options: Any
-    card_options: Any
-    plan_picked: Any
-
-    def _engine_init(self) -> None:
-        self.engine_failure: Any = None
-        """The last ``EngineFailure`` of this engine (kept, as "last crash", once ready again)."""
-        self.failure_past = False
-        self.gave_up = False
-        self.crashes = 0
-        self.engine_note: str | None = None
-        self.running_options: Any = None
-        self.log_feed: LogFeed | None = None
 
     # -- the engine ------------------------------------------------------------------------
 
-    def engine_alive(self) -> bool:
-        return self.supervisor is not None and self.engine_state not in (None, "stopped")
-
     def action_start(self) -> None:
-        if self.picked is None or self.plan is None:
+        picked = self.state.picked
+        entry, plan, path = picked.entry, picked.plan, picked.model_path
+        if entry is None or plan is None:
             self.notify("Pick a model first (enter on a row).", title="Nothing to start")
             return
-        if self.model_path is None:
+        if path is None:
             self.notify(
-                f"{self.picked.name} is not downloaded yet: `homelab pull` it first.",
+                f"{entry.name} is not downloaded yet: `homelab pull` it first.",
                 title="Not downloaded",
                 severity="warning",
             )
             return
-        entry, plan, path = self.picked, self.plan, self.model_path
         try:
             options = self.plan_options()
         except HomelabError as error:
             self.post_message(EngineFailed(error))
             return
-        if self.engine_alive():
-            if self.running is not None and self.running.key == entry.key:
+        running = self.state.running
+        report = self.state.card.report
+        if self.state.engine_alive():
+            assert running.supervisor is not None
+            if running.entry is not None and running.entry.key == entry.key:
                 self.notify(f"{entry.name} is already running.", title="Running")
                 return
             frees = self.running_plan_bytes()
             question = (
-                f"Stop {self.running.name if self.running else 'the running engine'} "
-                f"(pid {self.supervisor.pid}{frees}) and start {entry.name}?"
+                f"Stop {running.entry.name if running.entry else 'the running engine'} "
+                f"(pid {running.supervisor.pid}{frees}) and start {entry.name}?"
             )
-
-            report = self.report
 
             def answered(yes: bool | None) -> None:
                 if yes:
@@ -118,10 +88,10 @@ class EngineFlow:
 
             self.push_screen(ConfirmScreen(question), answered)
             return
-        self.run_engine(entry, plan, path, options, stop_first=False, report=self.report)
+        self.run_engine(entry, plan, path, options, stop_first=False, report=report)
 
     def running_plan_bytes(self) -> str:
-        plan = self.running_plan
+        plan = self.state.running.plan
         if plan is None:
             return ""
         held = plan.weights_on_device + plan.candidate.cost
@@ -130,20 +100,20 @@ class EngineFlow:
     def serve(
         self,
         entry: ModelEntry,
-        plan: Any,
+        plan: Plan,
         path: Path,
-        options: Any,
+        options: PlanOptions,
         *,
         stop_first: bool,
-        report: Any = None,
+        report: GpuReport | None = None,
         note: str | None = None,
     ) -> None:
         """Through the domain's serve session: plan (on ``report``, the card as the app saw
         it, when given), decide, start, ready, actuals. On a worker thread."""
         session = None
         try:
-            if stop_first and self.session is not None:
-                backend.stop_engine(self.session)
+            if stop_first and self.state.running.session is not None:
+                backend.stop_engine(self.state.running.session)
                 self.post_message(EngineStopped(released=False))
             default = entry.preset.workload if entry.preset is not None else None
             if report is None:
@@ -168,29 +138,21 @@ class EngineFlow:
     def _started(
         self,
         entry: ModelEntry,
-        session: Any,
-        supervisor: Any,
-        served: Any,
-        report: Any = None,
-        options: Any = None,
+        session: ServeSession,
+        supervisor: Supervisor,
+        served: Plan | None,
+        report: GpuReport | None = None,
+        options: PlanOptions | None = None,
         note: str | None = None,
     ) -> None:
         """Tell the app, then follow the engine's log (its lines pushed, from now on)."""
-        feed = LogFeed(supervisor, self._post_log)
-        started = EngineStarted(
-            entry.key, (session, supervisor, entry, served), report, options, note, feed
-        )
-        self.post_message(started)
+        feed = LogFeed(supervisor, self.post_from_thread)
+        running = Running(session, supervisor, entry, served, options, feed)
+        self.post_message(EngineStarted(running, report, note))
         feed.start()
 
-    def _post_log(self, message: Message) -> None:
-        try:
-            self.post_message(message)
-        except RuntimeError:  # the app's loop has closed (quit under way)
-            pass
-
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
-    def adopt_running(self, options: Any) -> None:
+    def adopt_running(self, options: PlanOptions) -> None:
         try:
             record = backend.running_engine()
             if record is None or record.supervised_by_other():
@@ -206,7 +168,7 @@ class EngineFlow:
         )
         self._started(entry, session, supervisor, None)
 
-    def _serve_event_arrived(self, event: Any) -> None:
+    def _serve_event_arrived(self, event: object) -> None:
         """Called on the session's delivery thread: hand over, never block it."""
         from homelab.serve import events as ev
 
@@ -219,40 +181,35 @@ class EngineFlow:
 
     @while_mounted
     def on_engine_started(self, message: EngineStarted) -> None:
-        self.session, self.supervisor, self.running, self.running_plan = message.supervisor
-        self.running_options = message.options
-        self.actuals = None
-        self.engine_failure, self.failure_past, self.gave_up = None, False, False
-        self.crashes = 0
-        self.engine_note = message.note
-        self.engine_state = self.supervisor.state.value
-        self.restarts = 0
-        self.ready_at = None
-        if self.log_feed is not None:
-            self.log_feed.close()
-        self.log_feed = message.log_feed
+        if self.state.running.log_feed is not None:
+            self.state.running.log_feed.close()
+        self.state.running = running = message.running
+        assert running.supervisor is not None  # a started engine's
+        self.state.health = Health(state=running.supervisor.state.value, note=message.note)
         self.query_one("#server", ServerPanel).clear_log()
         self._show_engine()
         self._show_card()
 
     @while_mounted
     def on_engine_stopped(self, message: EngineStopped) -> None:
-        self.engine_state = "stopped"
-        self.ready_at = None
-        self.running_plan = None
+        self.state.health.state = "stopped"
+        self.state.health.ready_at = None
+        self.state.running.plan = None
         self._show_engine()
         self._show_card()
 
     def action_stop(self) -> None:
-        if not self.engine_alive():
+        if not self.state.engine_alive():
             self.notify("No engine is running.", title="Nothing to stop")
             return
         self.stop_running()
 
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
     def stop_running(self, then_exit: bool = False) -> None:
+        session = self.state.running.session
+        assert session is not None  # asked only while an engine of this app is alive
         try:
-            backend.stop_engine(self.session)
+            backend.stop_engine(session)
         except HomelabError as error:
             self.post_message(EngineFailed(error))
         self.post_message(EngineStopped(released=False))
@@ -266,8 +223,8 @@ class EngineFlow:
         self.query_one("#server", ServerPanel).focus_search()
 
     def action_copy_url(self) -> None:
-        ready = self.engine_alive() and self.engine_state == "ready"
-        url = backend.public_url(self.session) if ready else None
+        ready = self.state.engine_alive() and self.state.health.state == "ready"
+        url = backend.public_url(self.state.running.session) if ready else None
         if url is None:
             self.notify("No engine is ready.", title="No URL")
             return
@@ -278,10 +235,13 @@ class EngineFlow:
         self.notify(f"Copied {url}", title="URL")
 
     def action_quit_app(self) -> None:
-        if not self.engine_alive():
+        running = self.state.running
+        if not self.state.engine_alive():
             self.exit(0)
             return
-        what = f"{self.running.name if self.running else 'An engine'} (pid {self.supervisor.pid})"
+        assert running.supervisor is not None
+        name = running.entry.name if running.entry else "An engine"
+        what = f"{name} (pid {running.supervisor.pid})"
 
         def answered(choice: str | None) -> None:
             if choice == "stop":
@@ -293,8 +253,10 @@ class EngineFlow:
 
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
     def leave_and_exit(self) -> None:
+        session = self.state.running.session
+        assert session is not None  # asked only while an engine of this app is alive
         try:
-            backend.leave_running(self.session)
+            backend.leave_running(session)
         except HomelabError as error:
             self.post_message(EngineFailed(error))
             return
@@ -302,11 +264,11 @@ class EngineFlow:
 
     def shutdown_engine(self) -> None:
         """After the app ended: stop an engine still supervised (never left orphaned unasked)."""
-        supervisor, session = self.supervisor, self.session
+        supervisor, session = self.state.running.supervisor, self.state.running.session
         if session is None:
             return
-        if self.log_feed is not None:
-            self.log_feed.close()
+        if self.state.running.log_feed is not None:
+            self.state.running.log_feed.close()
         if supervisor is not None and not supervisor.released and not supervisor.wait_stopped(0):
             backend.stop_engine(session)
         else:

@@ -22,13 +22,13 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from textual import work
 from textual.message import Message
 
 from homelab.errors import EngineError, HomelabError
 from homelab.ui import backend_first_run as first_run
+from homelab.ui.flow import AppFlow
 from homelab.ui.messages import EngineMissing, while_mounted
 from homelab.ui.screens import EnginePathScreen
 from homelab.ui.settings import llama_server_setting, save_llama_server, saved_llama_server
@@ -67,17 +67,8 @@ class EngineSetupFailed(Message, bubble=False):
     error: HomelabError | None
 
 
-class EngineSetupFlow:
+class EngineSetupFlow(AppFlow):
     """The ``b`` / ``e`` keys, their workers and the engine-setup panel."""
-
-    query_one: Any
-    post_message: Any
-    notify: Any
-    push_screen: Any
-    refresh_bindings: Any
-    screen_stack: Any
-    engine_problem: HomelabError | None
-    _show_engine: Any
 
     def _engine_setup_init(self) -> None:
         self.build_cancel: threading.Event | None = None
@@ -96,10 +87,10 @@ class EngineSetupFlow:
         """``b`` and ``e`` are on offer (footer) while there is no engine; escape cancels a
         build only while one runs (otherwise it cancels a download)."""
         if action in SETUP_ACTIONS:
-            return self.engine_problem is not None or self.build_cancel is not None
+            return self.state.engine_problem is not None or self.build_cancel is not None
         if action == "cancel_build":  # not in a dialog: there escape closes the dialog
             return self.build_cancel is not None and len(self.screen_stack) == 1
-        return super().check_action(action, parameters)  # type: ignore[misc]
+        return super().check_action(action, parameters)
 
     def action_build_engine(self) -> None:
         if self.build_cancel is not None:
@@ -198,7 +189,7 @@ class EngineSetupFlow:
     @while_mounted
     def on_engine_found(self, message: EngineFound) -> None:
         self.build_cancel = None
-        self.engine_problem = None
+        self.state.engine_problem = None
         self.engine_setup_error = None
         self.engine_origin = message.origin
         self.query_one("#engine-setup", EngineSetupPanel).hide()

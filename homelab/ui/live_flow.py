@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import work
 from textual.css.query import NoMatches
@@ -29,6 +28,7 @@ from textual.message import Message
 
 from homelab.errors import HomelabError
 from homelab.ui import backend, backend_gate
+from homelab.ui.flow import AppFlow
 from homelab.ui.messages import (
     CardFailed,
     CardRead,
@@ -38,68 +38,69 @@ from homelab.ui.messages import (
     PlanMade,
     while_mounted,
 )
+from homelab.ui.replan_flow import EngineReplanned
 from homelab.ui.widgets.card import CardPanel
 from homelab.ui.widgets.metrics import MetricsPanel
+
+if TYPE_CHECKING:
+    from homelab.engine.llamacpp.client import LiveStatus
+    from homelab.engine.llamacpp.reuse_alarm import Reprocessed, ReuseWatch
+    from homelab.engine.llamacpp.status_poller import StatusPoller
+    from homelab.gpu.report import GpuReport
+    from homelab.gpu.telemetry import GpuSample, TelemetryPoller
+    from homelab.plan.headroom import DesktopGrowth
+    from homelab.plan.planner import Plan
 
 
 @dataclass
 class StatusRead(Message, bubble=False):
     """One look at the running llama-server (``LiveStatus``) and its prompt-cache alarm."""
 
-    status: Any
-    alarm: Any
+    status: LiveStatus
+    alarm: Reprocessed | None
     gate: dict[str, Any] | None = None
     """The admission gate's state (``GateState.to_json``) when one is in front."""
 
 
-def _post(app: Any, message: Message) -> None:
-    """Hand a message over from a poller's thread; an app that has closed just drops it."""
-    try:
-        app.post_message(message)
-    except RuntimeError:  # the event loop is already closed (quit under way)
-        pass
-
-
-class LiveFlow:
+class LiveFlow(AppFlow):
     """The pollers and what they show (see the module docstring)."""
-
-    query_one: Any
-    post_message: Any
-    gpu_snapshot: Path | None
-    vram: int | None
-    refresh_s: float
-    report: Any
-    plan: Any
-    running_plan: Any
-    supervisor: Any
-    engine_state: str | None
-    telemetry_clock: Any
-    probe_card: Any
-    _show_engine: Any
 
     def _live_init(self) -> None:
         self._live_lock = threading.Lock()
         self._live_closed = False
-        self.gpu_poller: Any = None
-        self.status_poller: Any = None
+        self.gpu_poller: TelemetryPoller | None = None
+        self.status_poller: StatusPoller | None = None
         self._status_url: str | None = None
-        self._planned_on: list[tuple[Any, Any]] = []
+        """The ready engine's URL the status poller asks (None: no poller)."""
+        self._planned_on: list[tuple[Plan, GpuReport]] = []
+        """The last plans (picked, running) and the report each was made on."""
         self._own_pid: int | None = None
-        self.growth: Any = None
+        self.growth: DesktopGrowth | None = None
 
     # -- the card --------------------------------------------------------------------------
 
     def start_card(self) -> None:
         """Read the card once (no refresh, or a synthetic card), else follow its telemetry."""
-        if self.refresh_s <= 0 or self.vram is not None:
+        args = self.state.args
+        if args.refresh_s <= 0 or args.vram is not None:
             self.probe_card()
         else:
             self.follow_card()
 
+    @work(thread=True, exclusive=True, group="card", exit_on_error=False)
+    def probe_card(self) -> None:
+        try:
+            report = backend.read_card(self.card_options())
+        except HomelabError as error:
+            self.post_message(CardFailed(error))
+            return
+        self._post_card(report)
+
     @work(thread=True, exclusive=True, group="telemetry", exit_on_error=False)
     def follow_card(self) -> None:
         try:
-            poller = backend.gpu_poller(self.gpu_snapshot, self.refresh_s, self.telemetry_clock)
+            args = self.state.args
+            poller = backend.gpu_poller(args.gpu_snapshot, args.refresh_s, args.telemetry_clock)
             poller.subscribe(lambda sample: self._on_gpu_sample(poller, sample))
             first = poller.start()
         except HomelabError as error:
@@ -112,24 +113,28 @@ class LiveFlow:
             self.gpu_poller = poller
         self._on_gpu_sample(poller, first)
 
-    def _on_gpu_sample(self, poller: Any, sample: Any) -> None:
+    def _on_gpu_sample(self, poller: TelemetryPoller, sample: GpuSample) -> None:
         """On the subscription's thread: the budgets (pure), then hand the sample over."""
-        report = sample.report
         if sample.final and poller.failure is not None:
-            _post(self, CardFailed(poller.failure))
+            self.post_from_thread(CardFailed(poller.failure))
             return
+        self._post_card(sample.report)
+
+    def _post_card(self, report: GpuReport) -> None:
+        """Any thread: the report with one budget per card, handed to the app."""
         try:
             indexes: list[int | None] = [d.index for d in report.devices] or [None]
             budgets = [backend.device_budget(report, i) for i in indexes]
         except HomelabError as error:
-            _post(self, CardFailed(error))
+            self.post_from_thread(CardFailed(error))
             return
-        _post(self, CardRead(report, budgets))
+        self.post_from_thread(CardRead(report, budgets))
 
     @while_mounted
     def on_card_read(self, message: CardRead) -> None:
         """After the app's own handler drew the card: own pids, and the growth warning."""
-        pid = self.supervisor.pid if self.supervisor is not None else None
+        supervisor = self.state.running.supervisor
+        pid = supervisor.pid if supervisor is not None else None
         poller = self.gpu_poller
         if poller is not None and pid != self._own_pid:
             self._own_pid = pid
@@ -141,26 +146,41 @@ class LiveFlow:
     @while_mounted
     def on_plan_made(self, message: PlanMade) -> None:
         """Remember the report each plan was made on (to tell which process grew since)."""
-        if message.plan is not None and self.report is not None:
-            self._planned_on = [*self._planned_on[-3:], (message.plan, self.report)]
+        report = self.state.card.report
+        if message.plan is not None and report is not None:
+            self._planned_on = [*self._planned_on[-3:], (message.plan, report)]
         self._show_growth()
 
     def _show_growth(self) -> None:
-        plan = self.running_plan or self.plan
+        running_plan, report = self.state.running.plan, self.state.card.report
+        plan = running_plan or self.state.picked.plan
         growth = None
-        if plan is not None and self.report is not None:
+        if plan is not None and report is not None:
             planned_on = next((r for p, r in self._planned_on if p is plan), None)
-            growth = backend.desktop_growth(plan.budget, self.report, planned_on)
+            growth = backend.desktop_growth(plan.budget, report, planned_on)
         self.growth = growth
-        self.query_one("#card", CardPanel).show_growth(growth, self.running_plan is not None)
+        self.query_one("#card", CardPanel).show_growth(growth, running_plan is not None)
 
     # -- the engine's metrics --------------------------------------------------------------
 
     @while_mounted
     def on_engine_started(self, message: EngineStarted) -> None:
         """After the engine flow took it: the report its plan was made on, and the metrics."""
-        if self.running_plan is not None and message.planned_on is not None:
-            self._planned_on = [*self._planned_on[-3:], (self.running_plan, message.planned_on)]
+        self._planned(self.state.running.plan, message.planned_on)
+
+    @while_mounted
+    def on_engine_replanned(self, message: EngineReplanned) -> None:
+        """After the re-plan flow took it: a new engine behind the same URL (fresh counters)."""
+        if message.plan is None:
+            return
+        self._status_url = None
+        self._planned(message.plan, message.planned_on)
+
+    def _planned(self, plan: Plan | None, planned_on: GpuReport | None) -> None:
+        """The running engine's plan is ``plan``, made on ``planned_on``: the growth warning
+        follows it, and the metrics follow the engine."""
+        if plan is not None and planned_on is not None:
+            self._planned_on = [*self._planned_on[-3:], (plan, planned_on)]
         self._sync_status()
         self._show_growth()  # the warning follows the plan now running
 
@@ -174,9 +194,9 @@ class LiveFlow:
 
     def _sync_status(self) -> None:
         """A status poller exactly while an engine is ready (a new one for a new URL)."""
-        url = None
-        if self.supervisor is not None and self.engine_state == "ready":
-            url = self.supervisor.url
+        url, supervisor = None, self.state.running.supervisor
+        if supervisor is not None and self.state.health.state == "ready":
+            url = supervisor.url
         if url == self._status_url:
             return
         self._status_url = url
@@ -195,7 +215,7 @@ class LiveFlow:
             old.stop()
         if url is None:
             return
-        poller: Any = backend.status_poller(lambda: url, self.refresh_s or 1.0)
+        poller = backend.status_poller(lambda: url, self.state.args.refresh_s or 1.0)
         watch = backend.reuse_watch()  # one per engine life: its cache, its alarm
         poller.subscribe(lambda status: self._on_status(watch, status))
         poller.start()
@@ -206,11 +226,11 @@ class LiveFlow:
         if not keep:  # quit, or the engine moved on, while it started
             poller.stop()
 
-    def _on_status(self, watch: Any, status: Any) -> None:
+    def _on_status(self, watch: ReuseWatch, status: LiveStatus) -> None:
         """On the subscription's thread: the alarm rule (pure), the gate's numbers (one
         loopback call when a gate is in front), then hand them over."""
-        gate = backend_gate.gate_state(getattr(self, "session", None))
-        _post(self, StatusRead(status, watch.update(status), gate))
+        gate = backend_gate.gate_state(self.state.running.session)
+        self.post_from_thread(StatusRead(status, watch.update(status), gate))
 
     @while_mounted
     def on_status_read(self, message: StatusRead) -> None:
@@ -232,6 +252,6 @@ class LiveFlow:
         for poller in pollers:
             if poller is not None:
                 poller.stop()
-        feed = getattr(self, "log_feed", None)
+        feed = self.state.running.log_feed
         if feed is not None:  # the engine's pushed log: unsubscribed with the rest
             feed.close()

@@ -20,13 +20,16 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
 from homelab.serve.describe import describe
 from homelab.serve.events import EngineChanged
 from homelab.ui import backend
+
+if TYPE_CHECKING:
+    from homelab.engine.supervision.supervisor import Supervisor
 
 LOG_KEPT = 500
 """Lines the feed (and the panel) keep; older ones are dropped."""
@@ -36,14 +39,14 @@ LOG_KEPT = 500
 class LogArrived(Message, bubble=False):
     """New lines wait in ``feed`` (take them with :meth:`LogFeed.take`)."""
 
-    feed: Any
+    feed: LogFeed
 
 
 class LogFeed:
     """One supervisor's pushed log lines (see the module docstring)."""
 
     def __init__(
-        self, supervisor: Any, post: Callable[[Message], None], keep: int = LOG_KEPT
+        self, supervisor: Supervisor, post: Callable[[Message], None], keep: int = LOG_KEPT
     ) -> None:
         self.supervisor = supervisor
         self._post = post

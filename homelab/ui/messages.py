@@ -9,12 +9,23 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from textual.css.query import NoMatches
 from textual.message import Message
 
 from homelab.errors import HomelabError
+
+if TYPE_CHECKING:
+    from homelab.engine.supervision.states import Transition
+    from homelab.gpu.report import GpuReport
+    from homelab.hub.download import PullProgress
+    from homelab.plan.budget import DeviceBudget
+    from homelab.plan.planner import Plan
+    from homelab.serve import events as ev
+    from homelab.ui.catalog import Judgement, ModelEntry
+    from homelab.ui.state import Running
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
@@ -41,8 +52,8 @@ def while_mounted(handler: Handler) -> Handler:
 class CardRead(Message, bubble=False):
     """One look at the card(s): the report and one budget per card (system RAM without one)."""
 
-    report: Any
-    budgets: list
+    report: GpuReport
+    budgets: list[DeviceBudget]
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, CardRead)
@@ -55,25 +66,25 @@ class CardFailed(Message, bubble=False):
 
 @dataclass
 class ModelsListed(Message, bubble=False):
-    """The menu's rows (``catalog.ModelEntry``), verdicts not yet known."""
+    """The menu's rows, verdicts not yet known."""
 
-    entries: list
+    entries: list[ModelEntry]
 
 
 @dataclass
 class ModelJudged(Message, bubble=False):
-    """One row's verdict (``catalog.Judgement``)."""
+    """One row's verdict."""
 
     key: str
-    judgement: Any
+    judgement: Judgement
 
 
 @dataclass
 class PlanMade(Message, bubble=False):
     key: str
-    plan: Any
+    plan: Plan
     argv: list[str]
-    model_path: Any
+    model_path: Path | None
     measured: tuple[str, ...] = ()
     """Stored bench results of this plan's flags (lines), when there are any."""
 
@@ -88,24 +99,18 @@ class PlanFailed(Message, bubble=False):
 class EngineChanged(Message, bubble=False):
     """A supervisor transition (from the supervisor's thread)."""
 
-    transition: Any
+    transition: Transition
 
 
 @dataclass
 class EngineStarted(Message, bubble=False):
-    """A supervisor now runs (or adopted) an engine for ``key``.
+    """A supervisor now runs (or adopted) an engine: ``running``, what the app keeps of it;
+    ``planned_on``: the card report it was planned on; ``note``: what a re-plan changed
+    (old vs new)."""
 
-    ``supervisor``: (session, supervisor, entry, the plan it serves). ``planned_on``: the
-    card report it was planned on; ``options``: the plan request; ``note``: what a re-plan
-    changed (old vs new); ``log_feed``: its pushed log (``homelab.ui.log_feed.LogFeed``).
-    """
-
-    key: str
-    supervisor: Any
-    planned_on: Any = None
-    options: Any = None
+    running: Running
+    planned_on: GpuReport | None = None
     note: str | None = None
-    log_feed: Any = None
 
 
 @dataclass
@@ -129,16 +134,24 @@ class EngineMissing(Message, bubble=False):
 
 @dataclass
 class ServeEvent(Message, bubble=False):
-    """An event of the domain's serve session (``homelab.serve.events``)."""
+    """An event of the domain's serve session that the server panel shows."""
 
-    event: Any
+    event: (
+        ev.Actuals
+        | ev.GateStarted
+        | ev.GateRetargeted
+        | ev.Proved
+        | ev.Healing
+        | ev.Healed
+        | ev.PromptCacheOff
+    )
 
 
 @dataclass
 class DownloadProgress(Message, bubble=False):
-    """Bytes arriving for the picked model (``progress``: the hub's ``PullProgress``)."""
+    """Bytes arriving for the picked model."""
 
-    progress: Any
+    progress: PullProgress
 
 
 @dataclass
@@ -150,7 +163,7 @@ class DownloadEnded(Message, bubble=False):
     left on disk for the next one to resume from."""
 
     key: str
-    path: Any = None
+    path: Path | None = None
     error: HomelabError | None = None
     cancelled: bool = False
     fetched: bool = False

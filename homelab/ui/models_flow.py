@@ -7,7 +7,7 @@ concern); every domain call goes through :mod:`homelab.ui.backend` in a thread w
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from textual import work
 from textual.worker import get_current_worker
@@ -21,6 +21,7 @@ from homelab.ui.catalog import (
     Source,
     judgement_of_fit,
 )
+from homelab.ui.flow import AppFlow
 from homelab.ui.messages import (
     EngineFailed,
     ModelJudged,
@@ -32,25 +33,18 @@ from homelab.ui.messages import (
 from homelab.ui.widgets.models import ModelsMenu
 from homelab.ui.widgets.plan import PlanPanel
 
+if TYPE_CHECKING:
+    from homelab.gguf.header import GgufModel
+    from homelab.gpu.report import GpuReport
+    from homelab.plan.options import PlanOptions
 
-class ModelsFlow:
+
+class ModelsFlow(AppFlow):
     """List the models, judge each on the card, plan the picked one."""
 
-    query_one: Any
-    post_message: Any
-    report: Any
-    models_dirs: tuple[Path, ...]
-    port: int | None
-    picked: ModelEntry | None
-    plan: Any
-    argv: list[str]
-    model_path: Path | None
-    running: ModelEntry | None
-    _headers: dict[Path, Any]
-    _show_card: Any
-    card_options: Any
-    plan_options: Any
-    hub_seen: Any
+    def _models_init(self) -> None:
+        self._headers: dict[Path, GgufModel] = {}
+        """Headers read so far (a row judged, then planned, is read once)."""
 
     # -- models ----------------------------------------------------------------------------
 
@@ -71,7 +65,7 @@ class ModelsFlow:
                 )
         found: tuple[tuple[Source, list[Path]], ...] = (
             ("cache", backend.cached_ggufs()),
-            ("dir", backend.local_ggufs(self.models_dirs)),
+            ("dir", backend.local_ggufs(self.state.args.models_dirs)),
         )
         for source, paths in found:
             for path in paths:
@@ -90,7 +84,7 @@ class ModelsFlow:
     @while_mounted
     def on_models_listed(self, message: ModelsListed) -> None:
         self.query_one("#menu", ModelsMenu).set_entries(message.entries)
-        if self.report is not None:
+        if self.state.card.report is not None:
             self.judge_models(message.entries)
 
     @work(thread=True, exclusive=True, group="verdicts", exit_on_error=False)
@@ -101,7 +95,9 @@ class ModelsFlow:
             options = self.plan_options()
         except (UsageError, ValueError):
             return
-        report = self.report
+        report = self.state.card.report
+        if report is None:  # asked for once the card has been read
+            return
         for entry in entries:
             if worker.is_cancelled:
                 return
@@ -113,11 +109,11 @@ class ModelsFlow:
                 return
             self.post_message(ModelJudged(entry.key, self._judge(entry, report, options)))
 
-    def _judge(self, entry: ModelEntry, report: Any, options: Any) -> Judgement:
+    def _judge(self, entry: ModelEntry, report: GpuReport, options: PlanOptions) -> Judgement:
         if entry.preset is not None:
             preset_fit = judge_preset_seeing_hub(entry.preset, report, options, self.hub_seen)
             return judgement_of_fit(preset_fit.fit, preset_fit.source)
-        model: Any
+        model: GgufModel | HomelabError
         try:
             if entry.path is None:  # only presets come without a path
                 raise ModelFileError(f"{entry.name} has no file to read")
@@ -127,7 +123,7 @@ class ModelsFlow:
         fit = backend.judge_model(model, entry.name, report, options)
         return judgement_of_fit(fit)
 
-    def _header(self, path: Path) -> Any:
+    def _header(self, path: Path) -> GgufModel:
         header = self._headers.get(path)
         if header is None:
             header = self._headers[path] = backend.read_header(path)
@@ -144,24 +140,24 @@ class ModelsFlow:
         self.pick(message.entry)
 
     def pick(self, entry: ModelEntry) -> None:
-        self.picked = entry
+        self.state.picked.entry = entry
         self.query_one("#plan", PlanPanel).show_planning(entry.name)
         self.plan_picked(entry)
 
     @while_mounted
     def on_plan_panel_settings_changed(self, message: PlanPanel.SettingsChanged) -> None:
         menu = self.query_one("#menu", ModelsMenu)
-        if self.report is not None and menu.entries:
+        if self.state.card.report is not None and menu.entries:
             menu.clear_judgements()
             self.judge_models(menu.entries)
-        if self.picked is not None:
-            self.plan_picked(self.picked)
+        if self.state.picked.entry is not None:
+            self.plan_picked(self.state.picked.entry)
 
     @work(thread=True, exclusive=True, group="plan", exit_on_error=False)
     def plan_picked(self, entry: ModelEntry) -> None:
         try:
             options = self.plan_options()
-            report = self.report or backend.read_card(self.card_options())
+            report = self.state.card.report or backend.read_card(self.card_options())
             path = entry.path
             if entry.preset is not None:
                 path = backend.preset_model_path(entry.preset)
@@ -169,6 +165,7 @@ class ModelsFlow:
                 default = entry.preset.workload if entry.preset is not None else None
                 plan = backend.plan(self._header(path), str(path), report, options, default)
             else:
+                assert entry.preset is not None  # only presets come without a path
                 fit = backend.judge_preset(entry.preset, report, options).fit
                 if fit.plan is None:
                     raise HomelabError(
@@ -177,7 +174,7 @@ class ModelsFlow:
                         hint="Download it first (`homelab pull`), or check the network.",
                     )
                 plan = fit.plan
-            argv = backend.argv_for(plan, self.port or backend.DEFAULT_PORT)
+            argv = backend.argv_for(plan, self.state.args.port or backend.DEFAULT_PORT)
             measured = () if path is None else backend_measure.measured(plan, self._header(path))
         except HomelabError as error:
             self.post_message(PlanFailed(entry.key, error))
@@ -189,25 +186,27 @@ class ModelsFlow:
 
     @while_mounted
     def on_plan_made(self, message: PlanMade) -> None:
-        if self.picked is None or message.key != self.picked.key:
+        picked, running = self.state.picked, self.state.running.entry
+        if picked.entry is None or message.key != picked.entry.key:
             return
-        self.plan, self.argv, self.model_path = message.plan, message.argv, message.model_path
+        picked.plan, picked.argv, picked.model_path = message.plan, message.argv, message.model_path
         note = None
-        if self.running is not None and self.running.key != message.key:
+        if running is not None and running.key != message.key:
             note = (
-                f"{self.running.name} runs now: planned as if it were stopped (its memory "
+                f"{running.name} runs now: planned as if it were stopped (its memory "
                 "counts as freed); s switches to this plan (it is stopped first)."
             )
         panel = self.query_one("#plan", PlanPanel)
-        panel.show_plan(self.picked.name, self.plan, self.argv, note, message.measured)
+        panel.show_plan(picked.entry.name, message.plan, picked.argv, note, message.measured)
         self._show_card()
 
     @while_mounted
     def on_plan_failed(self, message: PlanFailed) -> None:
-        if self.picked is None or message.key != self.picked.key:
+        picked = self.state.picked
+        if picked.entry is None or message.key != picked.entry.key:
             return
-        self.plan, self.argv, self.model_path = None, [], None
-        self.query_one("#plan", PlanPanel).show_error(self.picked.name, message.error)
+        picked.plan, picked.argv, picked.model_path = None, [], None
+        self.query_one("#plan", PlanPanel).show_error(picked.entry.name, message.error)
         self._show_card()
 
 

@@ -10,11 +10,11 @@ the Hub (local models, the presets' own facts, the card, the engine) keeps worki
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from textual.message import Message
 
 from homelab.ui import backend_first_run as first_run
+from homelab.ui.flow import AppFlow
 from homelab.ui.messages import DownloadEnded, DownloadProgress, while_mounted
 from homelab.ui.widgets.offline import OfflineBanner
 
@@ -26,11 +26,8 @@ class HubSeen(Message, bubble=False):
     reason: str | None
 
 
-class OfflineFlow:
+class OfflineFlow(AppFlow):
     """Keeps :attr:`hub_offline` (why the Hub is unreachable, or None) and the line."""
-
-    query_one: Any
-    post_message: Any
 
     def _offline_init(self) -> None:
         self.hub_endpoint, self.hub_offline = first_run.hub_at_start()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from textual import work
 from textual.message import Message
@@ -32,8 +32,15 @@ from homelab.errors import HomelabError
 from homelab.serve.describe import describe
 from homelab.ui import backend, backend_replan
 from homelab.ui.catalog import ModelEntry
+from homelab.ui.engine_flow import EngineFlow
 from homelab.ui.messages import EngineFailed, while_mounted
 from homelab.units import format_bytes
+
+if TYPE_CHECKING:
+    from homelab.gpu.report import GpuReport
+    from homelab.plan.options import PlanOptions
+    from homelab.plan.planner import Plan
+    from homelab.serve.restart_into import Replan
 
 
 @dataclass
@@ -41,42 +48,24 @@ class EngineReplanned(Message, bubble=False):
     """The engine restarted in place into ``plan`` (a ``Plan``), planned with ``options``
     on ``planned_on``; ``note``: what the panel says of it. ``plan`` None: it did not."""
 
-    plan: Any
-    options: Any = None
-    planned_on: Any = None
+    plan: Plan | None
+    options: PlanOptions | None = None
+    planned_on: GpuReport | None = None
     note: str | None = None
 
 
-class ReplanFlow:
-    """The two restarts (see the module docstring)."""
+class ReplanFlow(EngineFlow):
+    """The two restarts of the engine flow's engine (see the module docstring)."""
 
-    notify: Any
-    post_message: Any
-    call_from_thread: Any
-    report: Any
-    supervisor: Any
-    running: ModelEntry | None
-    running_plan: Any
-    running_options: Any
-    engine_alive: Any
-    run_engine: Any
-    serve: Any
-    session: Any
-    engine_note: str | None
-    _planned_on: list
-    _status_url: str | None
-    _show_engine: Any
-    _show_card: Any
-    _show_growth: Any
-    _sync_status: Any
-
-    def _restartable(self, what: str) -> tuple[ModelEntry, Any, Path, Any] | None:
+    def _restartable(self, what: str) -> tuple[ModelEntry, Plan, Path, PlanOptions] | None:
         """(entry, plan, model path, plan request) of the engine this app started, or None."""
-        entry, plan, options = self.running, self.running_plan, self.running_options
-        if not self.engine_alive() or entry is None or plan is None or options is None:
+        running = self.state.running
+        entry, plan, options = running.entry, running.plan, running.options
+        if not self.state.engine_alive() or entry is None or plan is None or options is None:
             self.notify(f"No engine of this session to {what}.", title=f"Nothing to {what}")
             return None
-        return entry, plan, Path(self.supervisor.spec.model), options
+        assert running.supervisor is not None
+        return entry, plan, Path(running.supervisor.spec.model), options
 
     def action_restart(self) -> None:
         target = self._restartable("restart")
@@ -85,28 +74,30 @@ class ReplanFlow:
         entry, plan, path, options = target
         alloc = plan.candidate.allocation
         same = replace(options, ctx=alloc.n_ctx, slots=plan.settings.n_seq)
-        why_not = backend_replan.why_not_in_place(self.session)
+        report = self.state.card.report
+        why_not = backend_replan.why_not_in_place(self.state.running.session)
         if why_not is None:
-            self.restart_in_place(same, self.report, "restart")
+            self.restart_in_place(same, report, "restart")
             return
         self._stop_and_start_note(why_not)
-        self.run_engine(entry, plan, path, same, stop_first=True, report=self.report)
+        self.run_engine(entry, plan, path, same, stop_first=True, report=report)
 
     def action_replan(self) -> None:
         target = self._restartable("re-plan")
         if target is None:
             return
-        if self.report is None:
+        report = self.state.card.report
+        if report is None:
             self.notify("The card has not been read yet.", title="Nothing to re-plan on")
             return
         entry, plan, path, options = target
         self.notify(f"Re-planning {entry.name} on the card now…", title="Re-plan")
-        why_not = backend_replan.why_not_in_place(self.session)
+        why_not = backend_replan.why_not_in_place(self.state.running.session)
         if why_not is None:
-            self.restart_in_place(options, self.report, "re-plan")
+            self.restart_in_place(options, report, "re-plan")
             return
         self._stop_and_start_note(why_not)
-        self.replan_running(entry, plan, path, options, self.report)
+        self.replan_running(entry, plan, path, options, report)
 
     def _stop_and_start_note(self, why_not: str) -> None:
         self.notify(
@@ -117,9 +108,10 @@ class ReplanFlow:
         )
 
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
-    def restart_in_place(self, options: Any, report: Any, why: str) -> None:
+    def restart_in_place(self, options: PlanOptions, report: GpuReport | None, why: str) -> None:
         """Restart the engine into the new plan under the same gate (on a worker thread)."""
-        session, old = self.session, self.running_plan
+        session, old = self.state.running.session, self.state.running.plan
+        assert session is not None  # the key found an engine of this session
         before = session.plan
         try:
             done = backend_replan.replan_in_place(session, options, report, why=why)
@@ -134,26 +126,21 @@ class ReplanFlow:
             self.post_message(EngineReplanned(None))
             return
         new = done.plan.plan
-        note = replan_note(old, new) if why == "re-plan" else None
+        note = replan_note(old, new) if why == "re-plan" and old is not None else None
         self.post_message(EngineReplanned(new, options, report, in_place_note(done, note)))
 
     @while_mounted
     def on_engine_replanned(self, message: EngineReplanned) -> None:
         if message.plan is None:
             return
-        if message.planned_on is not None:
-            self._planned_on = [*self._planned_on[-3:], (message.plan, message.planned_on)]
-        self.running_plan, self.running_options = message.plan, message.options
-        self.engine_note = message.note
+        self.state.running.plan, self.state.running.options = message.plan, message.options
+        self.state.health.note = message.note
         self._show_engine()
-        self._show_card()
-        self._show_growth()  # the warning follows the plan now running
-        self._status_url = None  # a new engine behind the same URL: fresh counters
-        self._sync_status()
+        self._show_card()  # then the live flow: the growth warning, fresh counters
 
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
     def replan_running(
-        self, entry: ModelEntry, old: Any, path: Path, options: Any, report: Any
+        self, entry: ModelEntry, old: Plan, path: Path, options: PlanOptions, report: GpuReport
     ) -> None:
         default = entry.preset.workload if entry.preset is not None else None
         try:
@@ -169,18 +156,18 @@ class ReplanFlow:
         self.serve(entry, new, path, options, stop_first=True, report=report, note=note)
 
 
-def plan_figures(plan: Any) -> str:
+def plan_figures(plan: Plan) -> str:
     """``1 slot × 8,192 tokens, 1,433,600 fit``."""
     slots, alloc = plan.settings.n_seq, plan.candidate.allocation
     return f"{slots} slot{'s' if slots != 1 else ''} × {alloc.ctx_per_slot:,} tokens, {plan.tokens_fit:,} fit"
 
 
-def plan_flags(plan: Any) -> str:
+def plan_flags(plan: Plan) -> str:
     """``-c 8192 -np 1`` (as the command line has them)."""
     return f"-c {plan.candidate.allocation.n_ctx} -np {plan.settings.n_seq}"
 
 
-def replan_note(old: Any, new: Any) -> str:
+def replan_note(old: Plan, new: Plan) -> str:
     """What a re-plan changed, old → new, for the server panel."""
     grown = new.budget.desktop - old.budget.desktop
     if grown:
@@ -197,7 +184,7 @@ def replan_note(old: Any, new: Any) -> str:
     )
 
 
-def in_place_note(done: Any, note: str | None) -> str:
+def in_place_note(done: Replan, note: str | None) -> str:
     """The panel's words for a restart in place (``done``: the domain's ``Replan``):
     ``note`` (what a re-plan changed), then the engines and the gate's new limits."""
     lines = [note] if note else ["restarted with the same plan:"]

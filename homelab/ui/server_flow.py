@@ -12,7 +12,6 @@ that would repeat) the state reads "gave up" with the supervisor's reason.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from textual import work
 
@@ -20,6 +19,7 @@ from homelab.errors import HomelabError
 from homelab.serve import events as ev
 from homelab.serve.describe import describe
 from homelab.ui import backend, backend_replan
+from homelab.ui.flow import AppFlow
 from homelab.ui.log_feed import LogArrived
 from homelab.ui.messages import (
     EngineChanged,
@@ -31,72 +31,55 @@ from homelab.ui.messages import (
 from homelab.ui.widgets.server import ServerPanel
 
 
-class ServerFlow:
+class ServerFlow(AppFlow):
     """What the server panel shows of the engine (see the module docstring)."""
-
-    query_one: Any
-    post_message: Any
-    notify: Any
-    supervisor: Any
-    session: Any
-    running: Any
-    actuals: Any
-    engine_state: str | None
-    ready_at: float | None
-    restarts: int
-    crashes: int
-    engine_problem: HomelabError | None
-    engine_failure: Any
-    failure_past: bool
-    gave_up: bool
-    engine_note: str | None
-    log_feed: Any
 
     @while_mounted
     def on_serve_event(self, message: ServeEvent) -> None:
         event = message.event
         if isinstance(event, ev.Actuals):
-            self.actuals = event.measured
+            self.state.health.actuals = event.measured
         elif isinstance(event, ev.GateStarted):  # the gate listens: its URL is the one to use
-            name = self.running.name if self.running else "engine"
+            running = self.state.running.entry
+            name = running.name if running else "engine"
             self.notify(f"{name} is ready at {event.url}")
         elif isinstance(event, ev.GateRetargeted):  # a heal's or a re-plan's new limits
             self.notify(describe(event).line or "", title="gate")
         elif (note := describe(event).line) is not None:  # the launch proof, a heal
-            self.engine_note = note
+            self.state.health.note = note
             self.notify(note.splitlines()[0], title="launch")
         self._show_engine()
 
     @while_mounted
     def on_log_arrived(self, message: LogArrived) -> None:
         lines = message.feed.take()
-        if message.feed is self.log_feed:
+        if message.feed is self.state.running.log_feed:
             self.query_one("#server", ServerPanel).append_log(lines)
 
     @while_mounted
     def on_engine_changed(self, message: EngineChanged) -> None:
-        transition = message.transition
-        if self.supervisor is None:
+        transition, health, running = message.transition, self.state.health, self.state.running
+        if running.supervisor is None:
             return
-        self.engine_state = transition.state.value
+        health.state = transition.state.value
         if transition.state.value == "ready":
-            self.ready_at = transition.monotonic
+            health.ready_at = transition.monotonic
         elif transition.state.value == "restarting":
-            self.restarts += 0 if backend_replan.planned_restart(transition) else 1
-            self.ready_at = None
+            health.restarts += 0 if backend_replan.planned_restart(transition) else 1
+            health.ready_at = None
         elif transition.state.value == "stopped":
-            self.ready_at = None
+            health.ready_at = None
         if transition.state.value == "crashed":
-            self.crashes += 1
+            health.crashes += 1
         if transition.failure is not None:
-            self.engine_failure, self.failure_past = transition.failure, False
-            self.gave_up = transition.state.value == "stopped"  # the supervisor stopped trying
-        elif transition.state.value == "ready" and self.engine_failure is not None:
-            self.failure_past = True  # back: the crash stays on the panel as "last crash"
+            health.failure, health.failure_past = transition.failure, False
+            health.gave_up = transition.state.value == "stopped"  # the supervisor stopped trying
+        elif transition.state.value == "ready" and health.failure is not None:
+            health.failure_past = True  # back: the crash stays on the panel as "last crash"
         self._show_engine()
-        url = backend.public_url(self.session)  # the gate's, in front of the engine
+        url = backend.public_url(running.session)  # the gate's, in front of the engine
         if transition.state.value == "ready" and url:
-            self.notify(f"{self.running.name if self.running else 'engine'} is ready at {url}")
+            self.notify(f"{running.entry.name if running.entry else 'engine'} is ready at {url}")
 
     @while_mounted
     def on_engine_failed(self, message: EngineFailed) -> None:
@@ -106,8 +89,9 @@ class ServerFlow:
 
     def _show_engine(self) -> None:
         panel = self.query_one("#server", ServerPanel)
-        if self.supervisor is None:
-            problem = self.engine_problem
+        health, running = self.state.health, self.state.running
+        if running.supervisor is None:
+            problem = self.state.engine_problem
             words = None
             if problem is not None:
                 words = f"{problem.title}: {problem.message}" + (
@@ -116,26 +100,26 @@ class ServerFlow:
             panel.show_state(None, None, None, 0, words)
             return
         uptime = None
-        if self.ready_at is not None:
-            uptime = _duration(time.monotonic() - self.ready_at)
-        url = backend.public_url(self.session) if self.engine_state == "ready" else None
-        name = self.running.name if self.running else None
-        state = self.engine_state
-        if state == "stopped" and self.gave_up:  # stopped on its own: said how below
-            state = "gave up" if self.crashes else "failed"
+        if health.ready_at is not None:
+            uptime = _duration(time.monotonic() - health.ready_at)
+        url = backend.public_url(running.session) if health.state == "ready" else None
+        name = running.entry.name if running.entry else None
+        state = health.state
+        if state == "stopped" and health.gave_up:  # stopped on its own: said how below
+            state = "gave up" if health.crashes else "failed"
         panel.show_state(
             state,
             url,
             uptime,
-            self.restarts,
+            health.restarts,
             None,
             name,
-            failure=self.engine_failure,
-            failure_past=self.failure_past,
-            note=self.engine_note,
+            failure=health.failure,
+            failure_past=health.failure_past,
+            note=health.note,
         )
-        running = self.actuals is not None and self.engine_state != "stopped"
-        panel.show_actuals(self.actuals.rows if running else None)  # room for the failure
+        actuals = health.actuals if health.state != "stopped" else None
+        panel.show_actuals(actuals.rows if actuals is not None else None)  # room for the failure
 
     @work(thread=True, exclusive=True, group="engine-check", exit_on_error=False)
     def check_engine(self) -> None:
@@ -147,7 +131,7 @@ class ServerFlow:
 
     @while_mounted
     def on_engine_missing(self, message: EngineMissing) -> None:
-        self.engine_problem = message.error
+        self.state.engine_problem = message.error
         self._show_engine()
 
 

@@ -40,15 +40,22 @@ def test_plan_panel_shows_the_stored_bench(
         async with app.run_test(size=(140, 45)) as pilot:
             await pick_smollm2(pilot)
             assert "measured:" not in _steps(app)
-            slots = app.plan.settings.n_seq
+            slots = app.state.picked.plan.settings.n_seq
             key = key_for_plan(
-                app.plan, read_model(models / smollm2_gguf.name), current_engine_version()
+                app.state.picked.plan,
+                read_model(models / smollm2_gguf.name),
+                current_engine_version(),
             )
             assert key is not None and key.card == "NVIDIA GeForce RTX 3090"
             save(key, report.to_dict())
             app.query_one("#slots").focus()  # re-plan at other flags, then back at these
             await pilot.press("1")
-            await wait_until(pilot, lambda: app.plan is not None and app.plan.settings.n_seq == 1)
+            await wait_until(
+                pilot,
+                lambda: (
+                    app.state.picked.plan is not None and app.state.picked.plan.settings.n_seq == 1
+                ),
+            )
             assert "measured:" not in _steps(app)
             await pilot.press("backspace")
             await wait_until(pilot, lambda: "measured:" in _steps(app))

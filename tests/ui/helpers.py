@@ -27,10 +27,10 @@ async def pick_smollm2(pilot) -> None:
 
     app = pilot.app
     menu = app.query_one("#menu", ModelsMenu)
-    await wait_until(pilot, lambda: app.report is not None and len(menu.entries) > 0)
+    await wait_until(pilot, lambda: app.state.card.report is not None and len(menu.entries) > 0)
     await wait_until(pilot, lambda: len(menu.judgements) == len(menu.entries))
     await pilot.press("slash", *"smollm2", "enter")
-    await wait_until(pilot, lambda: app.plan is not None)
+    await wait_until(pilot, lambda: app.state.picked.plan is not None)
     await app.workers.wait_for_complete()
     await wait_until(pilot, lambda: len(menu.judgements) == len(menu.entries))
     await pilot.pause()

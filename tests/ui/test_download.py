@@ -59,7 +59,9 @@ async def _pick_stubby(app, pilot) -> None:
     await wait_until(pilot, lambda: any(e.key == "preset:stubby" for e in menu.entries))
     app.query_one("#models").focus()
     await pilot.press("slash", *"stubby", "enter")
-    await wait_until(pilot, lambda: app.picked is not None and app.picked.preset)
+    await wait_until(
+        pilot, lambda: app.state.picked.entry is not None and app.state.picked.entry.preset
+    )
     app.query_one("#models").focus()
 
 
@@ -106,9 +108,15 @@ def test_download_then_the_model_plans_from_the_cache(hub_stub, tiny_gguf) -> No
             blob, partial = _blobs(stub)
             assert not partial.exists() and blob.stat().st_size == size
             await wait_until(
-                pilot, lambda: app.model_path is not None and app.plan is not None, timeout=30
+                pilot,
+                lambda: (
+                    app.state.picked.model_path is not None and app.state.picked.plan is not None
+                ),
+                timeout=30,
             )
-            assert app.model_path.stat().st_size == size  # planned from the cached file
+            assert (
+                app.state.picked.model_path.stat().st_size == size
+            )  # planned from the cached file
             await pilot.press("q")
 
     run(drive())

@@ -52,16 +52,20 @@ def test_a_damaged_model_file_at_the_restart_shows_the_engines_own_words_and_giv
         async with app.run_test(size=(140, 45)) as pilot:
             await _pick_small_plan(app, pilot)
             await _start_and_wait_ready(app, pilot, engine_pids)
-            first_pid = app.supervisor.pid
+            first_pid = app.state.running.supervisor.pid
             damaged = copied_model.with_suffix(".part")
             with open(copied_model, "rb") as whole, open(damaged, "wb") as cut:
                 cut.write(whole.read(copied_model.stat().st_size * 6 // 10))
             os.replace(damaged, copied_model)  # the running engine keeps the old inode
             os.kill(first_pid, signal.SIGKILL)
-            await wait_until(pilot, lambda: app.supervisor.pid != first_pid, timeout=60)
-            engine_pids.add(app.supervisor.pid)
             await wait_until(
-                pilot, lambda: app.engine_state == "stopped" and app.gave_up, timeout=120
+                pilot, lambda: app.state.running.supervisor.pid != first_pid, timeout=60
+            )
+            engine_pids.add(app.state.running.supervisor.pid)
+            await wait_until(
+                pilot,
+                lambda: app.state.health.state == "stopped" and app.state.health.gave_up,
+                timeout=120,
             )
             text = _server_text(app)
             assert text.startswith("gave up")
@@ -70,7 +74,7 @@ def test_a_damaged_model_file_at_the_restart_shows_the_engines_own_words_and_giv
             assert "not restarting (it would fail the same way again)" in text  # the supervisor
             assert "data is not within the file bounds" in text  # llama-server's own words
             assert "truncated or damaged" in text  # the hint
-            assert not alive(app.supervisor.pid)
+            assert not alive(app.state.running.supervisor.pid)
             log = _log_text(app)  # pushed by the supervisor, in order
             assert "── crashed: llama-server was killed by SIGKILL" in log
             assert "── restart in" in log
@@ -87,11 +91,11 @@ def test_a_damaged_model_file_at_the_restart_shows_the_engines_own_words_and_giv
 
 async def _killed_and_back(app, pilot, engine_pids, restarts: int) -> None:
     """SIGKILL the engine; the supervisor restarts it and the panel says why it did."""
-    pid = app.supervisor.pid
+    pid = app.state.running.supervisor.pid
     os.kill(pid, signal.SIGKILL)
     await wait_until(pilot, lambda: _another_ready(app, pid), timeout=120)
-    engine_pids.add(app.supervisor.pid)
-    assert app.restarts == restarts
+    engine_pids.add(app.state.running.supervisor.pid)
+    assert app.state.health.restarts == restarts
     server = _server_text(app)
     assert f"restarts {restarts}" in server
     # why it restarted stays on the panel: the supervisor's explained failure
@@ -112,7 +116,7 @@ def test_an_engine_killed_from_outside_is_restarted_and_the_panel_says_so(
             await _pick_small_plan(app, pilot)
             await _start_and_wait_ready(app, pilot, engine_pids)
             await _killed_and_back(app, pilot, engine_pids, 1)
-            assert isinstance(_chat(app.supervisor.url), str)
+            assert isinstance(_chat(app.state.running.supervisor.url), str)
             await _quit_stopping_the_engine(app, pilot)
 
     run(drive())
@@ -130,9 +134,13 @@ def test_a_crash_loop_is_stopped_by_the_supervisor_and_the_panel_says_so(
             await _start_and_wait_ready(app, pilot, engine_pids)
             for restarts in range(1, 5):
                 await _killed_and_back(app, pilot, engine_pids, restarts)
-            os.kill(app.supervisor.pid, signal.SIGKILL)  # the fifth crash in the window
+            os.kill(
+                app.state.running.supervisor.pid, signal.SIGKILL
+            )  # the fifth crash in the window
             await wait_until(
-                pilot, lambda: app.engine_state == "stopped" and app.gave_up, timeout=60
+                pilot,
+                lambda: app.state.health.state == "stopped" and app.state.health.gave_up,
+                timeout=60,
             )
             text = _server_text(app)
             assert text.startswith("gave up")

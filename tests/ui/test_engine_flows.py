@@ -42,18 +42,22 @@ async def _pick_small_plan(app, pilot, name: str = "smollm2") -> None:
     app.query_one("#models").focus()
     await pilot.press("slash", *name, "enter")
     await wait_until(
-        pilot, lambda: app.plan is not None and app.plan.candidate.allocation.n_ctx == 4096
+        pilot,
+        lambda: (
+            app.state.picked.plan is not None
+            and app.state.picked.plan.candidate.allocation.n_ctx == 4096
+        ),
     )
 
 
 async def _start_and_wait_ready(app, pilot, engine_pids) -> str:
     await pilot.press("s")
-    await wait_until(pilot, lambda: app.supervisor is not None, timeout=30)
-    engine_pids.add(app.supervisor.pid)
-    await wait_until(pilot, lambda: app.engine_state == "ready", timeout=120)
-    await wait_until(pilot, lambda: app.session.public_url is not None, timeout=30)
-    url = app.session.public_url  # the admission gate's, in front of the engine
-    assert url is not None and url != app.supervisor.url
+    await wait_until(pilot, lambda: app.state.running.supervisor is not None, timeout=30)
+    engine_pids.add(app.state.running.supervisor.pid)
+    await wait_until(pilot, lambda: app.state.health.state == "ready", timeout=120)
+    await wait_until(pilot, lambda: app.state.running.session.public_url is not None, timeout=30)
+    url = app.state.running.session.public_url  # the admission gate's, in front of the engine
+    assert url is not None and url != app.state.running.supervisor.url
     await wait_until(pilot, lambda: url in str(app.query_one("#server-state").render()))
     assert "ready" in str(app.query_one("#server-state").render())  # the URL a person reads
     return url
@@ -89,7 +93,7 @@ def test_start_answers_a_chat_then_stop(models_dir: Path, engine_pids) -> None:
             assert isinstance(_chat(url), str)
             await pilot.press("c")
             assert app.clipboard == url
-            pid = app.supervisor.pid
+            pid = app.state.running.supervisor.pid
             await wait_until(
                 pilot, lambda: "new prompt" in _log_text(app), timeout=10
             )  # the chat, in the log tail
@@ -100,7 +104,7 @@ def test_start_answers_a_chat_then_stop(models_dir: Path, engine_pids) -> None:
             assert sum("listening on http" in line for line in lines) == 1
             assert "── ready: ready in" in _log_text(app)  # the supervisor's transition
             await pilot.press("x")
-            await wait_until(pilot, lambda: app.engine_state == "stopped", timeout=60)
+            await wait_until(pilot, lambda: app.state.health.state == "stopped", timeout=60)
             assert not alive(pid)
             await pilot.press("q")  # nothing runs: quits at once
         assert app.return_code == 0
@@ -111,7 +115,9 @@ def test_start_answers_a_chat_then_stop(models_dir: Path, engine_pids) -> None:
 def _another_ready(app, old_pid: int) -> bool:
     """A new engine (not ``old_pid``) is ready."""
     return (
-        app.supervisor is not None and app.supervisor.pid != old_pid and app.engine_state == "ready"
+        app.state.running.supervisor is not None
+        and app.state.running.supervisor.pid != old_pid
+        and app.state.health.state == "ready"
     )
 
 
@@ -125,7 +131,7 @@ def test_quit_with_an_engine_running_can_stop_it(models_dir: Path, engine_pids) 
         async with app.run_test(size=(140, 45)) as pilot:
             await _pick_small_plan(app, pilot)
             await _start_and_wait_ready(app, pilot, engine_pids)
-            pid = app.supervisor.pid
+            pid = app.state.running.supervisor.pid
             await _quit_stopping_the_engine(app, pilot)
         assert not alive(pid)
 
@@ -142,7 +148,7 @@ def test_quit_leaving_the_engine_running_and_the_next_app_adopts_it(
         async with app.run_test(size=(140, 45)) as pilot:
             await _pick_small_plan(app, pilot)
             state["url"] = await _start_and_wait_ready(app, pilot, engine_pids)
-            state["pid"] = app.supervisor.pid
+            state["pid"] = app.state.running.supervisor.pid
             await pilot.press("q")
             await wait_until(pilot, lambda: app.screen.__class__.__name__ == "QuitScreen")
             await pilot.press("l")
@@ -152,11 +158,11 @@ def test_quit_leaving_the_engine_running_and_the_next_app_adopts_it(
     async def second() -> None:
         app = _app(models_dir, free_port())
         async with app.run_test(size=(140, 45)) as pilot:
-            await wait_until(pilot, lambda: app.engine_state == "ready", timeout=60)
-            assert app.supervisor.pid == state["pid"]
+            await wait_until(pilot, lambda: app.state.health.state == "ready", timeout=60)
+            assert app.state.running.supervisor.pid == state["pid"]
             assert str(state["url"]) in str(app.query_one("#server-state").render())
             await pilot.press("x")
-            await wait_until(pilot, lambda: app.engine_state == "stopped", timeout=60)
+            await wait_until(pilot, lambda: app.state.health.state == "stopped", timeout=60)
             await pilot.press("q")
 
     run(first())
@@ -176,20 +182,24 @@ def test_switch_stops_the_first_engine_and_starts_the_second(
         async with app.run_test(size=(140, 45)) as pilot:
             await _pick_small_plan(app, pilot)
             await _start_and_wait_ready(app, pilot, engine_pids)
-            first_pid = app.supervisor.pid
+            first_pid = app.state.running.supervisor.pid
             await pilot.press("slash", *"second", "enter")
             await wait_until(
-                pilot, lambda: app.plan is not None and app.picked.name == "second-copy"
+                pilot,
+                lambda: (
+                    app.state.picked.plan is not None
+                    and app.state.picked.entry.name == "second-copy"
+                ),
             )
             await pilot.press("s")
             await wait_until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
             assert f"pid {first_pid}" in str(app.screen.question)
             await pilot.press("y")
             await wait_until(pilot, lambda: _another_ready(app, first_pid), timeout=120)
-            engine_pids.add(app.supervisor.pid)
+            engine_pids.add(app.state.running.supervisor.pid)
             assert not alive(first_pid)
-            assert app.running.name == "second-copy"
-            assert isinstance(_chat(app.supervisor.url), str)
+            assert app.state.running.entry.name == "second-copy"
+            assert isinstance(_chat(app.state.running.supervisor.url), str)
             await _quit_stopping_the_engine(app, pilot)
 
     run(drive())
@@ -207,9 +217,9 @@ def test_the_serve_session_records_the_plan_and_the_panel_shows_actuals_and_a_se
             await _pick_small_plan(app, pilot)
             await _start_and_wait_ready(app, pilot, engine_pids)
             record = backend.running_engine()
-            assert record is not None and record.pid == app.supervisor.pid
+            assert record is not None and record.pid == app.state.running.supervisor.pid
             assert record.facts is not None  # plan facts in the record: the session's path
-            await wait_until(pilot, lambda: app.actuals is not None, timeout=30)
+            await wait_until(pilot, lambda: app.state.health.actuals is not None, timeout=30)
             actuals = str(app.query_one("#server-actuals").render())
             assert "predicted → actual" in actuals
             panel = app.query_one("#server", ServerPanel)
@@ -223,7 +233,7 @@ def test_the_serve_session_records_the_plan_and_the_panel_shows_actuals_and_a_se
             assert len(panel.visible_lines) > len(shown)
             app.query_one("#models").focus()
             await pilot.press("x")
-            await wait_until(pilot, lambda: app.engine_state == "stopped", timeout=60)
+            await wait_until(pilot, lambda: app.state.health.state == "stopped", timeout=60)
             await pilot.press("q")
 
     run(drive())

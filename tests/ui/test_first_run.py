@@ -85,7 +85,7 @@ def test_no_engine_the_panels_say_so_and_offer_to_build_or_point(no_engine: Path
     async def drive() -> None:
         app = _app(refresh_s=0)
         async with app.run_test(size=(140, 45)) as pilot:
-            await wait_until(pilot, lambda: app.engine_problem is not None)
+            await wait_until(pilot, lambda: app.state.engine_problem is not None)
             server = str(app.query_one("#server-state").render())
             assert "no llama-server found" in server and "none on PATH" in server
             panel = app.query_one("#engine-setup", EngineSetupPanel)
@@ -109,16 +109,16 @@ def test_pointing_at_the_real_binary_lets_s_serve_smollm2_and_the_next_start_fin
     async def first() -> None:
         app = _app(models_dir, port=port, refresh_s=0.5)
         async with app.run_test(size=(140, 45)) as pilot:
-            await wait_until(pilot, lambda: app.engine_problem is not None)
+            await wait_until(pilot, lambda: app.state.engine_problem is not None)
             await _choose(pilot, no_engine)
             await wait_until(pilot, lambda: app.engine_origin == "setting", timeout=60)
-            assert app.engine_problem is None and app.engine_setup_error is None
+            assert app.state.engine_problem is None and app.engine_setup_error is None
             assert not app.query_one("#engine-setup", EngineSetupPanel).display
             assert "no llama-server found" not in str(app.query_one("#server-state").render())
             assert saved_llama_server() == no_engine
             await _pick_small_plan(app, pilot)
             url = await _start_and_wait_ready(app, pilot, engine_pids)
-            assert Path(app.supervisor.spec.argv[0]).resolve() == no_engine.resolve()
+            assert Path(app.state.running.supervisor.spec.argv[0]).resolve() == no_engine.resolve()
             assert isinstance(_chat(url), str)
             await _quit_stopping_the_engine(app, pilot)
 
@@ -127,7 +127,7 @@ def test_pointing_at_the_real_binary_lets_s_serve_smollm2_and_the_next_start_fin
         async with app.run_test(size=(140, 45)) as pilot:
             await app.workers.wait_for_complete()
             await pilot.pause()
-            assert app.engine_problem is None  # found through the saved setting
+            assert app.state.engine_problem is None  # found through the saved setting
             assert not app.query_one("#engine-setup", EngineSetupPanel).display
             assert locate.locate_llama_server().origin == "setting"
 
@@ -148,7 +148,7 @@ def test_a_file_that_is_not_llama_server_is_refused_with_why(
     async def drive() -> None:
         app = _app(refresh_s=0)
         async with app.run_test(size=(140, 45)) as pilot:
-            await wait_until(pilot, lambda: app.engine_problem is not None)
+            await wait_until(pilot, lambda: app.state.engine_problem is not None)
             await _choose(pilot, script)
             await wait_until(pilot, lambda: app.engine_setup_error is not None, timeout=60)
             assert app.engine_setup_error.title == "Not llama-server"
@@ -158,7 +158,7 @@ def test_a_file_that_is_not_llama_server_is_refused_with_why(
             await _choose(pilot, plain)
             await wait_until(pilot, lambda: "not an executable file" in _setup_text(app))
             assert "chmod +x" in _setup_text(app)
-            assert app.engine_problem is not None  # still no engine
+            assert app.state.engine_problem is not None  # still no engine
             assert saved_llama_server() is None  # nothing kept
 
     run(drive())
@@ -168,7 +168,7 @@ def test_build_already_built_finds_the_engine_at_once(no_engine: Path) -> None:
     async def drive() -> None:
         app = _app(refresh_s=0)
         async with app.run_test(size=(140, 45)) as pilot:
-            await wait_until(pilot, lambda: app.engine_problem is not None)
+            await wait_until(pilot, lambda: app.state.engine_problem is not None)
             # another homelab finished the build meanwhile: the real build, linked in
             variant = resolve_variant(None)
             locate.engine_root().mkdir(parents=True, exist_ok=True)
@@ -176,7 +176,7 @@ def test_build_already_built_finds_the_engine_at_once(no_engine: Path) -> None:
             await pilot.press("b")
             await wait_until(pilot, lambda: app.engine_origin is not None, timeout=60)
             assert app.engine_origin == f"build:{variant}"
-            assert app.engine_problem is None
+            assert app.state.engine_problem is None
             assert "already built" in _setup_text(app)  # the build's own line
             assert not app.query_one("#engine-setup", EngineSetupPanel).display
 
@@ -189,7 +189,7 @@ def test_a_build_that_cannot_fetch_its_source_shows_the_error_and_hint(
     async def drive() -> None:
         app = _app(refresh_s=0)
         async with app.run_test(size=(140, 45)) as pilot:
-            await wait_until(pilot, lambda: app.engine_problem is not None)
+            await wait_until(pilot, lambda: app.state.engine_problem is not None)
             await pilot.press("b")
             await wait_until(pilot, lambda: app.engine_setup_error is not None, timeout=120)
             error = app.engine_setup_error
@@ -198,7 +198,7 @@ def test_a_build_that_cannot_fetch_its_source_shows_the_error_and_hint(
             assert "Source download failed" in text
             assert "could not download llama-cpp-python" in text
             assert f"put {SDIST_FILE}" in text  # the hint: how to do it offline
-            assert app.engine_problem is not None and app.build_cancel is None
+            assert app.state.engine_problem is not None and app.build_cancel is None
             assert app.query_one("#engine-setup", EngineSetupPanel).display
 
     run(drive())
@@ -215,7 +215,7 @@ def test_escape_cancels_a_build(no_engine: Path, no_package_index: None) -> None
         with open(locate.engine_root() / f".{name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             async with app.run_test(size=(140, 45)) as pilot:
-                await wait_until(pilot, lambda: app.engine_problem is not None)
+                await wait_until(pilot, lambda: app.state.engine_problem is not None)
                 await pilot.press("b")
                 await wait_until(pilot, lambda: "waiting for another" in _setup_text(app))
                 assert "escape cancels" in _setup_text(app)
@@ -229,7 +229,7 @@ def test_escape_cancels_a_build(no_engine: Path, no_package_index: None) -> None
                 fcntl.flock(lock, fcntl.LOCK_UN)
                 await wait_until(pilot, lambda: "Build cancelled" in _setup_text(app))
                 assert app.build_cancel is None and app.engine_setup_error is None
-                assert app.engine_problem is not None
+                assert app.state.engine_problem is not None
 
     run(drive())
 
@@ -244,7 +244,7 @@ def test_a_bad_llama_server_setting_is_shown_and_the_rules_go_on_without_it(
     async def drive() -> None:
         app = _app(refresh_s=0)
         async with app.run_test(size=(140, 45)) as pilot:
-            await wait_until(pilot, lambda: app.engine_problem is not None)
+            await wait_until(pilot, lambda: app.state.engine_problem is not None)
             text = _setup_text(app)
             assert "Bad settings file" in text and str(settings_path()) in text
             assert locate.configured_llama_server() is None

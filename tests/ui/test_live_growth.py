@@ -42,7 +42,7 @@ async def _advance_to(app, pilot, clock: ManualClock, seq: int) -> None:
             assert clock.wait_for_waiter(WAIT_S)
             clock.advance(1.0)
         await pilot.pause(0.05)
-    await wait_until(pilot, lambda: app.report is app.gpu_poller.latest.report, WAIT_S)
+    await wait_until(pilot, lambda: app.state.card.report is app.gpu_poller.latest.report, WAIT_S)
 
 
 def test_growth_warning_names_kwin_and_its_mib(models_dir: Path) -> None:
@@ -52,11 +52,13 @@ def test_growth_warning_names_kwin_and_its_mib(models_dir: Path) -> None:
         app = _growth_app(models_dir, clock)
         async with app.run_test(size=(140, 45)) as pilot:
             menu = app.query_one("#menu", ModelsMenu)
-            await wait_until(pilot, lambda: app.report is not None and len(menu.entries) > 0)
+            await wait_until(
+                pilot, lambda: app.state.card.report is not None and len(menu.entries) > 0
+            )
             assert app.gpu_poller is not None and app.gpu_poller.latest.seq == 0
             await pilot.press("slash", *"smollm2", "enter")
-            await wait_until(pilot, lambda: app.plan is not None, WAIT_S)
-            steady = app.plan.budget.desktop
+            await wait_until(pilot, lambda: app.state.picked.plan is not None, WAIT_S)
+            steady = app.state.picked.plan.budget.desktop
             await _advance_to(app, pilot, clock, 2)  # still steady: no warning
             assert app.growth is not None and app.growth.grown == 0
             assert _growth_text(app) == ""
@@ -110,11 +112,13 @@ def test_the_card_follows_the_recording_in_time(models_dir: Path) -> None:
             await wait_until(pilot, lambda: app.gpu_poller is not None, WAIT_S)
 
             def final() -> bool:
-                seen.add(app.report.devices[0].samples if app.report else 0)
-                return app.gpu_poller.ended and app.report is app.gpu_poller.latest.report
+                seen.add(app.state.card.report.devices[0].samples if app.state.card.report else 0)
+                return (
+                    app.gpu_poller.ended and app.state.card.report is app.gpu_poller.latest.report
+                )
 
             await wait_until(pilot, final, WAIT_S)
-            assert app.report.devices[0].samples == 8  # the whole recording, the window
+            assert app.state.card.report.devices[0].samples == 8  # the whole recording, the window
             assert len(seen) > 2  # drawn sample by sample, not once at the end
             await pilot.press("q")
         assert app.return_code == 0

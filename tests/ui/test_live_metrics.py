@@ -67,7 +67,7 @@ def test_metrics_panel_shows_the_generation_speed_of_a_real_chat(
             assert _alarm_text(app) == ""  # a first short chat never alarms
             poller = app.status_poller
             await pilot.press("x")
-            await wait_until(pilot, lambda: app.engine_state == "stopped", 60)
+            await wait_until(pilot, lambda: app.state.health.state == "stopped", 60)
             await wait_until(pilot, lambda: not panel.display and app.status_poller is None, 30)
             await wait_until(pilot, lambda: poller._thread.ended.is_set(), 30)
             await pilot.press("q")

@@ -49,7 +49,10 @@ async def _rejudge(app, pilot, ctx: str) -> None:
 async def _pick(app, pilot, name: str) -> None:
     app.query_one("#models").focus()
     await pilot.press("slash", *name, "enter")
-    await wait_until(pilot, lambda: app.picked is not None and name in app.picked.name.lower())
+    await wait_until(
+        pilot,
+        lambda: app.state.picked.entry is not None and name in app.state.picked.entry.name.lower(),
+    )
 
 
 def test_the_hub_going_away_shows_the_offline_line_and_local_models_still_plan(
@@ -92,8 +95,8 @@ def test_the_hub_going_away_shows_the_offline_line_and_local_models_still_plan(
             assert _banner(app).display and app.hub_offline is not None
 
             await _pick(app, pilot, "smollm2")  # a local model plans without the Hub
-            await wait_until(pilot, lambda: app.plan is not None, timeout=60)
-            assert app.plan.candidate.allocation.n_ctx == 4096
+            await wait_until(pilot, lambda: app.state.picked.plan is not None, timeout=60)
+            assert app.state.picked.plan.candidate.allocation.n_ctx == 4096
             assert _banner(app).display
 
     run(drive())
@@ -115,7 +118,7 @@ def test_hf_hub_offline_is_said_from_the_first_frame(
             assert "offline: header reads and downloads need" in text
             assert "HF_HUB_OFFLINE is set" in text
             await _pick(app, pilot, "smollm2")
-            await wait_until(pilot, lambda: app.plan is not None, timeout=60)
+            await wait_until(pilot, lambda: app.state.picked.plan is not None, timeout=60)
             await app.workers.wait_for_complete()
             assert _banner(app).display  # still offline after the presets were judged
 

@@ -30,8 +30,11 @@ def test_pick_shows_the_plan_and_the_exact_argv(models_dir: Path) -> None:
             menu = app.query_one("#menu", ModelsMenu)
             await wait_until(pilot, lambda: any(e.source == "dir" for e in menu.entries))
             await pilot.press("slash", *"smollm2", "enter")
-            await wait_until(pilot, lambda: app.plan is not None)
-            assert app.picked is not None and app.picked.name == "SmolLM2-135M-Instruct.Q4_1"
+            await wait_until(pilot, lambda: app.state.picked.plan is not None)
+            assert (
+                app.state.picked.entry is not None
+                and app.state.picked.entry.name == "SmolLM2-135M-Instruct.Q4_1"
+            )
             steps = _steps_text(app)
             assert "Model: llama, 30 layers" in steps
             assert "NVIDIA GeForce RTX 3090" in steps
@@ -41,14 +44,19 @@ def test_pick_shows_the_plan_and_the_exact_argv(models_dir: Path) -> None:
             # the row's verdict, worded from the same plan
             key = str(models_dir / "SmolLM2-135M-Instruct.Q4_1.gguf")
             await wait_until(pilot, lambda: key in menu.judgements)
-            slots = app.plan.settings.n_seq
+            slots = app.state.picked.plan.settings.n_seq
             assert menu.judgements[key].text.startswith("fits: ")
             assert f"{slots} slots" in menu.judgements[key].text
 
             # editing the slots re-plans at once
             app.query_one("#slots").focus()
             await pilot.press("2")
-            await wait_until(pilot, lambda: app.plan is not None and app.plan.settings.n_seq == 2)
+            await wait_until(
+                pilot,
+                lambda: (
+                    app.state.picked.plan is not None and app.state.picked.plan.settings.n_seq == 2
+                ),
+            )
             assert "-np 2" in _argv_text(app)
 
     run(drive())
@@ -63,11 +71,11 @@ def test_an_impossible_setting_is_shown_as_title_message_hint(models_dir: Path) 
             menu = app.query_one("#menu", ModelsMenu)
             await wait_until(pilot, lambda: any(e.source == "dir" for e in menu.entries))
             await pilot.press("slash", *"smollm2", "enter")
-            await wait_until(pilot, lambda: app.plan is not None)
+            await wait_until(pilot, lambda: app.state.picked.plan is not None)
             assert "system RAM" in str(app.query_one("#card-text").render())
             app.query_one("#ctx").focus()
             await pilot.press(*"999999999")  # far beyond what RAM holds
-            await wait_until(pilot, lambda: app.plan is None)
+            await wait_until(pilot, lambda: app.state.picked.plan is None)
             steps = _steps_text(app)
             assert steps.startswith("Does not fit"), steps
             assert "Traceback" not in steps
@@ -87,7 +95,7 @@ def test_no_llama_server_is_said_at_once_with_how_to_get_one(
             gpu_snapshot=NO_GPU, models_dirs=[models_dir], refresh_s=0, blink=False, adopt=False
         )
         async with app.run_test(size=(140, 45)) as pilot:
-            await wait_until(pilot, lambda: app.engine_problem is not None)
+            await wait_until(pilot, lambda: app.state.engine_problem is not None)
             text = str(app.query_one("#server-state").render())
             assert "no-such-llama-server" in text and "homelab engine build" in text
 

@@ -51,17 +51,21 @@ async def serve_one_slot(app, pilot, engine_pids):
     """Pick SmolLM2 with one slot (a small KV for the CPU engine), start it, wait until it
     is ready; the plan the app showed."""
     menu = app.query_one("#menu", ModelsMenu)
-    await wait_until(pilot, lambda: app.report is not None and len(menu.entries) > 0)
+    await wait_until(pilot, lambda: app.state.card.report is not None and len(menu.entries) > 0)
     app.query_one("#slots").focus()
     await pilot.press("1")
     app.query_one("#models").focus()
     await pilot.press("slash", *"smollm2", "enter")
-    await wait_until(pilot, lambda: app.plan is not None and app.plan.settings.n_seq == 1, WAIT_S)
-    shown = app.plan
+    await wait_until(
+        pilot,
+        lambda: app.state.picked.plan is not None and app.state.picked.plan.settings.n_seq == 1,
+        WAIT_S,
+    )
+    shown = app.state.picked.plan
     await pilot.press("s")
-    await wait_until(pilot, lambda: app.supervisor is not None, WAIT_S)
-    engine_pids.add(app.supervisor.pid)
-    await wait_until(pilot, lambda: app.engine_state == "ready", 120)
+    await wait_until(pilot, lambda: app.state.running.supervisor is not None, WAIT_S)
+    engine_pids.add(app.state.running.supervisor.pid)
+    await wait_until(pilot, lambda: app.state.health.state == "ready", 120)
     return shown
 
 
@@ -74,7 +78,7 @@ def test_R_after_the_desktop_grew_restarts_with_a_plan_made_on_the_card_now(
         app = growth_app(models_dir, clock)
         async with app.run_test(size=(140, 45)) as pilot:
             shown = await serve_one_slot(app, pilot, engine_pids)
-            old, old_pid = app.running_plan, app.supervisor.pid
+            old, old_pid = app.state.running.plan, app.state.running.supervisor.pid
             # the engine runs the plan made on the card the app showed (steady desktop)
             assert old.budget.desktop == shown.budget.desktop
             assert old.tokens_fit == shown.tokens_fit
@@ -89,17 +93,19 @@ def test_R_after_the_desktop_grew_restarts_with_a_plan_made_on_the_card_now(
 
             await pilot.press("R")
             await wait_until(
-                pilot, lambda: _another_ready(app, old_pid) and app.running_plan is not old, 120
+                pilot,
+                lambda: _another_ready(app, old_pid) and app.state.running.plan is not old,
+                120,
             )
-            engine_pids.add(app.supervisor.pid)
+            engine_pids.add(app.state.running.supervisor.pid)
             assert not alive(old_pid)
-            new = app.running_plan
+            new = app.state.running.plan
             assert new.budget.desktop == old.budget.desktop + GROWN
             assert new.tokens_fit < old.tokens_fit
             # the 700 MiB the desktop took are tokens the KV can no longer hold
             per_token = GROWN / (old.tokens_fit - new.tokens_fit)
             assert 12_000 < per_token < 14_000, per_token  # SmolLM2 q8_0: 12,240 B + FA copy
-            argv = app.supervisor.spec.argv
+            argv = app.state.running.supervisor.spec.argv
             assert _flag(argv, "-c") == new.candidate.allocation.n_ctx
             assert _flag(argv, "-np") == 1
 
@@ -110,16 +116,18 @@ def test_R_after_the_desktop_grew_restarts_with_a_plan_made_on_the_card_now(
             assert "flags -c 8192 -np 1 → -c 8192 -np 1 (unchanged)" in server
             assert "restarts 0" in server  # a new engine, not a crash
             await wait_until(pilot, lambda: _growth_text(app) == "", WAIT_S)  # planned for it
-            assert isinstance(_chat(app.supervisor.url), str)
+            assert isinstance(_chat(app.state.running.supervisor.url), str)
 
-            replanned = app.supervisor.pid  # r: restart as it is, the same flags
+            replanned = app.state.running.supervisor.pid  # r: restart as it is, the same flags
             await pilot.press("r")
             await wait_until(
-                pilot, lambda: _another_ready(app, replanned) and app.running_plan is not new, 120
+                pilot,
+                lambda: _another_ready(app, replanned) and app.state.running.plan is not new,
+                120,
             )
-            engine_pids.add(app.supervisor.pid)
-            assert app.supervisor.spec.argv == argv
-            assert app.running_plan.tokens_fit == new.tokens_fit
+            engine_pids.add(app.state.running.supervisor.pid)
+            assert app.state.running.supervisor.spec.argv == argv
+            assert app.state.running.plan.tokens_fit == new.tokens_fit
             assert "re-planned" not in str(app.query_one("#server-state").render())
             await _quit_stopping_the_engine(app, pilot)
 
@@ -138,12 +146,12 @@ def test_R_without_an_engine_of_this_app_says_there_is_nothing_to_re_plan(
             adopt=False,
         )
         async with app.run_test(size=(140, 45)) as pilot:
-            await wait_until(pilot, lambda: app.report is not None)
+            await wait_until(pilot, lambda: app.state.card.report is not None)
             await pilot.press("R")
             await wait_until(pilot, lambda: len(app._notifications) > 0)
             titles = [n.title for n in app._notifications]
             assert "Nothing to re-plan" in titles
-            assert app.supervisor is None
+            assert app.state.running.supervisor is None
             await pilot.press("q")
         assert app.return_code == 0
 

@@ -55,9 +55,9 @@ def test_R_with_the_gate_answers_what_the_gate_held_and_keeps_its_port(
         app = growth_app(models_dir, clock)
         async with app.run_test(size=(140, 45)) as pilot:
             await serve_one_slot(app, pilot, engine_pids)  # the gate lets one run at a time
-            await wait_until(pilot, lambda: app.session.gate.url, 60)
-            gate_url, supervisor = app.session.gate.url, app.supervisor
-            old, old_pid = app.running_plan, supervisor.pid
+            await wait_until(pilot, lambda: app.state.running.session.gate.url, 60)
+            gate_url, supervisor = app.state.running.session.gate.url, app.state.running.supervisor
+            old, old_pid = app.state.running.plan, supervisor.pid
 
             first = _in_thread(lambda: long_chat(gate_url), out, "first")
             await wait_until(pilot, lambda: gate_state(gate_url)["running"] == 1, WAIT_S)
@@ -66,9 +66,11 @@ def test_R_with_the_gate_answers_what_the_gate_held_and_keeps_its_port(
 
             await pilot.press("R")
             await wait_until(
-                pilot, lambda: _another_ready(app, old_pid) and app.running_plan is not old, 120
+                pilot,
+                lambda: _another_ready(app, old_pid) and app.state.running.plan is not old,
+                120,
             )
-            engine_pids.add(app.supervisor.pid)
+            engine_pids.add(app.state.running.supervisor.pid)
             await wait_until(pilot, lambda: not first.is_alive() and not second.is_alive(), 300)
             answer = out["first"]
             assert not isinstance(answer, Exception), answer
@@ -79,20 +81,26 @@ def test_R_with_the_gate_answers_what_the_gate_held_and_keeps_its_port(
             assert "data: [DONE]" in stream and '"error"' not in stream, stream
 
             # the same supervisor and gate; a new engine on the new plan
-            assert app.supervisor is supervisor and app.session.gate.url == gate_url
+            assert (
+                app.state.running.supervisor is supervisor
+                and app.state.running.session.gate.url == gate_url
+            )
             assert not alive(old_pid)
-            facts = app.session.plan.facts
-            assert app.session.plan.plan is app.running_plan
+            facts = app.state.running.session.plan.facts
+            assert app.state.running.session.plan.plan is app.state.running.plan
             state = gate_state(gate_url)
             assert state["max_concurrent"] == 1 and state["ceiling_tokens"] == facts.ctx_per_slot
             assert state["budget_tokens"] == facts.ctx_per_slot * facts.slots
             record = StateFile().read()
-            assert record.pid == app.supervisor.pid and record.facts == facts
+            assert record.pid == app.state.running.supervisor.pid and record.facts == facts
             assert record.gate_url == gate_url
 
             server = str(app.query_one("#server-state").render())
             assert "re-planned on the card now" in server
-            assert f"pid {old_pid} → {app.supervisor.pid}, behind the same gate" in server
+            assert (
+                f"pid {old_pid} → {app.state.running.supervisor.pid}, behind the same gate"
+                in server
+            )
             assert "queued requests keep their place" in server
             assert "restarts 0" in server  # a restart into a plan, not a crash
             await _quit_stopping_the_engine(app, pilot)

@@ -10,7 +10,7 @@ or, when none runs, the picked model's plan ("what it would take").
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -18,6 +18,14 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from homelab.units import format_bytes
+
+if TYPE_CHECKING:
+    from homelab.errors import HomelabError
+    from homelab.gpu.report import GpuReport
+    from homelab.plan.budget import DeviceBudget
+    from homelab.plan.headroom import DesktopGrowth
+    from homelab.plan.planner import Plan
+    from homelab.plan.split import DeviceShare
 
 BAR_WIDTH = 50
 """Cells of the stacked bar (fixed, so the picture is the same on every terminal)."""
@@ -35,8 +43,8 @@ SEGMENTS = (
 """Segment names in bar order, with their colours (the legend uses the same)."""
 
 
-def share_for(plan: Any | None, budget: Any) -> Any | None:
-    """The plan's share of this device (``homelab.plan.split.DeviceShare``), or None."""
+def share_for(plan: Plan | None, budget: DeviceBudget) -> DeviceShare | None:
+    """The plan's share of this device, or None."""
     if plan is None:
         return None
     for share in plan.devices:
@@ -45,7 +53,7 @@ def share_for(plan: Any | None, budget: Any) -> Any | None:
     return None
 
 
-def segments(budget: Any, share: Any | None) -> list[tuple[str, int]]:
+def segments(budget: DeviceBudget, share: DeviceShare | None) -> list[tuple[str, int]]:
     """(name, bytes) of each part of the bar; the engine's parts only for a plan's share."""
     engine = {"weights": 0, "KV": 0, "compute": 0}
     if share is not None:
@@ -86,7 +94,7 @@ def bar(parts: list[tuple[str, int]], total: int, width: int = BAR_WIDTH) -> Tex
     return text
 
 
-def holds(share: Any) -> str:
+def holds(share: DeviceShare) -> str:
     """Which layers a device holds in a split, as llama-server is told (``--device`` name)."""
     output = " + output layer" if share.output else ""
     return f"{share.device.llama_name}: {share.block_range}{output} ({share.layers} of the split)"
@@ -124,7 +132,9 @@ class CardPanel(Vertical):
     def on_mount(self) -> None:
         self.border_title = "card"
 
-    def show(self, report: Any, budgets: list[Any], plan: Any | None, planned: bool) -> None:
+    def show(
+        self, report: GpuReport, budgets: list[DeviceBudget], plan: Plan | None, planned: bool
+    ) -> None:
         """Render ``report`` with one budget per card; ``plan`` fills the engine's part."""
         text = Text()
         if not report.devices:
@@ -168,8 +178,8 @@ class CardPanel(Vertical):
         self._text, self._height = text, height
         box.update(text, layout=not same_shape)
 
-    def show_growth(self, growth: Any | None, serving: bool = False) -> None:
-        """The compositor growth warning (``homelab.plan.headroom.DesktopGrowth``), or hide it
+    def show_growth(self, growth: DesktopGrowth | None, serving: bool = False) -> None:
+        """The compositor growth warning, or hide it
         (``serving``: it is about the running engine's plan)."""
         box = self.query_one("#growth", Static)
         if growth is None or not growth.alarming:
@@ -178,13 +188,13 @@ class CardPanel(Vertical):
         box.update(growth_text(growth, serving))
         box.display = True
 
-    def show_error(self, error: Any) -> None:
+    def show_error(self, error: HomelabError) -> None:
         text = Text(f"{error.title}: {error.message}", style="bold red")
         if error.hint:
             text.append(f"\n{error.hint}", style="italic")
         self._update_text(text)
 
-    def _processes(self, report: Any) -> None:
+    def _processes(self, report: GpuReport) -> None:
         table = self.query_one("#processes", DataTable)
         rows = [
             (
@@ -212,7 +222,7 @@ RE_PLAN_PICKED = "enter on the model re-plans on the card now"
 """What to press when the warning is about the picked (not yet running) model's plan."""
 
 
-def growth_text(growth: Any, serving: bool = False) -> Text:
+def growth_text(growth: DesktopGrowth, serving: bool = False) -> Text:
     """The warning: what grew, by how much since the plan, what is left, what to do
     (``serving``: the plan is the running engine's, so the key re-plans and restarts)."""
     culprit = growth.culprit

@@ -5,12 +5,15 @@ from __future__ import annotations
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.widgets import Static
 
 from homelab.units import format_bytes
+
+if TYPE_CHECKING:
+    from homelab.hub.download import PullProgress
 
 BAR = 30
 WINDOW_S = 5.0
@@ -63,8 +66,8 @@ class DownloadBar(Static):
 
     def on_mount(self) -> None:
         self.rate = Rate()
-        self.progress: Any = None
-        """The last progress shown (the hub's ``PullProgress``), None before the first."""
+        self.progress: PullProgress | None = None
+        """The last progress shown, None before the first."""
 
     def start(self, words: str) -> None:
         """A new download: its first line; the speed starts afresh."""
@@ -72,7 +75,7 @@ class DownloadBar(Static):
         self.progress = None
         self.show_line(words)
 
-    def show_progress(self, progress: Any, at: float | None = None) -> None:
+    def show_progress(self, progress: PullProgress, at: float | None = None) -> None:
         self.progress = progress
         speed = self.rate.add(time.monotonic() if at is None else at, progress.fetched)
         self.update(progress_text(progress.filename, progress.done, progress.total, speed))

@@ -10,12 +10,17 @@ reuses its cache well.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Sparkline, Static
+
+if TYPE_CHECKING:
+    from homelab.engine.llamacpp.client import LiveStatus
+    from homelab.engine.llamacpp.reuse_alarm import Reprocessed
 
 HISTORY = 180
 """Readings the sparklines keep (three minutes at one a second)."""
@@ -27,7 +32,7 @@ def tps(value: float | None) -> str:
     return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
 
 
-def window_rates(status: Any) -> tuple[float, float]:
+def window_rates(status: LiveStatus) -> tuple[float, float]:
     """(prompt, generation) tokens/s of the status's window; 0 for a window without any."""
     window = status.window
     if window is None:
@@ -94,7 +99,7 @@ class MetricsPanel(Vertical):
         self.border_title = "live"
         self.prompt_history: deque[float] = deque(maxlen=HISTORY)
         self.gen_history: deque[float] = deque(maxlen=HISTORY)
-        self.last: Any = None
+        self.last: LiveStatus | None = None
 
     def clear(self) -> None:
         self.prompt_history.clear()
@@ -103,7 +108,9 @@ class MetricsPanel(Vertical):
         self.query_one("#metrics-alarm", Static).display = False
         self.display = False
 
-    def show(self, status: Any, alarm: Any | None, gate: list[str] | None = None) -> None:
+    def show(
+        self, status: LiveStatus, alarm: Reprocessed | None, gate: list[str] | None = None
+    ) -> None:
         """Render one status; ``alarm`` is a ``Reprocessed`` (or None: keep or clear the last);
         ``gate``: the admission gate's lines, when one is in front of the engine."""
         self.display = True
@@ -128,7 +135,7 @@ class MetricsPanel(Vertical):
         elif status.window is not None and status.window.cache_reuse is not None:
             box.display = False  # a later prompt: the alarm was about an earlier turn
 
-    def _text(self, status: Any, gate: Any = ()) -> Text:
+    def _text(self, status: LiveStatus, gate: Sequence[str] = ()) -> Text:
         text = Text()
         if not status.health.ready:
             text.append(f"{status.health.state.value}: {status.health.detail}\n", style="yellow")

@@ -8,7 +8,7 @@ Editing a setting posts :class:`PlanPanel.SettingsChanged` at once; the app re-p
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import on
@@ -18,6 +18,10 @@ from textual.message import Message
 from textual.widgets import Input, Label, Select, Static
 
 from homelab.plan.working import render_step
+
+if TYPE_CHECKING:
+    from homelab.errors import HomelabError
+    from homelab.plan.planner import Plan
 
 CACHE_TYPES = ("q8_0", "f16", "q4_0")
 
@@ -97,7 +101,7 @@ class PlanPanel(Vertical):
     def show_plan(
         self,
         name: str,
-        plan: Any,
+        plan: Plan,
         argv: list[str],
         note: str | None,
         measured: tuple[str, ...] = (),
@@ -117,7 +121,7 @@ class PlanPanel(Vertical):
         command.append(shlex.join(argv), style="bold green")
         self.query_one("#argv", Static).update(command)
 
-    def show_error(self, name: str, error: Any) -> None:
+    def show_error(self, name: str, error: HomelabError) -> None:
         self.border_subtitle = name
         text = Text(f"{error.title}\n", style="bold red")
         text.append(error.message + "\n")

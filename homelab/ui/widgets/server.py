@@ -4,7 +4,8 @@ own words, a re-plan's old vs new, and the log (lines the supervisor pushes; bou
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -12,6 +13,12 @@ from textual.containers import Vertical
 from textual.widgets import Input, Log, Static
 
 from homelab.ui.widgets.download import DownloadBar
+
+if TYPE_CHECKING:
+    from textual.events import Key
+
+    from homelab.engine.llamacpp.actuals import ActualRow
+    from homelab.engine.supervision.failure import EngineFailure
 
 STATE_STYLE = {
     "stopped": "dim",
@@ -59,7 +66,7 @@ class ServerPanel(Vertical):
         detail: str | None,
         model: str | None = None,
         *,
-        failure: Any = None,
+        failure: EngineFailure | None = None,
         failure_past: bool = False,
         note: str | None = None,
     ) -> None:
@@ -92,7 +99,7 @@ class ServerPanel(Vertical):
         if log.is_vertical_scroll_end:  # the panel's height changes: keep the newest in view
             self.call_after_refresh(log.scroll_end, animate=False)
 
-    def show_actuals(self, rows: Any) -> None:
+    def show_actuals(self, rows: Sequence[ActualRow] | None) -> None:
         """Predicted vs actual memory after boot, one line per part (the session's Actuals)."""
         text = Text()
         if rows:
@@ -129,7 +136,7 @@ class ServerPanel(Vertical):
             event.stop()
             self.search(event.value)
 
-    def on_key(self, event: Any) -> None:
+    def on_key(self, event: Key) -> None:
         search = self.query_one("#log-search", Input)
         if event.key == "escape" and (search.has_focus or self._needle):
             event.stop()
@@ -156,7 +163,7 @@ QUOTED_SHOWN = 2
 """The engine's own lines a failure shows on the panel (all of them are in the log below)."""
 
 
-def failure_text(failure: Any, past: bool = False) -> Text:
+def failure_text(failure: EngineFailure, past: bool = False) -> Text:
     """An ``EngineFailure`` as a person reads it: title, what happened, the engine's own
     first lines, the next step; ``past``: the last crash, once the engine came back."""
     if past:

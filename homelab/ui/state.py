@@ -1,0 +1,129 @@
+"""What the app's flows share, typed, each field with the flow that writes it.
+
+The app (:class:`homelab.ui.app.HomelabApp`) is one object made of flows, one concern
+each (``homelab/ui/*_flow.py``). What only one flow uses stays on that flow; what one
+flow writes and others read lives here, in :class:`AppState` (``app.state``). All of it
+is written on the app's thread (message handlers, key actions); workers read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from homelab.engine.kinds import Measured
+    from homelab.engine.supervision.failure import EngineFailure
+    from homelab.engine.supervision.supervisor import Supervisor
+    from homelab.errors import HomelabError
+    from homelab.gpu.report import GpuReport
+    from homelab.plan.budget import DeviceBudget
+    from homelab.plan.options import PlanOptions
+    from homelab.plan.planner import Plan
+    from homelab.polling import Clock
+    from homelab.serve.session import ServeSession
+    from homelab.ui.catalog import ModelEntry
+    from homelab.ui.log_feed import LogFeed
+
+
+@dataclass(frozen=True, slots=True)
+class AppArgs:
+    """How the app was made (:func:`homelab.ui.app.make_app`'s arguments); read by all."""
+
+    gpu_snapshot: Path | None
+    """A recorded card to replay instead of the driver's."""
+    vram: int | None
+    """A synthetic card of this many bytes (read once)."""
+    models_dirs: tuple[Path, ...]
+    port: int | None
+    """The engine's port (None: the default)."""
+    refresh_s: float
+    """How often the card is sampled (and the engine asked); 0: the card is read once."""
+    blink: bool
+    adopt: bool
+    """Adopt an engine an earlier homelab left running."""
+    telemetry_clock: Clock | None
+    """When a replayed card's next sample is taken (tests); None: real time."""
+
+
+@dataclass(slots=True)
+class Card:
+    """The card as last read. Written by ``HomelabApp.on_card_read``; read by the models
+    flow (verdicts, plans), the live flow (growth), the engine and re-plan flows (the
+    report a start or a re-plan is planned on)."""
+
+    report: GpuReport | None = None
+    budgets: list[DeviceBudget] = field(default_factory=list)
+    """One per card (system RAM without one)."""
+
+
+@dataclass(slots=True)
+class Picked:
+    """The picked row and its plan. Written by the models flow (pick, plan made or
+    failed); read by the engine flow (``s`` starts it), the download flow (``d`` pulls
+    it), the live flow (growth) and the card panel."""
+
+    entry: ModelEntry | None = None
+    plan: Plan | None = None
+    argv: list[str] = field(default_factory=list)
+    model_path: Path | None = None
+    """The local GGUF the plan reads (None: not downloaded yet)."""
+
+
+@dataclass(slots=True)
+class Running:
+    """The engine this app started or adopted. Written by the engine flow (started,
+    stopped) and the re-plan flow (the plan it restarted into); read by the server, live,
+    models and re-plan flows and the card panel."""
+
+    session: ServeSession | None = None
+    supervisor: Supervisor | None = None
+    entry: ModelEntry | None = None
+    plan: Plan | None = None
+    """The plan it serves (None: stopped, or adopted without one)."""
+    options: PlanOptions | None = None
+    """The plan request it was started with (None: adopted)."""
+    log_feed: LogFeed | None = None
+
+
+@dataclass(slots=True)
+class Health:
+    """What the running engine did since it started. Written by the server flow (the
+    supervisor's transitions, the session's events); made anew by the engine flow when an
+    engine starts (and ``state``/``ready_at`` when it stops); ``note`` also by the re-plan
+    flow. Read by the server panel, the engine flow and the live flow (metrics while ready)."""
+
+    state: str | None = None
+    """The supervisor's state's value (``"ready"``, ``"stopped"``…); None before any engine."""
+    ready_at: float | None = None
+    """``time.monotonic()`` when it became ready (None while not ready)."""
+    restarts: int = 0
+    """Restarts after a crash (not the ones asked for)."""
+    crashes: int = 0
+    failure: EngineFailure | None = None
+    """The last failure (kept, as "last crash", once ready again)."""
+    failure_past: bool = False
+    gave_up: bool = False
+    """The supervisor stopped restarting it."""
+    note: str | None = None
+    """What the server panel says of this start (a launch proof, a heal, a re-plan)."""
+    actuals: Measured | None = None
+
+
+@dataclass(slots=True)
+class AppState:
+    """Everything one flow writes and another reads (see each part)."""
+
+    args: AppArgs
+    card: Card = field(default_factory=Card)
+    picked: Picked = field(default_factory=Picked)
+    running: Running = field(default_factory=Running)
+    health: Health = field(default_factory=Health)
+    engine_problem: HomelabError | None = None
+    """Why no engine can start (no llama-server). Written by the server flow (the check
+    at start) and the engine-setup flow (one found); read by both."""
+
+    def engine_alive(self) -> bool:
+        """An engine of this app is supervised and not stopped."""
+        return self.running.supervisor is not None and self.health.state not in (None, "stopped")

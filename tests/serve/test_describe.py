@@ -24,6 +24,7 @@ from homelab.serve.prove import ProofResult
 from homelab.ui.log_feed import transition_line
 from homelab.ui.messages import ServeEvent
 from homelab.ui.server_flow import ServerFlow
+from homelab.ui.state import Health, Running
 
 WAS, NOW = Setting(32, 32 * 8192, 3 << 30), Setting(16, 16 * 8192, 3 << 29)
 PROOF = ProofResult(0, 8192, 8182, 2.5, "process", 100 << 20, 300 << 20, 400 << 20)
@@ -103,14 +104,12 @@ def _tui_note(event: ev.SessionEvent) -> tuple[str | None, list[tuple[str, str |
     """What the server panel notes and the app notifies of ``event``."""
     told: list[tuple[str, str | None]] = []
     app = SimpleNamespace(
-        engine_note=None,
-        actuals=None,
-        running=None,
+        state=SimpleNamespace(health=Health(), running=Running()),
         notify=lambda words, title=None: told.append((words, title)),
         _show_engine=lambda: None,
     )
     ServerFlow.on_serve_event(app, ServeEvent(event))  # type: ignore[arg-type]
-    return app.engine_note, told
+    return app.state.health.note, told
 
 
 @pytest.mark.parametrize("kind", [ev.Proved, ev.Healing, ev.Healed, ev.PromptCacheOff])

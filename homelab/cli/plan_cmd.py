@@ -8,6 +8,7 @@ import shlex
 from homelab.cli.common import add_gpu_options, parse_gpus, print_json
 from homelab.cli.serve_prove import add_memory_limit_argument, cache_ram_of, memory_limit_of
 from homelab.cli.vllm_cmd import add_engine_option, vllm_options_from_args
+from homelab.engine.kinds import DEFAULT_PORT
 from homelab.errors import ExitCode, UsageError
 from homelab.units import format_bytes, parse_size
 
@@ -65,7 +66,10 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         "--kv-unified", action="store_true", help="one KV pool shared by all slots (-kvu)"
     )
     parser.add_argument(
-        "--port", type=_whole(1, 65535), default=8080, help="port for the argv (default 8080)"
+        "--port",
+        type=_whole(1, 65535),
+        default=DEFAULT_PORT,
+        help=f"port for the argv (default {DEFAULT_PORT})",
     )
     add_gpu_options(parser)
     add_memory_limit_argument(parser)
@@ -184,7 +188,7 @@ def _plan_and_model(args: argparse.Namespace, model=None, model_path: str | None
     from homelab.engine.llamacpp.cache_ram import sized_cache_ram
 
     plan, cache_ram = sized_cache_ram(fit.plan, options)  # serve's --cache-ram, and its working
-    port = args.port or 8080
+    port = args.port or DEFAULT_PORT
     argv = llama_server_argv(plan, port=port, model_args=model_args, cache_ram_mib=cache_ram)
     return plan, argv, model
 
@@ -257,7 +261,7 @@ def _run_vllm(args: argparse.Namespace) -> int:
     )
 
     plan = vllm_plan_from_args(args)
-    argv = vllm_argv_for(plan, args.port if args.port != 8080 else None)
+    argv = vllm_argv_for(plan, args.port if args.port != DEFAULT_PORT else None)
     if args.json:
         print_json(vllm_plan_dict(plan, argv))
     else:

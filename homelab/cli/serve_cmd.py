@@ -42,9 +42,6 @@ from homelab.errors import ExitCode, HomelabError, UsageError
 if TYPE_CHECKING:
     from homelab.cli.pull_cmd import ProgressBar
 
-DEFAULT_PORT = 8080
-"""llama-server's default, as ``homelab.engine.llamacpp.argv`` has it (not imported: it loads the planner)."""
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``serve``, ``stop`` and ``status``."""
@@ -62,7 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_plan_arguments(serve)
     add_rpc_argument(serve)
     add_engine_option(serve)
-    serve.set_defaults(port=None)  # None = not pinned: a taken 8080 moves to the next free port
+    from homelab.engine.kinds import DEFAULT_PORT
+
+    serve.set_defaults(port=None)  # None = not pinned: a taken default moves to the next free port
     for action in serve._actions:
         if action.dest == "port":
             action.help = (

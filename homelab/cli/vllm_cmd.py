@@ -63,7 +63,7 @@ def vllm_plan_from_args(args: argparse.Namespace):
 def vllm_argv_for(plan, port: int | None, executable: str | None = None) -> list[str]:
     """The command line homelab would start (with the vLLM it finds; ``vllm serve`` when
     none is installed here)."""
-    from homelab.engine.kinds import engine_kind
+    from homelab.engine.kinds import Vllm
     from homelab.engine.vllm.argv import vllm_argv
     from homelab.engine.vllm.locate import find_vllm
     from homelab.errors import EngineError
@@ -74,7 +74,7 @@ def vllm_argv_for(plan, port: int | None, executable: str | None = None) -> list
         except EngineError:
             executable = "vllm"
 
-    return vllm_argv(plan, port=port or engine_kind("vllm").default_port, executable=executable)
+    return vllm_argv(plan, port=port or Vllm.default_port, executable=executable)
 
 
 def print_vllm_plan(plan, argv: list[str]) -> None:

@@ -57,6 +57,10 @@ class Measured:
     """Why it was not recorded."""
 
 
+DEFAULT_PORT = 8080
+"""Where llama.cpp listens unless told (and where ``serve``'s gate takes the public port)."""
+
+
 class EngineKind(Protocol):
     """One engine homelab can plan and run."""
 
@@ -119,7 +123,7 @@ class LlamaCpp:
 
     name = "llama.cpp"
     program = "llama-server"
-    default_port = 8080
+    default_port = DEFAULT_PORT
     pulls = True
 
     def plan(self, model, report, options, *, default_workload=None) -> ServePlan:

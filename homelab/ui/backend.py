@@ -206,11 +206,12 @@ def plan(
     )
 
 
-def argv_for(plan: Plan, port: int, server: str = "llama-server") -> list[str]:
-    """llama-server's exact command line for the plan."""
+def argv_for(plan: Plan, port: int | None, server: str = "llama-server") -> list[str]:
+    """llama-server's exact command line for the plan (on its default port when None)."""
+    from homelab.engine.kinds import DEFAULT_PORT
     from homelab.engine.llamacpp.argv import llama_server_argv
 
-    return llama_server_argv(plan, server=server, port=port)
+    return llama_server_argv(plan, server=server, port=port or DEFAULT_PORT)
 
 
 def own_engine_bytes(report: GpuReport) -> int:
@@ -221,9 +222,6 @@ def own_engine_bytes(report: GpuReport) -> int:
 
 
 # -- the engine --------------------------------------------------------------------------
-
-DEFAULT_PORT = 8080
-"""llama-server's default port (as ``homelab.engine.llamacpp.argv`` has it)."""
 
 
 def engine_binary() -> Path:

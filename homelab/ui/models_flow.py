@@ -177,7 +177,7 @@ class ModelsFlow:
                         hint="Download it first (`homelab pull`), or check the network.",
                     )
                 plan = fit.plan
-            argv = backend.argv_for(plan, self.port or backend.DEFAULT_PORT)
+            argv = backend.argv_for(plan, self.port)
             measured = () if path is None else backend_measure.measured(plan, self._header(path))
         except HomelabError as error:
             self.post_message(PlanFailed(entry.key, error))

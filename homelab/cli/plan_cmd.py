@@ -121,29 +121,30 @@ def parse_vram(text: str) -> int:
 
 def options_from_args(args: argparse.Namespace):
     """The :class:`~homelab.plan.options.PlanOptions` the shared plan options describe."""
-    from homelab.plan.options import PlanOptions
-    from homelab.plan.workload import parse_workload
+    from homelab.engine.kinds import DEFAULT_ENGINE
+    from homelab.engine.options import plan_options
 
     vram = parse_vram(args.vram) if args.vram is not None else None
-    base = args.cache_type
-    return PlanOptions(
-        workload=parse_workload(args.workload) if args.workload else None,
+    return plan_options(
+        workload=args.workload,
         ctx=args.ctx,
         slots=args.parallel,
-        cache_type_k=args.cache_type_k or base,
-        cache_type_v=args.cache_type_v or base,
+        cache_type=args.cache_type,
+        cache_type_k=args.cache_type_k,
+        cache_type_v=args.cache_type_v,
         ubatch=args.ubatch,
         unified=args.kv_unified,
         gpu=args.gpu,
         vram=vram,
         gpu_snapshot=args.gpu_snapshot,
         sample_seconds=args.sample_seconds,
-        engine=getattr(args, "engine", "llama.cpp"),
+        engine=getattr(args, "engine", DEFAULT_ENGINE),
         port=args.port,
         engine_memory_limit=memory_limit_of(args),
         cache_ram=cache_ram_of(args),
         **vllm_options_from_args(args),
         rpc=(args.rpc,) if getattr(args, "rpc", None) else (),
+        prove=getattr(args, "prove", None),
     )
 
 
@@ -180,7 +181,7 @@ def _plan_and_model(args: argparse.Namespace, model=None, model_path: str | None
         card_for(options),
         options,
         engine_version=current_engine_version,
-        remote=query_workers(options.rpc) if options.rpc else (),
+        remote=query_workers(options.card.rpc) if options.card.rpc else (),
     )
     if fit.plan is None:  # does not fit / cannot be planned: that error is the command's
         assert fit.error is not None  # the judge keeps the error of every verdict without a plan
@@ -233,7 +234,7 @@ def exit_code(plan) -> int:
 def run(args: argparse.Namespace) -> int:
     from homelab.plan.serialize import plan_to_dict
 
-    if options_from_args(args).engine == "vllm":
+    if options_from_args(args).engine.name == "vllm":
         return _run_vllm(args)
     from homelab.engine.llamacpp.calibrate import current_engine_version
     from homelab.measure.summary import measured_lines

@@ -34,7 +34,7 @@ from homelab.cli.serve_output import (
     signals_interrupt,
     watch_status,
 )
-from homelab.cli.serve_prove import add_prove_arguments, print_prove_event, prove_options
+from homelab.cli.serve_prove import add_prove_arguments, print_prove_event
 from homelab.cli.stop_status import register_stop_status, worded, worded_transition
 from homelab.cli.vllm_cmd import add_engine_option
 from homelab.errors import ExitCode, HomelabError, UsageError
@@ -170,7 +170,7 @@ def run_serve(args: argparse.Namespace) -> int:
             raise UsageError("--start-timeout must be positive")
         request = ServeRequest(
             model=args.model,
-            options=prove_options(args, options_from_args(args)),
+            options=options_from_args(args),
             detach=args.detach,
             replace=args.replace,
             start_timeout_s=args.start_timeout,

@@ -31,7 +31,7 @@ def add_engine_option(parser: argparse.ArgumentParser) -> None:
 
 
 def vllm_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The vLLM-only plan options (:class:`~homelab.plan.options.PlanOptions` fields)."""
+    """The vLLM-only plan options (:func:`~homelab.engine.options.plan_options` values)."""
     from homelab.errors import UsageError
     from homelab.units import parse_size
 
@@ -49,14 +49,12 @@ def vllm_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def vllm_plan_from_args(args: argparse.Namespace):
-    """Price vLLM for the model and card the shared plan options describe."""
-    from dataclasses import replace
-
+    """Price vLLM for the model and card the shared plan options describe (``--engine vllm``)."""
     from homelab.cli.plan_cmd import options_from_args
     from homelab.plan.card import card_for
     from homelab.plan.vllm.plan import plan_vllm
 
-    options = replace(options_from_args(args), engine="vllm")
+    options = options_from_args(args)
     return plan_vllm(args.model, card_for(options), options)
 
 

@@ -48,15 +48,13 @@ def plan_options(
     port: int | None,
 ) -> PlanOptions:
     """The typed plan request the plan panel's fields describe (``UsageError`` if one is bad)."""
-    from homelab.plan.options import PlanOptions
-    from homelab.plan.workload import parse_workload
+    from homelab.engine.options import plan_options as build
 
-    return PlanOptions(
-        workload=parse_workload(workload) if workload else None,
+    return build(
+        workload=workload,
         ctx=ctx,
         slots=slots,
-        cache_type_k=cache_type,
-        cache_type_v=cache_type,
+        cache_type=cache_type,
         vram=vram,
         gpu_snapshot=gpu_snapshot,
         sample_seconds=0.0,
@@ -310,7 +308,8 @@ def adopt_engine(
     """
     from dataclasses import replace
 
-    return serve_session(record.model, replace(options, port=None), on_event)
+    unpinned = replace(options, engine=replace(options.engine, port=None))
+    return serve_session(record.model, unpinned, on_event)
 
 
 def stop_engine(session: ServeSession) -> None:

@@ -21,7 +21,7 @@ too, and the app says so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +83,7 @@ class ReplanFlow:
             return
         entry, plan, path, options = target
         alloc = plan.candidate.allocation
-        same = replace(options, ctx=alloc.n_ctx, slots=plan.settings.n_seq)
+        same = options.pinned(ctx=alloc.n_ctx, slots=plan.settings.n_seq)
         why_not = backend_replan.why_not_in_place(self.session)
         if why_not is None:
             self.restart_in_place(same, self.report, "restart")

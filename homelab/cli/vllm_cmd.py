@@ -11,10 +11,12 @@ from typing import Any
 
 
 def add_engine_option(parser: argparse.ArgumentParser) -> None:
+    from homelab.engine.kinds import DEFAULT_ENGINE, KINDS
+
     parser.add_argument(
         "--engine",
-        choices=("llama.cpp", "vllm"),
-        default="llama.cpp",
+        choices=tuple(KINDS),
+        default=DEFAULT_ENGINE,
         help="llama.cpp (GGUF, default) or vllm (a model folder / cached repo with config.json)",
     )
     parser.add_argument(

@@ -75,6 +75,13 @@ class EngineKind(Protocol):
     """The KV cache type planned where the person sets none."""
     takes_rpc_workers: bool
     """It spreads layers over RPC workers (``homelab worker`` on other machines)."""
+    loads_gguf: bool
+    """Its models are GGUF files (the TUI lists and previews those)."""
+    fails_past_pool: bool
+    """A request the unified KV pool cannot hold at the moment fails (rather than waits
+    for the engine's own scheduler): a gate must queue requests in front of it."""
+    benched: bool
+    """The bench measures it (it speaks llama-server's endpoints)."""
 
     def plan(
         self,
@@ -131,6 +138,9 @@ class LlamaCpp:
     pulls = True
     default_cache_type = "q8_0"
     takes_rpc_workers = True
+    loads_gguf = True
+    fails_past_pool = True
+    benched = True
 
     def plan(self, model, report, options, *, default_workload=None) -> ServePlan:
         from homelab.engine.llamacpp.calibrate import current_engine_version
@@ -236,6 +246,9 @@ class Vllm:
     pulls = False
     default_cache_type = "auto"
     takes_rpc_workers = False
+    loads_gguf = False
+    fails_past_pool = False
+    benched = False
 
     def plan(self, model, report, options, *, default_workload=None) -> ServePlan:
         from dataclasses import replace

@@ -100,6 +100,13 @@ def presets() -> list[Preset]:
     return load_presets()
 
 
+def loads_gguf(engine: str) -> bool:
+    """Whether the engine's models are GGUF files (the TUI lists and previews only those)."""
+    from homelab.engine.kinds import engine_kind
+
+    return engine_kind(engine).loads_gguf
+
+
 def judge_preset(preset: Preset, report: GpuReport, options: PlanOptions) -> PresetFit:
     """The preset's verdict from its header (read or cached; its facts when there is none).
 

@@ -63,7 +63,7 @@ class ModelsFlow:
             self.post_message(EngineFailed(error))
             presets = []
         for preset in presets:
-            if preset.engine == "llama.cpp":
+            if backend.loads_gguf(preset.engine):
                 entries.append(
                     ModelEntry(
                         f"preset:{preset.key}", preset.key, preset.quant, "preset", preset=preset

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from homelab.agents import aider, claude, codex, continue_dev, opencode
 from homelab.agents.setup import AgentSetup
 from homelab.agents.target import AgentTarget
+from homelab.engine.kinds import KINDS
 from homelab.errors import UsageError
 
 
@@ -80,7 +81,8 @@ def agent_kind(name: str) -> AgentKind:
 def target_warnings(target: AgentTarget) -> tuple[str, ...]:
     """Warnings about the target itself, whatever the agent (vLLM schedules its pooled
     cache itself: only llama.cpp fails a request the pool cannot hold)."""
-    if target.context.shared_pool and target.engine == "llama.cpp":
+    kind = KINDS.get(target.engine)
+    if target.context.shared_pool and kind is not None and kind.fails_past_pool:
         return (
             f"no gate in front of a unified KV pool: one request may use up to "
             f"{target.context_tokens:,} tokens only while no other request holds cells; "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from homelab.engine.kinds import DEFAULT_ENGINE
 from homelab.engine.supervision.facts import PlanFacts
 
 DEFAULT_MAX_OUTPUT_TOKENS = 8192
@@ -103,7 +104,8 @@ class AgentTarget:
     """The gate's key when it has one; None: the server checks none."""
     gated: bool = True
     """True when ``base_url`` is the gate."""
-    engine: str = "llama.cpp"
+    engine: str = DEFAULT_ENGINE
+    """The engine kind's name."""
 
     @property
     def context_tokens(self) -> int:
@@ -137,7 +139,7 @@ def target_for(
     gate_budget_tokens: int | None = None,
     api_key: str | None = None,
     max_output_cap: int = DEFAULT_MAX_OUTPUT_TOKENS,
-    engine: str = "llama.cpp",
+    engine: str = DEFAULT_ENGINE,
 ) -> AgentTarget:
     """The target of an engine planned as ``facts`` (see :func:`request_context`)."""
     context = request_context(facts, gated=gated, gate_budget_tokens=gate_budget_tokens)

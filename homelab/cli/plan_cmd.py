@@ -8,6 +8,7 @@ import shlex
 from homelab.cli.common import add_gpu_options, parse_gpus, print_json
 from homelab.cli.serve_prove import add_memory_limit_argument, cache_ram_of, memory_limit_of
 from homelab.cli.vllm_cmd import add_engine_option, vllm_options_from_args
+from homelab.engine.kinds import DEFAULT_PORT
 from homelab.errors import ExitCode, UsageError
 from homelab.units import format_bytes, parse_size
 
@@ -65,7 +66,10 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         "--kv-unified", action="store_true", help="one KV pool shared by all slots (-kvu)"
     )
     parser.add_argument(
-        "--port", type=_whole(1, 65535), default=8080, help="port for the argv (default 8080)"
+        "--port",
+        type=_whole(1, 65535),
+        default=DEFAULT_PORT,
+        help=f"port for the argv (default {DEFAULT_PORT})",
     )
     add_gpu_options(parser)
     add_memory_limit_argument(parser)
@@ -117,29 +121,30 @@ def parse_vram(text: str) -> int:
 
 def options_from_args(args: argparse.Namespace):
     """The :class:`~homelab.plan.options.PlanOptions` the shared plan options describe."""
-    from homelab.plan.options import PlanOptions
-    from homelab.plan.workload import parse_workload
+    from homelab.engine.kinds import DEFAULT_ENGINE
+    from homelab.engine.options import plan_options
 
     vram = parse_vram(args.vram) if args.vram is not None else None
-    base = args.cache_type
-    return PlanOptions(
-        workload=parse_workload(args.workload) if args.workload else None,
+    return plan_options(
+        workload=args.workload,
         ctx=args.ctx,
         slots=args.parallel,
-        cache_type_k=args.cache_type_k or base,
-        cache_type_v=args.cache_type_v or base,
+        cache_type=args.cache_type,
+        cache_type_k=args.cache_type_k,
+        cache_type_v=args.cache_type_v,
         ubatch=args.ubatch,
         unified=args.kv_unified,
         gpu=args.gpu,
         vram=vram,
         gpu_snapshot=args.gpu_snapshot,
         sample_seconds=args.sample_seconds,
-        engine=getattr(args, "engine", "llama.cpp"),
+        engine=getattr(args, "engine", DEFAULT_ENGINE),
         port=args.port,
         engine_memory_limit=memory_limit_of(args),
         cache_ram=cache_ram_of(args),
         **vllm_options_from_args(args),
         rpc=(args.rpc,) if getattr(args, "rpc", None) else (),
+        prove=getattr(args, "prove", None),
     )
 
 
@@ -176,7 +181,7 @@ def _plan_and_model(args: argparse.Namespace, model=None, model_path: str | None
         card_for(options),
         options,
         engine_version=current_engine_version,
-        remote=query_workers(options.rpc) if options.rpc else (),
+        remote=query_workers(options.card.rpc) if options.card.rpc else (),
     )
     if fit.plan is None:  # does not fit / cannot be planned: that error is the command's
         assert fit.error is not None  # the judge keeps the error of every verdict without a plan
@@ -184,7 +189,7 @@ def _plan_and_model(args: argparse.Namespace, model=None, model_path: str | None
     from homelab.engine.llamacpp.cache_ram import sized_cache_ram
 
     plan, cache_ram = sized_cache_ram(fit.plan, options)  # serve's --cache-ram, and its working
-    port = args.port or 8080
+    port = args.port or DEFAULT_PORT
     argv = llama_server_argv(plan, port=port, model_args=model_args, cache_ram_mib=cache_ram)
     return plan, argv, model
 
@@ -229,7 +234,7 @@ def exit_code(plan) -> int:
 def run(args: argparse.Namespace) -> int:
     from homelab.plan.serialize import plan_to_dict
 
-    if options_from_args(args).engine == "vllm":
+    if options_from_args(args).engine.name == "vllm":
         return _run_vllm(args)
     from homelab.engine.llamacpp.calibrate import current_engine_version
     from homelab.measure.summary import measured_lines
@@ -257,7 +262,7 @@ def _run_vllm(args: argparse.Namespace) -> int:
     )
 
     plan = vllm_plan_from_args(args)
-    argv = vllm_argv_for(plan, args.port if args.port != 8080 else None)
+    argv = vllm_argv_for(plan, args.port if args.port != DEFAULT_PORT else None)
     if args.json:
         print_json(vllm_plan_dict(plan, argv))
     else:

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     presets = load_presets()
     options = options_from_args(args)  # no --workload: each preset's own hint
     report = card_for(options)
-    budget = device_budget(report, options.gpu)
+    budget = device_budget(report, options.card.gpu)
     fits = fit_presets(presets, report, options, engine_version=current_engine_version)
     shipped = shipped_presets_dir()
     if args.json:

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from homelab.plan.workload import AGENT
 
     options = options_from_args(args)
-    workload = options.workload or AGENT
+    workload = options.workload.per_slot or AGENT
     ref = parse_model_ref(args.repo)
     if ref.is_local or ref.quant or ref.filename:
         raise UsageError(
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         )
     listing = list_repo(ref.repo or "", ref.revision)
     report = card_for(options)
-    device = device_budget(report, options.gpu).name
+    device = device_budget(report, options.card.gpu).name
     fits = fit_quants(listing, report, options, engine_version=current_engine_version)
     best = pick_best(fits)
     why = explain(fits, best, workload.name)

@@ -33,7 +33,7 @@ from homelab.cli.serve_output import (
     signals_interrupt,
     watch_status,
 )
-from homelab.cli.serve_prove import add_prove_arguments, prove_options
+from homelab.cli.serve_prove import add_prove_arguments
 from homelab.cli.stop_status import register_stop_status, worded, worded_transition
 from homelab.cli.vllm_cmd import add_engine_option
 from homelab.errors import ExitCode, HomelabError, UsageError
@@ -41,9 +41,6 @@ from homelab.errors import ExitCode, HomelabError, UsageError
 if TYPE_CHECKING:
     from homelab.cli.pull_cmd import ProgressBar
     from homelab.serve.events import PullProgress, SessionEvent
-
-DEFAULT_PORT = 8080
-"""llama-server's default, as ``homelab.engine.llamacpp.argv`` has it (not imported: it loads the planner)."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,7 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_plan_arguments(serve)
     add_rpc_argument(serve)
     add_engine_option(serve)
-    serve.set_defaults(port=None)  # None = not pinned: a taken 8080 moves to the next free port
+    from homelab.engine.kinds import DEFAULT_PORT
+
+    serve.set_defaults(port=None)  # None = not pinned: a taken default moves to the next free port
     for action in serve._actions:
         if action.dest == "port":
             action.help = (
@@ -171,7 +170,7 @@ def run_serve(args: argparse.Namespace) -> int:
             raise UsageError("--start-timeout must be positive")
         request = ServeRequest(
             model=args.model,
-            options=prove_options(args, options_from_args(args)),
+            options=options_from_args(args),
             detach=args.detach,
             replace=args.replace,
             start_timeout_s=args.start_timeout,

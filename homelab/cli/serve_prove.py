@@ -4,7 +4,6 @@ prompt cache)."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
 
 def add_prove_arguments(serve: argparse.ArgumentParser) -> None:
@@ -66,8 +65,3 @@ def _size_of(args: argparse.Namespace, name: str) -> int | None:
     except ValueError as error:
         flag = "--" + name.replace("_", "-")
         raise UsageError(f"{flag}: {error}") from None
-
-
-def prove_options(args: argparse.Namespace, options):
-    """``options`` with ``--prove/--no-prove`` applied."""
-    return replace(options, prove=getattr(args, "prove", None))

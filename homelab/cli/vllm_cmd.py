@@ -11,10 +11,12 @@ from typing import Any
 
 
 def add_engine_option(parser: argparse.ArgumentParser) -> None:
+    from homelab.engine.kinds import DEFAULT_ENGINE, KINDS
+
     parser.add_argument(
         "--engine",
-        choices=("llama.cpp", "vllm"),
-        default="llama.cpp",
+        choices=tuple(KINDS),
+        default=DEFAULT_ENGINE,
         help="llama.cpp (GGUF, default) or vllm (a model folder / cached repo with config.json)",
     )
     parser.add_argument(
@@ -31,7 +33,7 @@ def add_engine_option(parser: argparse.ArgumentParser) -> None:
 
 
 def vllm_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The vLLM-only plan options (:class:`~homelab.plan.options.PlanOptions` fields)."""
+    """The vLLM-only plan options (:func:`~homelab.engine.options.plan_options` values)."""
     from homelab.errors import UsageError
     from homelab.units import parse_size
 
@@ -49,21 +51,19 @@ def vllm_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def vllm_plan_from_args(args: argparse.Namespace):
-    """Price vLLM for the model and card the shared plan options describe."""
-    from dataclasses import replace
-
+    """Price vLLM for the model and card the shared plan options describe (``--engine vllm``)."""
     from homelab.cli.plan_cmd import options_from_args
     from homelab.plan.card import card_for
     from homelab.plan.vllm.plan import plan_vllm
 
-    options = replace(options_from_args(args), engine="vllm")
+    options = options_from_args(args)
     return plan_vllm(args.model, card_for(options), options)
 
 
 def vllm_argv_for(plan, port: int | None, executable: str | None = None) -> list[str]:
     """The command line homelab would start (with the vLLM it finds; ``vllm serve`` when
     none is installed here)."""
-    from homelab.engine.kinds import engine_kind
+    from homelab.engine.kinds import Vllm
     from homelab.engine.vllm.argv import vllm_argv
     from homelab.engine.vllm.locate import find_vllm
     from homelab.errors import EngineError
@@ -74,7 +74,7 @@ def vllm_argv_for(plan, port: int | None, executable: str | None = None) -> list
         except EngineError:
             executable = "vllm"
 
-    return vllm_argv(plan, port=port or engine_kind("vllm").default_port, executable=executable)
+    return vllm_argv(plan, port=port or Vllm.default_port, executable=executable)
 
 
 def print_vllm_plan(plan, argv: list[str]) -> None:

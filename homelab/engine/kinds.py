@@ -57,6 +57,10 @@ class Measured:
     """Why it was not recorded."""
 
 
+DEFAULT_PORT = 8080
+"""Where llama.cpp listens unless told (and where ``serve``'s gate takes the public port)."""
+
+
 class EngineKind(Protocol):
     """One engine homelab can plan and run."""
 
@@ -67,6 +71,17 @@ class EngineKind(Protocol):
     default_port: int
     pulls: bool
     """Models come from the Hub (presets, REPO:QUANT) and are pulled before planning."""
+    default_cache_type: str
+    """The KV cache type planned where the person sets none."""
+    takes_rpc_workers: bool
+    """It spreads layers over RPC workers (``homelab worker`` on other machines)."""
+    loads_gguf: bool
+    """Its models are GGUF files (the TUI lists and previews those)."""
+    fails_past_pool: bool
+    """A request the unified KV pool cannot hold at the moment fails (rather than waits
+    for the engine's own scheduler): a gate must queue requests in front of it."""
+    benched: bool
+    """The bench measures it (it speaks llama-server's endpoints)."""
 
     def plan(
         self,
@@ -119,8 +134,13 @@ class LlamaCpp:
 
     name = "llama.cpp"
     program = "llama-server"
-    default_port = 8080
+    default_port = DEFAULT_PORT
     pulls = True
+    default_cache_type = "q8_0"
+    takes_rpc_workers = True
+    loads_gguf = True
+    fails_past_pool = True
+    benched = True
 
     def plan(self, model, report, options, *, default_workload=None) -> ServePlan:
         from homelab.engine.llamacpp.calibrate import current_engine_version
@@ -137,7 +157,7 @@ class LlamaCpp:
             options,
             default_workload=default_workload,
             engine_version=current_engine_version,
-            remote=query_workers(options.rpc) if options.rpc else (),
+            remote=query_workers(options.card.rpc) if options.card.rpc else (),
         )
         s, alloc = plan.settings, plan.candidate.allocation
         facts = PlanFacts(
@@ -224,14 +244,21 @@ class Vllm:
     program = "vllm"
     default_port = 8000
     pulls = False
+    default_cache_type = "auto"
+    takes_rpc_workers = False
+    loads_gguf = False
+    fails_past_pool = False
+    benched = False
 
     def plan(self, model, report, options, *, default_workload=None) -> ServePlan:
         from dataclasses import replace
 
         from homelab.plan.vllm.plan import plan_vllm
 
-        if options.workload is None and default_workload is not None:
-            options = replace(options, workload=default_workload)
+        if options.workload.per_slot is None and default_workload is not None:
+            options = replace(
+                options, workload=replace(options.workload, per_slot=default_workload)
+            )
         plan = plan_vllm(model, report, options)
         facts = PlanFacts(
             slots=plan.max_num_seqs,
@@ -249,10 +276,10 @@ class Vllm:
                 "backend would take it over the KV pool homelab priced",
                 hint="Unset VLLM_CPU_KVCACHE_SPACE and use the KV cache memory setting instead.",
             )
-        if options.gpu is not None:
+        if options.card.gpu is not None:
             # vLLM uses the first visible device: show it only the planned one, numbered as
             # NVML numbers cards (PCI bus order), not CUDA's fastest-first order.
-            cards = ",".join(str(i) for i in options.gpus or ())
+            cards = ",".join(str(i) for i in options.card.gpus or ())
             env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": cards}
         return ServePlan(self.name, plan, str(model), facts, env=env)
 
@@ -299,6 +326,8 @@ class Vllm:
 
 KINDS: dict[str, EngineKind] = {kind.name: kind for kind in (LlamaCpp(), Vllm())}
 """Every engine kind, by its one name."""
+DEFAULT_ENGINE = LlamaCpp.name
+"""The engine homelab plans for and runs unless told."""
 
 
 def engine_kind(name: str) -> EngineKind:

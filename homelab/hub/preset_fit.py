@@ -67,7 +67,7 @@ def fit_preset(
 
     Args:
         options: the plan options (cache types, ubatch, GPU...); the preset's workload
-            hint applies when ``options.workload`` is None.
+            hint applies when ``options.workload.per_slot`` is None.
         resolve: turns ``REPO:QUANT`` into a header; default: ``homelab.hub.model_ref``.
         engine_version: the llama-server build (calibration; see ``plan_model``).
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from homelab.engine.kinds import KINDS
 from homelab.engine.loopback import require_loopback
 from homelab.engine.supervision.record import EngineRecord
 from homelab.errors import EngineError, UsageError
@@ -54,7 +55,8 @@ def find_target(url: str | None = None) -> Target:
                 "homelab runs no engine now, so there is nothing to measure",
                 hint="Start one (`serve`), or point the bench at a running llama-server (`url`).",
             )
-        if record.engine != "llama.cpp":
+        kind = KINDS.get(record.engine)
+        if kind is None or not kind.benched:
             raise UsageError(
                 f"the bench measures llama.cpp engines; homelab runs {record.engine} now",
                 hint="Serve the model with llama.cpp (`engine`) to measure it.",

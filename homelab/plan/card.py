@@ -7,9 +7,10 @@ from homelab.plan.options import PlanOptions
 
 
 def card_for(options: PlanOptions) -> GpuReport:
-    """``options.vram`` (a synthetic empty card), ``options.gpu_snapshot`` (replay) or the probe."""
-    if options.vram is not None:
-        return synthetic_report(options.vram)
+    """``card.vram`` (a synthetic empty card), ``card.gpu_snapshot`` (replay) or the probe."""
+    card = options.card
+    if card.vram is not None:
+        return synthetic_report(card.vram)
     from homelab.gpu.probe import probe  # pynvml: only for a real or recorded card
 
-    return probe(snapshot=options.gpu_snapshot, window_s=options.sample_seconds)
+    return probe(snapshot=card.gpu_snapshot, window_s=card.sample_seconds)

@@ -112,13 +112,13 @@ def judge(
 ) -> Fit:
     """``model`` (shown as ``label``) planned on ``report``'s card with ``options``.
 
-    ``default_workload`` (e.g. a preset's hint) applies when ``options.workload`` is None;
+    ``default_workload`` (e.g. a preset's hint) applies when ``options.workload.per_slot`` is None;
     ``engine_version`` (calibration) and ``remote`` (RPC devices) are passed to
     :func:`~homelab.plan.pipeline.plan_model`.
     Never raises for one model's trouble: an error instead of a header, or a header that
     cannot be sized or planned, gives ``unknown``; a plan that cannot fit ``does_not_fit``.
     """
-    workload = options.workload or default_workload or AGENT
+    workload = options.workload.per_slot or default_workload or AGENT
     if isinstance(model, HomelabError):
         return _failed(label, workload, "unknown", model, None)
     try:

@@ -1,27 +1,28 @@
-"""What a person asks of a plan, as one typed value the CLI and the TUI both build.
+"""What a person asks of a plan, as one typed value nested by concern.
 
 :class:`PlanOptions` is the single description of "plan this model on this card this
-way": the workload, the context and slots (or "let the plan decide"), cache types,
-micro-batch, a unified KV pool, which card (or a synthetic size, or a recorded
-snapshot) and which engine. Front-ends build it from their widgets or flags; the
-domain turns it into a :class:`~homelab.plan.planner.PlanRequest` for the planner and
-a card report (:func:`homelab.plan.card.card_for`). Values are checked here, once,
-and a bad one is a :class:`~homelab.errors.UsageError` naming the *setting*, never a
-front-end's flag.
+way", in four parts: the card (:class:`CardOptions`: which card, a synthetic size or a
+recorded snapshot, RPC workers), the engine (:class:`EngineOptions`: its name, port,
+memory cap, prompt cache, flash attention, vLLM's KV pool), the workload
+(:class:`WorkloadOptions`: tokens per conversation, context, slots, cache types,
+micro-batch, a unified pool) and serving (:class:`ServeOptions`: the memory proof, a
+forced start). Each part checks its own values when built, and a bad one is a
+:class:`~homelab.errors.UsageError` naming the *setting*, never a front-end's flag.
+
+The engine is an opaque name here: what depends on it (its default cache type, whether it
+takes RPC workers, that the name exists) is the engine kind's, and the one builder the
+front-ends call (:func:`homelab.engine.options.plan_options`) asks the kind.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from homelab.errors import UsageError
 from homelab.plan.planner import PlanRequest
 from homelab.plan.workload import AGENT, Workload
 
-ENGINES = ("llama.cpp", "vllm")
-"""Engine names, the same everywhere (presets, records, options)."""
-DEFAULT_CACHE_TYPE = {"llama.cpp": "q8_0", "vllm": "auto"}
 MIN_ENGINE_MEMORY = 64 << 20
 """The smallest engine memory limit worth trying (llama-server maps more than this empty)."""
 MAX_VRAM = 1 << 50
@@ -33,22 +34,9 @@ def _whole(value: object) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class PlanOptions:
-    """One plan's settings; ``None`` means "let the plan (or the preset) decide"."""
+class CardOptions:
+    """Which memory the plan is for: a live card (or cards), a synthetic one, a snapshot."""
 
-    workload: Workload | None = None
-    """Tokens one conversation must hold; None: the preset's hint, else an agent."""
-    ctx: int | None = None
-    """Total context (llama-server ``-c``, vLLM ``--max-model-len``)."""
-    slots: int | None = None
-    """Conversations served at once (``-np`` / ``--max-num-seqs``)."""
-    cache_type_k: str | None = None
-    cache_type_v: str | None = None
-    ubatch: int = 512
-    unified: bool = False
-    flash_attn: bool = True
-    """Flash attention (``-fa``); off only where asked (a test that needs llama.cpp's lazy
-    CPU work buffer, which flash attention does not use)."""
     gpu: int | tuple[int, ...] | None = None
     """Plan on this card, or these cards (NVML indices); None: the one with most free
     memory, or every card when the model needs more than one."""
@@ -57,33 +45,10 @@ class PlanOptions:
     gpu_snapshot: Path | None = None
     """Plan against a recorded GPU snapshot instead of the live card."""
     sample_seconds: float = 2.0
-    engine: str = "llama.cpp"
-    port: int | None = None
-    """Where the engine listens; None: its default, or the next free port."""
-    engine_memory_limit: int | None = None
-    """Cap on the engine process's memory (address space) in bytes, so it cannot swap the
-    desktop; an allocation past it fails in the engine (and ``serve`` heals). None: no cap."""
-    cache_ram: int | None = None
-    """llama-server's host-RAM prompt cache (``--cache-ram``) in bytes, as the person set it;
-    0: off. None: sized under ``engine_memory_limit`` when one is set, else the engine's
-    default."""
-    prove: bool | None = None
-    """After ready, fill the largest slot once and watch memory; None: on for a GPU plan,
-    off for a CPU plan."""
-    kv_cache_memory: int | None = None
-    """vLLM's KV pool in bytes (``--kv-cache-memory-bytes``); None: the plan decides."""
-    force: bool = False
-    """Start even where the plan says the engine would refuse (to see its own refusal)."""
     rpc: tuple[str, ...] = ()
     """llama.cpp RPC workers (``host:port``, ``homelab worker`` on other machines) to plan over."""
 
     def __post_init__(self) -> None:
-        for name in ("ctx", "slots", "ubatch"):
-            value = getattr(self, name)
-            if value is not None and (not _whole(value) or value < 1):
-                raise UsageError(
-                    f"The {name} setting must be a whole number of at least 1, not {value}."
-                )
         if isinstance(self.gpu, tuple | list):
             if not self.gpu or len(set(self.gpu)) != len(self.gpu):
                 raise UsageError(
@@ -103,11 +68,43 @@ class PlanOptions:
             raise UsageError(
                 f"The sampling window must be zero or more seconds, not {self.sample_seconds}."
             )
-        if self.engine not in ENGINES:
-            raise UsageError(
-                f"Unknown engine {self.engine!r}: homelab runs {' or '.join(ENGINES)}."
-            )
-        limit = self.engine_memory_limit
+        if self.rpc:
+            from homelab.plan.rpc_endpoints import parse_endpoints
+
+            object.__setattr__(self, "rpc", parse_endpoints(tuple(self.rpc)))
+
+    @property
+    def gpus(self) -> tuple[int, ...] | None:
+        """The cards asked for, as a tuple (one card: a tuple of one); None: not asked."""
+        if self.gpu is None:
+            return None
+        return self.gpu if isinstance(self.gpu, tuple) else (self.gpu,)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    """Which engine runs the plan, and the engine-wide settings it starts with."""
+
+    name: str
+    """The engine kind's name (opaque here; :mod:`homelab.engine.kinds` knows them)."""
+    cache_type: str
+    """The engine's own KV cache type where the workload sets none (its kind's default)."""
+    port: int | None = None
+    """Where the engine listens; None: its default, or the next free port."""
+    memory_limit: int | None = None
+    """Cap on the engine process's memory (address space) in bytes, so it cannot swap the
+    desktop; an allocation past it fails in the engine (and ``serve`` heals). None: no cap."""
+    cache_ram: int | None = None
+    """llama-server's host-RAM prompt cache (``--cache-ram``) in bytes, as the person set it;
+    0: off. None: sized under ``memory_limit`` when one is set, else the engine's default."""
+    flash_attn: bool = True
+    """Flash attention (``-fa``); off only where asked (a test that needs llama.cpp's lazy
+    CPU work buffer, which flash attention does not use)."""
+    kv_cache_memory: int | None = None
+    """vLLM's KV pool in bytes (``--kv-cache-memory-bytes``); None: the plan decides."""
+
+    def __post_init__(self) -> None:
+        limit = self.memory_limit
         if limit is not None and (not _whole(limit) or limit < MIN_ENGINE_MEMORY):
             raise UsageError(
                 f"The engine memory limit must be at least {MIN_ENGINE_MEMORY >> 20} MiB, "
@@ -125,36 +122,79 @@ class PlanOptions:
             )
         if self.port is not None and (not _whole(self.port) or not 1 <= self.port <= 65535):
             raise UsageError(f"The port must be between 1 and 65535, not {self.port}.")
-        if self.rpc:
-            from homelab.plan.rpc_endpoints import check_rpc_setting
 
-            object.__setattr__(self, "rpc", check_rpc_setting(self.rpc, self.engine))
 
-    @property
-    def gpus(self) -> tuple[int, ...] | None:
-        """The cards asked for, as a tuple (one card: a tuple of one); None: not asked."""
-        if self.gpu is None:
-            return None
-        return self.gpu if isinstance(self.gpu, tuple) else (self.gpu,)
+@dataclass(frozen=True, slots=True)
+class WorkloadOptions:
+    """What the plan must hold; ``None`` means "let the plan (or the preset) decide"."""
+
+    per_slot: Workload | None = None
+    """Tokens one conversation must hold; None: the preset's hint, else an agent."""
+    ctx: int | None = None
+    """Total context (llama-server ``-c``, vLLM ``--max-model-len``)."""
+    slots: int | None = None
+    """Conversations served at once (``-np`` / ``--max-num-seqs``)."""
+    cache_type_k: str | None = None
+    """The K cache type asked; None: the engine's (:attr:`EngineOptions.cache_type`)."""
+    cache_type_v: str | None = None
+    ubatch: int = 512
+    unified: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("ctx", "slots", "ubatch"):
+            value = getattr(self, name)
+            if value is not None and (not _whole(value) or value < 1):
+                raise UsageError(
+                    f"The {name} setting must be a whole number of at least 1, not {value}."
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    """How ``serve`` treats the plan once it is made."""
+
+    prove: bool | None = None
+    """After ready, fill the largest slot once and watch memory; None: on for a GPU plan,
+    off for a CPU plan."""
+    force: bool = False
+    """Start even where the plan says the engine would refuse (to see its own refusal)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanOptions:
+    """One plan's settings, by concern."""
+
+    engine: EngineOptions
+    card: CardOptions = field(default_factory=CardOptions)
+    workload: WorkloadOptions = field(default_factory=WorkloadOptions)
+    serve: ServeOptions = field(default_factory=ServeOptions)
 
     @property
     def type_k(self) -> str:
-        return (self.cache_type_k or DEFAULT_CACHE_TYPE[self.engine]).lower()
+        """The K cache type the plan uses: the one asked, else the engine's."""
+        return (self.workload.cache_type_k or self.engine.cache_type).lower()
 
     @property
     def type_v(self) -> str:
-        return (self.cache_type_v or DEFAULT_CACHE_TYPE[self.engine]).lower()
+        """The V cache type the plan uses: the one asked, else the engine's."""
+        return (self.workload.cache_type_v or self.engine.cache_type).lower()
+
+    def pinned(self, *, ctx: int | None, slots: int | None) -> PlanOptions:
+        """These options with the context and slots set (a heal's smaller shape, a re-plan
+        that keeps the running one's)."""
+        return replace(self, workload=replace(self.workload, ctx=ctx, slots=slots))
 
     def request(self, default_workload: Workload | None = None) -> PlanRequest:
         """The planner's request; ``default_workload`` (a preset's hint) when none was set."""
+        w = self.workload
         return PlanRequest(
-            workload=self.workload or default_workload or AGENT,
-            ctx=self.ctx,
-            parallel=self.slots,
+            workload=w.per_slot or default_workload or AGENT,
+            ctx=w.ctx,
+            parallel=w.slots,
             type_k=self.type_k,
             type_v=self.type_v,
-            ubatch=self.ubatch,
-            unified=self.unified,
-            flash_attn=self.flash_attn,
-            device_indices=self.gpus,
+            ubatch=w.ubatch,
+            unified=w.unified,
+            flash_attn=self.engine.flash_attn,
+            device_indices=self.card.gpus,
         )

@@ -63,5 +63,5 @@ def plan_model(
         return make_plan(model, label, report, narrowed, remote=remote)
 
     misses = None if calibration_path is None else calibration_path.with_name(FILE_NAME)
-    limit = options.engine_memory_limit
+    limit = options.engine.memory_limit
     return avoid_misses(plan, model, request, engine_version, limit, replan, path=misses)

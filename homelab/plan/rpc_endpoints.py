@@ -72,18 +72,3 @@ def parse_endpoints(given: str | Iterable[str]) -> tuple[str, ...]:
                 )
             out.append(endpoint)
     return tuple(out)
-
-
-def check_rpc_setting(rpc: Iterable[str], engine: str) -> tuple[str, ...]:
-    """The RPC workers setting, checked (see :func:`parse_endpoints`) for ``engine``.
-
-    Raises:
-        UsageError: a malformed endpoint, or workers asked of an engine other than llama.cpp.
-    """
-    endpoints = parse_endpoints(tuple(rpc))
-    if engine != "llama.cpp":
-        raise UsageError(
-            f"RPC workers are llama.cpp's (rpc-server); the {engine} engine cannot use them",
-            hint=f"drop {SETTING}, or serve with the llama.cpp engine (vLLM spans machines with Ray)",
-        )
-    return endpoints

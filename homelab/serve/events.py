@@ -14,7 +14,7 @@ API key was made for it, then after ``Ready`` (and ``Actuals``) ``GateStarted`` 
 adopted engine, ``GateAdopted`` (its gate runs already) or ``GateMissing`` (it runs
 without one) — and ``GateStopped`` before ``Stopped`` when the session stopped its gate.
 
-With the launch proof (``PlanOptions.prove``): ``Proving`` and ``Proved`` before ``Ready``.
+With the launch proof (``ServeOptions.prove``): ``Proving`` and ``Proved`` before ``Ready``.
 An out-of-memory (at load, in the proof, at run time): ``Healing`` then ``Planned Starting
 Started ...`` again for the smaller plan, and ``Healed`` once one held.
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -75,9 +74,9 @@ def wants_proof(session: ServeSession) -> bool:
     """The proof setting, or its default: on for a plan on a real card, off for a CPU plan
     (and for a synthetic or recorded card: there is no card memory to watch)."""
     options, plan = session.request.options, session.plan
-    if options.prove is not None:
-        return options.prove
-    real_card = options.vram is None and options.gpu_snapshot is None
+    if options.serve.prove is not None:
+        return options.serve.prove
+    real_card = options.card.vram is None and options.card.gpu_snapshot is None
     return real_card and plan is not None and bool(getattr(plan.plan, "on_gpu", False))
 
 
@@ -216,7 +215,7 @@ class Healer:
             )
             return None
         slots, ctx = target
-        options = replace(self.options, slots=slots, ctx=ctx)
+        options = self.options.pinned(ctx=ctx, slots=slots)
         report = self.session.request.report
         if report is None:
             from homelab.plan.card import card_for
@@ -335,7 +334,7 @@ class Healer:
             self.plan.plan,
             model_identity(self.plan.model),
             version,
-            self.options.engine_memory_limit,
+            self.options.engine.memory_limit,
         )
         try:
             record_miss(key, failed, worked, stage=stage, said=said)

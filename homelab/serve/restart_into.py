@@ -146,5 +146,5 @@ def restart_same(
         raise EngineError("cannot restart the engine here: this session has no plan")
     base = options if options is not None else session.request.options
     alloc = plan.plan.candidate.allocation
-    same = replace(base, ctx=alloc.n_ctx, slots=plan.plan.settings.n_seq)
+    same = base.pinned(ctx=alloc.n_ctx, slots=plan.plan.settings.n_seq)
     return replan(session, same, report=report, why="restart")

@@ -74,15 +74,15 @@ class ServeRequest:
 
     def asked(self) -> Asked:
         """The settings the person set explicitly (they must hold for an adoption)."""
-        o = self.options
+        o, w = self.options, self.options.workload
         return Asked(
-            ctx=o.ctx,
-            slots=o.slots,
-            cache_type_k=None if o.cache_type_k is None else o.type_k,
-            cache_type_v=None if o.cache_type_v is None else o.type_v,
-            unified=True if o.unified else None,
-            port=o.port,
-            engine=o.engine,
+            ctx=w.ctx,
+            slots=w.slots,
+            cache_type_k=None if w.cache_type_k is None else o.type_k,
+            cache_type_v=None if w.cache_type_v is None else o.type_v,
+            unified=True if w.unified else None,
+            port=o.engine.port,
+            engine=o.engine.name,
         )
 
 
@@ -98,7 +98,7 @@ class ServeSession:
         log_dir: Path | None = None,
     ) -> None:
         self.request = request
-        self.kind: EngineKind = engine_kind(request.options.engine)
+        self.kind: EngineKind = engine_kind(request.options.engine.name)
         self.store = store or StateFile()
         self.bus = EventBus()
         self.supervisor: Supervisor | None = None
@@ -170,7 +170,7 @@ class ServeSession:
         return path
 
     def _wanted_port(self) -> int:
-        port = self.request.options.port
+        port = self.request.options.engine.port
         return port if port is not None else self.kind.default_port
 
     def _start_planned(self, model: str) -> Supervisor:
@@ -178,7 +178,7 @@ class ServeSession:
 
         options, kind = self.request.options, self.kind
         executable = kind.executable()
-        pinned = options.port is not None
+        pinned = options.engine.port is not None
         wanted = self._wanted_port()
         if self.gate is not None:  # the gate's port is the public one; the engine's internal
             choice = self.gate.reserve(wanted, pinned=pinned)
@@ -201,7 +201,7 @@ class ServeSession:
             detached=self.request.detach,
             start_timeout_s=self.request.start_timeout_s,
             facts=plan.facts,
-            memory_limit=options.engine_memory_limit,
+            memory_limit=options.engine.memory_limit,
         )
         supervisor = self._supervisor(spec, kind.profile(plan, plan.model_path))
         self._emit(ev.Starting(kind.name, kind.program))

@@ -48,15 +48,13 @@ def plan_options(
     port: int | None,
 ) -> PlanOptions:
     """The typed plan request the plan panel's fields describe (``UsageError`` if one is bad)."""
-    from homelab.plan.options import PlanOptions
-    from homelab.plan.workload import parse_workload
+    from homelab.engine.options import plan_options as build
 
-    return PlanOptions(
-        workload=parse_workload(workload) if workload else None,
+    return build(
+        workload=workload,
         ctx=ctx,
         slots=slots,
-        cache_type_k=cache_type,
-        cache_type_v=cache_type,
+        cache_type=cache_type,
         vram=vram,
         gpu_snapshot=gpu_snapshot,
         sample_seconds=0.0,
@@ -100,6 +98,13 @@ def presets() -> list[Preset]:
     from homelab.hub.presets import load_presets
 
     return load_presets()
+
+
+def loads_gguf(engine: str) -> bool:
+    """Whether the engine's models are GGUF files (the TUI lists and previews only those)."""
+    from homelab.engine.kinds import engine_kind
+
+    return engine_kind(engine).loads_gguf
 
 
 def judge_preset(preset: Preset, report: GpuReport, options: PlanOptions) -> PresetFit:
@@ -206,11 +211,12 @@ def plan(
     )
 
 
-def argv_for(plan: Plan, port: int, server: str = "llama-server") -> list[str]:
-    """llama-server's exact command line for the plan."""
+def argv_for(plan: Plan, port: int | None, server: str = "llama-server") -> list[str]:
+    """llama-server's exact command line for the plan (on its default port when None)."""
+    from homelab.engine.kinds import DEFAULT_PORT
     from homelab.engine.llamacpp.argv import llama_server_argv
 
-    return llama_server_argv(plan, server=server, port=port)
+    return llama_server_argv(plan, server=server, port=port or DEFAULT_PORT)
 
 
 def own_engine_bytes(report: GpuReport) -> int:
@@ -221,9 +227,6 @@ def own_engine_bytes(report: GpuReport) -> int:
 
 
 # -- the engine --------------------------------------------------------------------------
-
-DEFAULT_PORT = 8080
-"""llama-server's default port (as ``homelab.engine.llamacpp.argv`` has it)."""
 
 
 def engine_binary() -> Path:
@@ -312,7 +315,8 @@ def adopt_engine(
     """
     from dataclasses import replace
 
-    return serve_session(record.model, replace(options, port=None), on_event)
+    unpinned = replace(options, engine=replace(options.engine, port=None))
+    return serve_session(record.model, unpinned, on_event)
 
 
 def stop_engine(session: ServeSession) -> None:

@@ -57,7 +57,7 @@ class ModelsFlow(AppFlow):
             self.post_message(EngineFailed(error))
             presets = []
         for preset in presets:
-            if preset.engine == "llama.cpp":
+            if backend.loads_gguf(preset.engine):
                 entries.append(
                     ModelEntry(
                         f"preset:{preset.key}", preset.key, preset.quant, "preset", preset=preset
@@ -174,7 +174,7 @@ class ModelsFlow(AppFlow):
                         hint="Download it first (`homelab pull`), or check the network.",
                     )
                 plan = fit.plan
-            argv = backend.argv_for(plan, self.state.args.port or backend.DEFAULT_PORT)
+            argv = backend.argv_for(plan, self.state.args.port)
             measured = () if path is None else backend_measure.measured(plan, self._header(path))
         except HomelabError as error:
             self.post_message(PlanFailed(entry.key, error))

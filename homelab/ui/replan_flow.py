@@ -21,7 +21,7 @@ too, and the app says so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -73,7 +73,7 @@ class ReplanFlow(EngineFlow):
             return
         entry, plan, path, options = target
         alloc = plan.candidate.allocation
-        same = replace(options, ctx=alloc.n_ctx, slots=plan.settings.n_seq)
+        same = options.pinned(ctx=alloc.n_ctx, slots=plan.settings.n_seq)
         report = self.state.card.report
         why_not = backend_replan.why_not_in_place(self.state.running.session)
         if why_not is None:

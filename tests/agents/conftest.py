@@ -13,9 +13,9 @@ import pytest
 
 from homelab.agents.target import AgentTarget, target_for
 from homelab.engine.kinds import LlamaCpp
+from homelab.engine.options import plan_options
 from homelab.engine.supervision.facts import PlanFacts
 from homelab.plan.card import card_for
-from homelab.plan.options import PlanOptions
 from tests.engine.conftest import engines  # noqa: F401  (the same leftover-engine guard)
 from tests.factory import write_gguf
 
@@ -26,7 +26,7 @@ GATE_MARGIN = 0.85
 
 def plan_facts(model: Path, **options: object) -> PlanFacts:
     """What ``homelab serve MODEL`` would record for these plan options."""
-    request = PlanOptions(**options)  # type: ignore[arg-type]
+    request = plan_options(**options)  # type: ignore[arg-type]
     return LlamaCpp().plan(str(model), card_for(request), request).facts
 
 

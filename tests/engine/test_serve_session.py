@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from homelab.engine.kinds import KINDS, engine_kind
+from homelab.engine.options import plan_options
 from homelab.engine.supervision.facts import Asked, PlanFacts
 from homelab.engine.supervision.identity import ENGINE_VAR, find_engines
 from homelab.engine.supervision.ownership import Running, decide
@@ -17,12 +18,11 @@ from homelab.engine.supervision.process import alive
 from homelab.engine.supervision.record import EngineRecord
 from homelab.engine.supervision.state_file import StateFile
 from homelab.errors import EngineError, ModelFileError, UsageError
-from homelab.plan.options import PlanOptions
 from homelab.serve import events as ev
 from homelab.serve.session import ServeRequest, ServeSession
 
 pytestmark = pytest.mark.engine
-OPTIONS = PlanOptions(vram=8 << 30, ctx=512, slots=1)
+OPTIONS = plan_options(vram=8 << 30, ctx=512, slots=1)
 
 
 def _names(events: list) -> list[str]:
@@ -131,7 +131,7 @@ def test_the_marker_finds_the_engine_and_a_pinned_port_is_recorded(
     from tests.factory.server_log import free_port
 
     port = free_port()
-    options = PlanOptions(vram=8 << 30, ctx=512, slots=1, port=port)
+    options = plan_options(vram=8 << 30, ctx=512, slots=1, port=port)
     session = ServeSession(ServeRequest(str(smollm2_gguf), options, detach=True))
     try:
         session.start()
@@ -149,7 +149,7 @@ def test_the_marker_finds_the_engine_and_a_pinned_port_is_recorded(
     assert _names(session.events)[-2:] == ["LeftRunning", "Stopped"]
 
     # the same model, another pinned port: refused, never silently the running one's port
-    again = ServeSession(ServeRequest(str(smollm2_gguf), PlanOptions(vram=8 << 30, port=port + 1)))
+    again = ServeSession(ServeRequest(str(smollm2_gguf), plan_options(vram=8 << 30, port=port + 1)))
     with pytest.raises(EngineError, match=f"port {port}; you asked port {port + 1}") as caught:
         again.start()
     again.close()

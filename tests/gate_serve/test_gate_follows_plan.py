@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from homelab.engine.options import plan_options
 from homelab.engine.supervision.state_file import StateFile
 from homelab.gate.config_file import GateChoices
-from homelab.plan.options import PlanOptions
 from homelab.serve.session import ServeRequest, ServeSession
 from tests.factory.server_log import free_port
 from tests.gate.conftest import wait_for
@@ -27,7 +27,7 @@ def test_a_ready_engine_on_another_plan_gives_the_gate_its_limits(
     smollm2_gguf: Path, engines, gates, detach: bool
 ) -> None:
     port = free_port()
-    options = PlanOptions(vram=8 << 30, ctx=1024, slots=2, port=port)
+    options = plan_options(vram=8 << 30, ctx=1024, slots=2, port=port)
     session = ServeSession(
         ServeRequest(str(smollm2_gguf), options, gate=GateChoices(), detach=detach, hold=True)
     )

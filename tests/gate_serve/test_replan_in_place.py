@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from homelab.engine.options import plan_options
 from homelab.engine.supervision.process import alive
 from homelab.engine.supervision.state_file import StateFile
 from homelab.engine.supervision.states import State
 from homelab.gate.config_file import GateChoices
-from homelab.plan.options import PlanOptions
 from homelab.serve import events as ev
 from homelab.serve.restart_into import replan, restart_same
 from homelab.serve.session import ServeRequest, ServeSession
@@ -56,7 +55,7 @@ def test_a_replan_keeps_the_gate_and_answers_what_it_held(
     smollm2_gguf: Path, engines, gates, detach: bool
 ) -> None:
     port = free_port()
-    options = PlanOptions(vram=8 << 30, ctx=2048, slots=2, port=port)
+    options = plan_options(vram=8 << 30, ctx=2048, slots=2, port=port)
     request = ServeRequest(
         str(smollm2_gguf),
         options,
@@ -79,7 +78,7 @@ def test_a_replan_keeps_the_gate_and_answers_what_it_held(
         second, second_out = _in_thread(lambda: queued_stream(gate_url))
         wait_for(lambda: gate_state(gate_url)["queued"] == 1)
 
-        done = replan(session, replace(options, slots=1, ctx=2048))
+        done = replan(session, options.pinned(ctx=2048, slots=1))
         engines.track(session.supervisor.pid)
 
         first.join(300)

@@ -13,12 +13,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from homelab.engine.options import plan_options
 from homelab.engine.supervision.process import alive
 from homelab.engine.supervision.state_file import StateFile
 from homelab.engine.supervision.states import RestartPolicy
 from homelab.errors import ExitCode, HomelabError
 from homelab.gate.config_file import GateChoices
-from homelab.plan.options import PlanOptions
 from homelab.serve import events as ev
 from homelab.serve.session import ServeRequest, ServeSession
 from tests.engine.test_serve_session import _names
@@ -30,7 +30,7 @@ FAST = RestartPolicy(max_crashes=5, window_s=600, backoff_first_s=0.1, backoff_m
 
 
 def _session(model: Path, port: int, **request: object) -> ServeSession:
-    options = PlanOptions(vram=8 << 30, ctx=512, slots=1, port=port)
+    options = plan_options(vram=8 << 30, ctx=512, slots=1, port=port)
     return ServeSession(
         ServeRequest(str(model), options, gate=GateChoices(), **request), policy=FAST
     )

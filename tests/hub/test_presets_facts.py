@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from preset_geometry import GEOMETRY
 
+from homelab.engine.options import plan_options
 from homelab.gguf.geometry import geometry_of
 from homelab.gguf.header import GgufModel
 from homelab.gpu.report import synthetic_report
@@ -22,7 +23,6 @@ from homelab.hub.preset_fields import PresetError
 from homelab.hub.preset_fit import fit_preset, fit_preset_from_facts
 from homelab.hub.presets import load_preset_file, load_presets
 from homelab.plan.judge import judge
-from homelab.plan.options import PlanOptions
 
 PRESETS = {p.key: p for p in load_presets(user_dir=None)}
 GIB = 1024**3
@@ -53,7 +53,7 @@ def test_plan_from_facts_agrees_with_a_header_of_that_geometry(key: str, vram: i
     real = dataclasses.replace(
         GEOMETRY[key](), tensors=facts_model.tensors, file_size=facts_model.header.file_size
     )
-    report, options = synthetic_report(vram), PlanOptions()
+    report, options = synthetic_report(vram), plan_options()
     mine = judge(facts_model, key, report, options, default_workload=preset.workload)
     theirs = judge(GgufModel((real,)), key, report, options, default_workload=preset.workload)
     assert mine.verdict == theirs.verdict != "unknown", mine.explanation
@@ -64,7 +64,7 @@ def test_plan_from_facts_agrees_with_a_header_of_that_geometry(key: str, vram: i
 
 def test_facts_verdict_is_marked_and_a_header_replaces_it() -> None:
     preset = PRESETS["qwen3.5-9b"]
-    report, options = synthetic_report(24 * GIB), PlanOptions()
+    report, options = synthetic_report(24 * GIB), plan_options()
     instant = fit_preset_from_facts(preset, report, options)
     assert instant.source == "preset" and instant.fit.verdict == "fits"
     assert instant.fit.file_bytes == 5_629_108_736
@@ -80,7 +80,7 @@ def test_a_preset_without_facts_says_no_header_was_ever_read(tmp_path: Path) -> 
     path = tmp_path / "bare.toml"
     path.write_text(_BARE)
     preset = load_preset_file(path, origin="user")
-    fit = fit_preset_from_facts(preset, synthetic_report(24 * GIB), PlanOptions())
+    fit = fit_preset_from_facts(preset, synthetic_report(24 * GIB), plan_options())
     assert fit.source is None and fit.fit.verdict == "unknown"
     assert fit.fit.problem == "Never read" and "no header has been read" in fit.fit.explanation
 
@@ -154,6 +154,6 @@ def test_does_not_fit_says_by_how_many_bytes(tmp_path: Path) -> None:
     path.write_text(text.replace("output_bytes = 1_000_000", f"output_bytes = {huge}"))
     preset = load_preset_file(path, origin="user")
     report = synthetic_report(24 * GIB)
-    fit = fit_preset_from_facts(preset, report, PlanOptions()).fit
+    fit = fit_preset_from_facts(preset, report, plan_options()).fit
     assert fit.verdict == "does_not_fit"
     assert fit.short_by == huge - device_budget(report, None).usable > 0

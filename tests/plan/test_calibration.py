@@ -20,6 +20,7 @@ from homelab.engine.llamacpp.actuals import compare, row
 from homelab.engine.llamacpp.calibrate import record
 from homelab.engine.llamacpp.locate import engine_version
 from homelab.engine.llamacpp.log import parse_load_log
+from homelab.engine.options import plan_options
 from homelab.gguf.model_file import read_model
 from homelab.gpu.probe import probe
 from homelab.gpu.report import synthetic_report
@@ -32,7 +33,6 @@ from homelab.plan.calibration import (
     store_path,
 )
 from homelab.plan.calibration_key import key_for, model_identity
-from homelab.plan.options import PlanOptions
 from homelab.plan.pipeline import plan_model
 from homelab.plan.planner import PlanRequest, make_plan
 from homelab.plan.working import render_steps
@@ -115,7 +115,7 @@ def test_real_run_calibrates_the_next_plan(
     assert "estimated" in _compute_step(other)
     # the same flags under another engine build: not this build's measurement
     model = read_model(smollm2_gguf)
-    options = PlanOptions(ctx=4096, slots=2)
+    options = plan_options(ctx=4096, slots=2)
     again = plan_model(
         model, str(smollm2_gguf), probe(snapshot=NO_GPU), options, engine_version="b1-0000000"
     )
@@ -214,7 +214,7 @@ def test_a_measurement_that_moves_the_plan_says_so(smollm2_gguf: Path) -> None:
     big = estimate + 400 * MiB
     save(Calibration(key, big, big, estimate, None, None, None, None, "2026-01-01T00:00:00+0000"))
     moved = plan_model(
-        model, str(smollm2_gguf), report, PlanOptions(), engine_version="b11312-0c1e57098"
+        model, str(smollm2_gguf), report, plan_options(), engine_version="b11312-0c1e57098"
     )
     assert moved.settings.n_seq < plan.settings.n_seq
     # the neighbouring measurement's error (logged − predicted) corrects the moved flags' estimate
@@ -253,7 +253,7 @@ def test_cuda_measurement_counts_the_flash_attention_copy_once(smollm2_gguf: Pat
         model,
         str(smollm2_gguf),
         report,
-        PlanOptions(ctx=4096, slots=2),
+        plan_options(ctx=4096, slots=2),
         engine_version="b11312-0c1e57098",
     )
     assert again.candidate.engine.compute_buffer == calibration.compute

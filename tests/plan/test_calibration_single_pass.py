@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 import homelab.plan.pipeline as pipeline
+from homelab.engine.options import plan_options
 from homelab.gguf.model_file import read_model
 from homelab.gpu.report import synthetic_report
 from homelab.plan.calibration import Calibration, save
 from homelab.plan.calibration_key import key_for
-from homelab.plan.options import PlanOptions
 from homelab.plan.planner import PlanRequest, make_plan
 from homelab.plan.workload import CHAT
 from homelab.units import GiB, MiB
@@ -69,7 +69,7 @@ def test_two_measured_flag_sets_one_pass(tmp_path: Path, counted: list[PlanReque
     old_result = make_plan(model, "m", report, PlanRequest(workload=CHAT, measured_compute=own))
     assert key_for(old_result, model, VERSION) == key_for(moved, model, VERSION)  # it settles
 
-    options = PlanOptions(workload=CHAT)
+    options = plan_options(workload=CHAT)
     plan = pipeline.plan_model(model, "m", report, options, engine_version=VERSION)
     assert len(counted) == 1  # one planning pass
     assert plan.settings == old_result.settings
@@ -92,19 +92,19 @@ def test_each_context_uses_its_own_measurement(tmp_path: Path, counted: list) ->
         )
     for ctx, calibration in figures.items():
         plan = pipeline.plan_model(
-            model, "m", report, PlanOptions(ctx=ctx, slots=1), engine_version=VERSION
+            model, "m", report, plan_options(ctx=ctx, slots=1), engine_version=VERSION
         )
         assert plan.candidate.engine.measured_compute == calibration.measured_compute
         assert plan.candidate.measured_here
     # another build, or no version at all: the estimate
     for version in ("b1-0000000", None):
         plan = pipeline.plan_model(
-            model, "m", report, PlanOptions(ctx=4096, slots=1), engine_version=version
+            model, "m", report, plan_options(ctx=4096, slots=1), engine_version=version
         )
         assert plan.candidate.engine.measured_compute is None
     # a context no run measured takes the nearest measurement of the same flags, and says so
     plan = pipeline.plan_model(
-        model, "m", report, PlanOptions(ctx=6144, slots=1), engine_version=VERSION
+        model, "m", report, plan_options(ctx=6144, slots=1), engine_version=VERSION
     )
     assert not plan.candidate.measured_here
     nearest = figures[plan.candidate.measurement.ctx]
@@ -117,7 +117,7 @@ def test_each_context_uses_its_own_measurement(tmp_path: Path, counted: list) ->
     assert any("which no run has measured yet" in w for w in plan.warnings)
     # other compute-relevant flags (micro-batch) were never measured: the estimate
     other = pipeline.plan_model(
-        model, "m", report, PlanOptions(ctx=4096, slots=1, ubatch=256), engine_version=VERSION
+        model, "m", report, plan_options(ctx=4096, slots=1, ubatch=256), engine_version=VERSION
     )
     assert other.candidate.measurement is None and other.candidate.engine.measured_compute is None
     assert len(counted) == 6
@@ -134,12 +134,12 @@ def test_the_version_function_is_called_only_with_a_record_of_this_model(
         asked.append(1)
         return VERSION
 
-    pipeline.plan_model(model, "m", report, PlanOptions(), engine_version=version)
+    pipeline.plan_model(model, "m", report, plan_options(), engine_version=version)
     assert asked == []  # empty store: the engine is never asked
     other = read_model(write_gguf("llama", tmp_path / "o.gguf", n_layer=4))
     _store(make_plan(other, "o", report, PlanRequest()), other, report, 10 * MiB)
-    pipeline.plan_model(model, "m", report, PlanOptions(), engine_version=version)
+    pipeline.plan_model(model, "m", report, plan_options(), engine_version=version)
     assert asked == []  # a record of another model only
-    plan = pipeline.plan_model(other, "o", report, PlanOptions(), engine_version=version)
+    plan = pipeline.plan_model(other, "o", report, plan_options(), engine_version=version)
     assert asked == [1] and plan.candidate.engine.measured_compute == 10 * MiB
     assert replace(plan.request, calibration=None) == plan.request  # not part of equality

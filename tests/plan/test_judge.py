@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from homelab.engine.options import plan_options
 from homelab.errors import ModelFileError
 from homelab.gguf.model_file import read_model
 from homelab.gpu.probe import probe
 from homelab.gpu.report import synthetic_report
 from homelab.plan.budget import HEADROOM_HEADLESS
 from homelab.plan.judge import Fit, judge
-from homelab.plan.options import PlanOptions
 from homelab.plan.pipeline import plan_model
 from homelab.plan.workload import CHAT, parse_workload
 from homelab.units import GiB, MiB
@@ -48,7 +48,7 @@ def _check_figures(fit: Fit, path: Path) -> None:
 def test_fits_on_a_replayed_card_is_the_plan_models_plan(llama: Path) -> None:
     model = read_model(llama)
     report = probe(snapshot=GPU / "rtx3090_wayland.json", window_s=0)
-    options = PlanOptions(workload=CHAT)
+    options = plan_options(workload=CHAT)
     fit = judge(model, "llama", report, options)
     assert fit.verdict == "fits" and fit.workload == CHAT
     assert fit.plan == plan_model(model, "llama", report, options)
@@ -60,16 +60,16 @@ def test_fits_on_a_replayed_card_is_the_plan_models_plan(llama: Path) -> None:
 def test_a_default_workload_applies_only_when_none_was_asked(llama: Path) -> None:
     model = read_model(llama)
     report = synthetic_report(16 * GiB)
-    hinted = judge(model, "m", report, PlanOptions(), default_workload=CHAT)
+    hinted = judge(model, "m", report, plan_options(), default_workload=CHAT)
     assert hinted.workload == CHAT and hinted.plan.request.workload == CHAT
     asked = parse_workload("16384")
-    forced = judge(model, "m", report, PlanOptions(workload=asked), default_workload=CHAT)
+    forced = judge(model, "m", report, plan_options(workload=asked), default_workload=CHAT)
     assert forced.workload == asked and forced.ctx_per_slot >= asked.tokens_per_slot
 
 
 def test_partial_when_the_weights_do_not_fit_the_card(llama: Path) -> None:
     model = read_model(llama)
-    options = PlanOptions(ctx=4096, slots=1)
+    options = plan_options(ctx=4096, slots=1)
     whole = judge(model, "m", synthetic_report(16 * GiB), options).plan
     assert whole is not None and whole.verdict == "fits"
     # the card the whole plan needs, less half a block: one block must go to the CPU
@@ -83,7 +83,7 @@ def test_partial_when_the_weights_do_not_fit_the_card(llama: Path) -> None:
 
 def test_does_not_fit_keeps_the_errors_numbers(llama: Path) -> None:
     model = read_model(llama)
-    fit = judge(model, "m", synthetic_report(HEADROOM_HEADLESS + 64 * MiB), PlanOptions())
+    fit = judge(model, "m", synthetic_report(HEADROOM_HEADLESS + 64 * MiB), plan_options())
     assert fit.verdict == "does_not_fit" and fit.plan is None
     assert fit.problem == "Does not fit" and "bytes usable" in (fit.reason or "")
     assert fit.explanation.startswith(f"Does not fit: {fit.reason}")
@@ -97,7 +97,7 @@ def test_unknown_without_a_header(tmp_path: Path) -> None:
     foreign.write_bytes(b"PK\x03\x04 not a gguf at all")
     with pytest.raises(ModelFileError) as caught:
         read_model(foreign)
-    fit = judge(caught.value, "not.gguf", synthetic_report(16 * GiB), PlanOptions())
+    fit = judge(caught.value, "not.gguf", synthetic_report(16 * GiB), plan_options())
     assert fit.verdict == "unknown" and fit.plan is None
     assert fit.problem == caught.value.title and fit.reason == caught.value.message
     assert fit.hint == caught.value.hint
@@ -106,7 +106,7 @@ def test_unknown_without_a_header(tmp_path: Path) -> None:
 
 def test_unknown_when_the_options_cannot_be_planned_for_this_model(tmp_path: Path) -> None:
     mla = read_model(write_gguf("deepseek2", tmp_path / "mla.gguf"))
-    options = PlanOptions(cache_type_k="f16", cache_type_v="q8_0")
+    options = plan_options(cache_type_k="f16", cache_type_v="q8_0")
     fit = judge(mla, "mla", synthetic_report(16 * GiB), options)
     assert fit.verdict == "unknown" and fit.problem == "Invalid usage"
     assert "MLA" in (fit.reason or "") and "--" not in (fit.hint or "")  # names the setting

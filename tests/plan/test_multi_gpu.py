@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from homelab.engine.llamacpp.argv import llama_server_argv
+from homelab.engine.options import plan_options
 from homelab.errors import UsageError
 from homelab.gguf.header import GgufModel, TensorInfo
 from homelab.gguf.model_file import read_model
 from homelab.gpu.probe import probe
 from homelab.gpu.report import GpuReport, synthetic_report
-from homelab.plan.options import PlanOptions
 from homelab.plan.pipeline import plan_model
 from homelab.plan.remote_device import RemoteDevice
 from homelab.plan.serialize import plan_to_dict
@@ -85,9 +85,9 @@ def test_mixed_cards_display_on_the_small_one(llama_header) -> None:
     model = sized(llama_header, block=850 * MiB)
     report = snapshot("constructed_mixed_24_12_display_small")
     for card in (0, 1):  # on either card alone, only part of it goes to the GPU
-        alone = plan_model(model, "m.gguf", report, PlanOptions(workload=CHAT, gpu=card))
+        alone = plan_model(model, "m.gguf", report, plan_options(workload=CHAT, gpu=card))
         assert alone.verdict == "partial" and len(alone.devices) == 1
-    plan = plan_model(model, "m.gguf", report, PlanOptions(workload=CHAT))
+    plan = plan_model(model, "m.gguf", report, plan_options(workload=CHAT))
     assert plan.verdict == "fits" and plan.n_gpu_layers is None
     assert any("does not fit GPU 0" in w and "split over the 2 cards" in w for w in plan.warnings)
     assert any("The cards differ" in w for w in plan.warnings)
@@ -131,7 +131,7 @@ def test_json_devices_carry_the_budget_fields(llama_header) -> None:
         model,
         "m.gguf",
         snapshot("constructed_mixed_24_12_display_small"),
-        PlanOptions(workload=CHAT),
+        plan_options(workload=CHAT),
     )
     data = plan_to_dict(plan, llama_server_argv(plan))
     assert len(data["devices"]) == 2
@@ -148,7 +148,7 @@ def test_json_devices_carry_the_budget_fields(llama_header) -> None:
 def test_two_equal_cards_split_evenly(llama_header) -> None:
     model = sized(llama_header, block=850 * MiB)
     plan = plan_model(
-        model, "m.gguf", snapshot("constructed_two_equal"), PlanOptions(workload=CHAT, gpu=(0, 1))
+        model, "m.gguf", snapshot("constructed_two_equal"), plan_options(workload=CHAT, gpu=(0, 1))
     )
     check_devices_add_up(plan)
     first, last = plan.devices
@@ -166,13 +166,13 @@ def test_a_card_full_of_another_process(llama_header) -> None:
     busy = report.devices[0]
     # a model that fits the free card alone is planned there, pinned to it
     small = sized(llama_header, block=400 * MiB)
-    plan = plan_model(small, "m.gguf", report, PlanOptions(workload=CHAT))
+    plan = plan_model(small, "m.gguf", report, plan_options(workload=CHAT))
     assert plan.verdict == "fits" and len(plan.devices) == 1
     argv = llama_server_argv(plan)
     assert flag(argv, "--device") == "CUDA1" and "--tensor-split" not in argv
     # split over both when asked: the busy card gets what its 2 GiB allow, no more
     big = sized(llama_header, block=850 * MiB)
-    split = plan_model(big, "m.gguf", report, PlanOptions(workload=CHAT, gpu=(0, 1)))
+    split = plan_model(big, "m.gguf", report, plan_options(workload=CHAT, gpu=(0, 1)))
     check_devices_add_up(split)
     by_name = {s.device.llama_name: s for s in split.devices}
     assert by_name["CUDA0"].device.budget.other >= busy.total - busy.reserved - busy.free_min
@@ -190,7 +190,7 @@ def test_a_card_too_full_for_one_block_is_left_out(llama_header) -> None:
         model,
         "m.gguf",
         snapshot("constructed_one_card_busy"),
-        PlanOptions(workload=CHAT, gpu=(0, 1)),
+        plan_options(workload=CHAT, gpu=(0, 1)),
     )
     assert [s.device.llama_name for s in plan.devices] == ["CUDA1"]
     assert any(
@@ -201,18 +201,20 @@ def test_a_card_too_full_for_one_block_is_left_out(llama_header) -> None:
 
 def test_one_card_plans_pin_their_device(llama_header) -> None:
     model = sized(llama_header, block=100 * MiB)
-    headless = plan_model(model, "m.gguf", snapshot("rtx3090_headless"), PlanOptions(workload=CHAT))
+    headless = plan_model(
+        model, "m.gguf", snapshot("rtx3090_headless"), plan_options(workload=CHAT)
+    )
     argv = llama_server_argv(headless)
     assert flag(argv, "--device") == "CUDA0"
     assert "--tensor-split" not in argv and "--split-mode" not in argv and "-mg" not in argv
     assert not any("CUDA_DEVICE_ORDER" in w for w in headless.warnings)  # one card: no order
     assert not any("Split over" in line for line in render_steps(headless.steps))
     # a synthetic card (--vram) stands for no device: a CPU-only llama-server must still run it
-    synthetic = plan_model(model, "m.gguf", synthetic_report(16 * GiB), PlanOptions(workload=CHAT))
+    synthetic = plan_model(model, "m.gguf", synthetic_report(16 * GiB), plan_options(workload=CHAT))
     assert "--device" not in llama_server_argv(synthetic)
     report = snapshot("two_gpus")
     for gpu, name in ((1, "CUDA1"), ((1,), "CUDA1"), (0, "CUDA0"), (None, "CUDA0")):
-        plan = plan_model(model, "m.gguf", report, PlanOptions(workload=CHAT, gpu=gpu))
+        plan = plan_model(model, "m.gguf", report, plan_options(workload=CHAT, gpu=gpu))
         argv = llama_server_argv(plan)
         assert flag(argv, "--device") == name, gpu
         assert "--tensor-split" not in argv
@@ -224,19 +226,19 @@ def test_one_card_plans_pin_their_device(llama_header) -> None:
 
 def test_gpu_setting_checks() -> None:
     with pytest.raises(UsageError, match="each card once"):
-        PlanOptions(gpu=(0, 0))
+        plan_options(gpu=(0, 0))
     with pytest.raises(UsageError, match="card index"):
-        PlanOptions(gpu=(0, -1))
-    assert PlanOptions(gpu=[0, 1]).gpus == (0, 1)  # type: ignore[arg-type]
-    assert PlanOptions(gpu=2).gpus == (2,)
-    assert PlanOptions().gpus is None
+        plan_options(gpu=(0, -1))
+    assert plan_options(gpu=[0, 1]).card.gpus == (0, 1)  # type: ignore[arg-type]
+    assert plan_options(gpu=2).card.gpus == (2,)
+    assert plan_options().card.gpus is None
 
 
 def test_rpc_devices_join_the_split(llama_header) -> None:
     model = sized(llama_header, block=850 * MiB)
     worker = RemoteDevice("192.168.1.20:50052", "RPC0", total=16 * GiB, free=15 * GiB)
     report = snapshot("constructed_two_equal")
-    plan = plan_model(model, "m.gguf", report, PlanOptions(workload=CHAT, gpu=0), remote=(worker,))
+    plan = plan_model(model, "m.gguf", report, plan_options(workload=CHAT, gpu=0), remote=(worker,))
     check_devices_add_up(plan)
     remote, card = plan.devices  # workers first, as llama-server orders them itself
     assert remote.device.endpoint == "192.168.1.20:50052" and remote.device.llama_name == "RPC0"
@@ -263,7 +265,7 @@ def test_rpc_devices_on_a_machine_without_a_gpu(llama_header) -> None:
         RemoteDevice("10.0.0.3:50052", "RPC1", total=4 * GiB, free=4 * GiB),
     )
     report = snapshot("no_gpu")
-    plan = plan_model(model, "m.gguf", report, PlanOptions(workload=CHAT), remote=workers)
+    plan = plan_model(model, "m.gguf", report, plan_options(workload=CHAT), remote=workers)
     check_devices_add_up(plan)
     argv = llama_server_argv(plan)
     assert flag(argv, "--rpc") == "10.0.0.2:50052,10.0.0.3:50052"
@@ -284,7 +286,7 @@ def test_a_worker_reporting_impossible_memory_is_refused(llama_header) -> None:
     model = sized(llama_header, block=100 * MiB)
     bad = RemoteDevice("10.0.0.9:50052", "RPC0", total=4 * GiB, free=5 * GiB)
     with pytest.raises(UsageError, match="10.0.0.9:50052"):
-        plan_model(model, "m.gguf", snapshot("no_gpu"), PlanOptions(), remote=(bad,))
+        plan_model(model, "m.gguf", snapshot("no_gpu"), plan_options(), remote=(bad,))
 
 
 def test_the_pin_follows_what_the_engine_binary_sees(llama_header, llama_server_bin) -> None:
@@ -299,6 +301,6 @@ def test_the_pin_follows_what_the_engine_binary_sees(llama_header, llama_server_
     seen = visible_devices(str(llama_server_bin))  # this machine's build: CPU only
     assert seen is not None and not any(name.startswith("CUDA") for name in seen)
     model = sized(llama_header, block=100 * MiB)
-    plan = plan_model(model, "m.gguf", snapshot("two_gpus"), PlanOptions(workload=CHAT, gpu=1))
+    plan = plan_model(model, "m.gguf", snapshot("two_gpus"), plan_options(workload=CHAT, gpu=1))
     assert "--device" not in llama_server_argv(plan, visible=seen)  # it would refuse CUDA1
     assert flag(llama_server_argv(plan, visible=parse_device_list(listing)), "--device") == "CUDA1"

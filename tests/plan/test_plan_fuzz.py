@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from homelab.engine.llamacpp.argv import llama_server_argv
+from homelab.engine.options import plan_options
 from homelab.errors import ExitCode, HomelabError
 from homelab.gguf.header import GgufHeader, TensorInfo
 from homelab.gguf.model_file import read_model
@@ -80,7 +81,7 @@ def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, GgufHeader]:
 
 @pytest.fixture(scope="module")
 def card():  # type: ignore[no-untyped-def]
-    return card_for(PlanOptions(gpu_snapshot=SNAPSHOT, sample_seconds=0))
+    return card_for(plan_options(gpu_snapshot=SNAPSHOT, sample_seconds=0))
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +160,7 @@ def mutant(draw: st.DrawFn, seeds: dict[str, GgufHeader]) -> tuple[str, bytes]:
 def options(draw: st.DrawFn) -> PlanOptions:
     cache = draw(st.sampled_from([None, "f16", "q8_0", "q4_0", "iq4_nl"]))
     ctx = draw(st.sampled_from([None, None, 4096, 65_536]))
-    return PlanOptions(
+    return plan_options(
         ctx=ctx,
         slots=draw(st.sampled_from([None, None, 1, 4])),
         cache_type_k=cache,
@@ -193,7 +194,7 @@ def test_the_seeds_plan(seeds: dict[str, GgufHeader], card, folder: Path) -> Non
     for arch, header in seeds.items():
         path = folder / f"seed-{arch}.gguf"
         path.write_bytes(encode(header.metadata, header.tensors))
-        outcome = _plan_somehow(path, card, PlanOptions(gpu_snapshot=SNAPSHOT, sample_seconds=0))
+        outcome = _plan_somehow(path, card, plan_options(gpu_snapshot=SNAPSHOT, sample_seconds=0))
         assert outcome == "plan", arch
 
 

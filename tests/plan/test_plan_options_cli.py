@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from homelab.cli import main
+from homelab.engine.options import plan_options
 from homelab.errors import ExitCode, UsageError
-from homelab.plan.options import PlanOptions
 
 NO_GPU = Path(__file__).resolve().parent.parent / "fixtures" / "gpu" / "no_gpu.json"
 COMMANDS = ("plan", "quants", "presets", "serve")
@@ -90,5 +90,5 @@ def test_bad_workload_and_vram_are_usage_errors(
 def test_plan_options_refuse_them_without_a_front_end(fields: dict) -> None:
     """The TUI builds PlanOptions from widgets: the domain refuses the same values, by setting."""
     with pytest.raises(UsageError) as caught:
-        PlanOptions(**fields)
+        plan_options(**fields)
     assert "--" not in caught.value.message

@@ -29,6 +29,7 @@ import httpx
 
 from homelab.engine.kinds import ServePlan, engine_kind
 from homelab.engine.loopback import loopback_client
+from homelab.engine.options import plan_options
 from homelab.engine.supervision.states import RestartPolicy
 from homelab.gpu.report import CpuMemory, GpuReport
 from homelab.plan.options import PlanOptions
@@ -60,7 +61,7 @@ def options(limit: int | None = None, **more) -> PlanOptions:
         "engine_memory_limit": limit or PROVISIONAL_LIMIT,
         "port": free_port(),
     }
-    return PlanOptions(**{**fields, **more})
+    return plan_options(**{**fields, **more})
 
 
 @dataclass(frozen=True)

@@ -16,16 +16,16 @@ from homelab.engine.llamacpp.cache_ram import (
     cache_ram_mib,
     host_load,
 )
+from homelab.engine.options import plan_options
 from homelab.errors import UsageError
 from homelab.plan.calibration_miss import predicted_bytes
-from homelab.plan.options import PlanOptions
 from homelab.plan.working import render_steps
 from tests.prove.lazy_memory import RAM
 
 
 def _argv(model: Path, limit: int | None) -> tuple[object, list[str]]:
     kind = engine_kind("llama.cpp")
-    plan = kind.plan(str(model), RAM, PlanOptions(slots=2, ctx=2048, engine_memory_limit=limit))
+    plan = kind.plan(str(model), RAM, plan_options(slots=2, ctx=2048, engine_memory_limit=limit))
     return plan, kind.argv(plan, 8080, "llama-server")
 
 
@@ -56,14 +56,14 @@ def test_a_prompt_cache_set_by_the_person_is_passed_as_set_under_a_limit_or_not(
 ) -> None:
     kind = engine_kind("llama.cpp")
     for limit in (4 << 30, None):
-        options = PlanOptions(slots=2, ctx=2048, engine_memory_limit=limit, cache_ram=3 << 30)
+        options = plan_options(slots=2, ctx=2048, engine_memory_limit=limit, cache_ram=3 << 30)
         plan = kind.plan(str(smollm2_gguf), RAM, options)
         argv = kind.argv(plan, 8080, "llama-server")
         assert argv[argv.index("--cache-ram") + 1] == "3072" and plan.cache_ram_mib == 3072
         working = "\n".join(render_steps(plan.plan.steps))
         assert "prompt cache (--cache-ram), as set: 3,072 MiB" in working
         assert "under the engine memory limit" not in working
-    off = kind.plan(str(smollm2_gguf), RAM, PlanOptions(slots=2, ctx=2048, cache_ram=0))
+    off = kind.plan(str(smollm2_gguf), RAM, plan_options(slots=2, ctx=2048, cache_ram=0))
     argv = kind.argv(off, 8080, "llama-server")
     assert argv[argv.index("--cache-ram") + 1] == "0" and off.cache_ram_mib == 0
 
@@ -78,4 +78,4 @@ def test_plan_takes_cache_ram_as_a_size_and_refuses_what_is_not_one(smollm2_gguf
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "--cache-ram" in refused.stderr and "not a size" in refused.stderr
     with pytest.raises(UsageError, match="prompt cache size must be zero"):
-        PlanOptions(cache_ram=-1).check()
+        plan_options(cache_ram=-1).check()

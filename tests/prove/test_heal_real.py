@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from homelab.engine.kinds import engine_kind
+from homelab.engine.options import plan_options
 from homelab.engine.supervision.states import RestartPolicy
 from homelab.gpu.report import CpuMemory, GpuReport
 from homelab.plan.calibration_miss import lookup_miss, misses
-from homelab.plan.options import PlanOptions
 from homelab.serve import events as ev
 from homelab.serve import heal
 from homelab.serve.session import ServeRequest, ServeSession
@@ -39,7 +39,7 @@ FAST = RestartPolicy(max_crashes=8, window_s=600, backoff_first_s=0.1, backoff_m
 
 
 def _request(model: Path, **options) -> ServeRequest:
-    opts = PlanOptions(engine_memory_limit=LIMIT, port=free_port(), **options)
+    opts = plan_options(engine_memory_limit=LIMIT, port=free_port(), **options)
     return ServeRequest(str(model), opts, report=RAM, start_timeout_s=120)
 
 
@@ -50,7 +50,7 @@ def _serve(request: ServeRequest, engines) -> tuple[ServeSession, list]:
 def test_an_allocation_that_fails_heals_to_a_smaller_plan_and_the_next_plan_uses_it(
     smollm2_gguf: Path, engines
 ) -> None:
-    first = engine_kind("llama.cpp").plan(str(smollm2_gguf), RAM, PlanOptions())
+    first = engine_kind("llama.cpp").plan(str(smollm2_gguf), RAM, plan_options())
     assert first.facts.slots == 32  # what the memory answer alone gives (3 GiB of KV)
 
     session, seen = _serve(_request(smollm2_gguf), engines)
@@ -91,9 +91,9 @@ def test_an_allocation_that_fails_heals_to_a_smaller_plan_and_the_next_plan_uses
     assert any("ran out of memory" in w for w in nxt.plan.warnings)
     assert lookup_miss(miss.key) == miss
     # ... a plan without the cap is another key: the memory answer stands
-    assert engine_kind("llama.cpp").plan(str(smollm2_gguf), RAM, PlanOptions()).facts.slots == 32
+    assert engine_kind("llama.cpp").plan(str(smollm2_gguf), RAM, plan_options()).facts.slots == 32
     # ... and slots asked for explicitly are not overruled
-    asked = PlanOptions(engine_memory_limit=LIMIT, slots=16)
+    asked = plan_options(engine_memory_limit=LIMIT, slots=16)
     assert engine_kind("llama.cpp").plan(str(smollm2_gguf), RAM, asked).facts.slots == 16
 
     # and serving it again is right first time: no heal, the held setting planned first

@@ -17,6 +17,7 @@ from homelab.engine.llamacpp.oom import (
     oom_line,
     prompt_cache_line,
 )
+from homelab.engine.options import plan_options
 from homelab.engine.supervision.failure import EngineFailure
 from homelab.errors import UsageError
 from homelab.gpu.report import CpuMemory, GpuReport
@@ -30,7 +31,6 @@ from homelab.plan.calibration_miss import (
     setting_of,
     store_path,
 )
-from homelab.plan.options import PlanOptions
 from homelab.plan.pipeline import plan_model
 from homelab.serve.heal import MIN_CTX_PER_SLOT, smaller
 from tests.factory import write_gguf
@@ -85,10 +85,10 @@ def model(tmp_path):
 
 
 def test_a_miss_keeps_the_next_plan_at_the_setting_that_held(model) -> None:
-    options = PlanOptions(engine_memory_limit=1 << 30)
+    options = plan_options(engine_memory_limit=1 << 30)
     first = plan_model(model, "m", RAM, options, engine_version=VERSION)
     assert first.settings.n_seq == 32
-    key = miss_key(first, model_identity(model), VERSION, options.engine_memory_limit)
+    key = miss_key(first, model_identity(model), VERSION, options.engine.memory_limit)
     worked = Setting(8, 8 * first.candidate.allocation.ctx_per_slot, 1)
     record_miss(key, (setting_of(first),), worked, stage="load", said="failed to allocate")
 
@@ -96,17 +96,23 @@ def test_a_miss_keeps_the_next_plan_at_the_setting_that_held(model) -> None:
     assert nxt.settings.n_seq == 8
     assert any("ran out of memory" in w and "8 slot(s)" in w for w in nxt.warnings)
     # slots asked for are the person's: not overruled
-    asked = plan_model(model, "m", RAM, replace(options, slots=16), engine_version=VERSION)
+    asked = plan_model(
+        model,
+        "m",
+        RAM,
+        replace(options, workload=replace(options.workload, slots=16)),
+        engine_version=VERSION,
+    )
     assert asked.settings.n_seq == 16
     # another engine build, another cap, another card: other keys
     assert plan_model(model, "m", RAM, options, engine_version="b1").settings.n_seq == 32
-    assert plan_model(model, "m", RAM, PlanOptions(), engine_version=VERSION).settings.n_seq == 32
+    assert plan_model(model, "m", RAM, plan_options(), engine_version=VERSION).settings.n_seq == 32
     # no engine version: estimates only, nothing consulted
     assert plan_model(model, "m", RAM, options).settings.n_seq == 32
 
 
 def test_the_store_merges_failures_of_a_key_and_drops_one_that_then_held(model) -> None:
-    plan = plan_model(model, "m", RAM, PlanOptions(), engine_version=VERSION)
+    plan = plan_model(model, "m", RAM, plan_options(), engine_version=VERSION)
     key = miss_key(plan, model_identity(model), VERSION, None)
     big, mid, small = Setting(32, 32 * 512, 300), Setting(16, 16 * 512, 200), Setting(8, 4096, 100)
     record_miss(key, (big,), None, stage="run", said="std::bad_alloc")
@@ -125,13 +131,13 @@ def test_a_broken_store_is_moved_aside_and_read_as_empty(model) -> None:
     assert misses() == []
     assert not path.exists()
     assert list(path.parent.glob("calibration_misses.json.corrupt-*"))
-    plan = plan_model(model, "m", RAM, PlanOptions(), engine_version=VERSION)
+    plan = plan_model(model, "m", RAM, plan_options(), engine_version=VERSION)
     assert plan.settings.n_seq == 32
 
 
 def test_the_memory_limit_setting_is_checked_by_name() -> None:
     with pytest.raises(UsageError, match="engine memory limit must be at least 64 MiB"):
-        PlanOptions(engine_memory_limit=1 << 20)
+        plan_options(engine_memory_limit=1 << 20)
     with pytest.raises(UsageError, match="engine memory limit"):
-        PlanOptions(engine_memory_limit=True)  # type: ignore[arg-type]
-    assert PlanOptions(engine_memory_limit=64 << 20).engine_memory_limit == 64 << 20
+        plan_options(engine_memory_limit=True)  # type: ignore[arg-type]
+    assert plan_options(engine_memory_limit=64 << 20).engine.memory_limit == 64 << 20

@@ -27,6 +27,7 @@ import pytest
 from homelab.cli.serve_cmd import ServeText
 from homelab.engine.kinds import engine_kind
 from homelab.engine.loopback import loopback_client
+from homelab.engine.options import plan_options
 from homelab.engine.supervision.states import State
 from homelab.plan.options import PlanOptions
 from homelab.serve import events as ev
@@ -44,7 +45,7 @@ LONG_PROMPT = 1500
 def _options(limit: int | None = None) -> PlanOptions:
     """One slot of 4,096 tokens, f16 KV, a 1 GiB prompt cache set explicitly (so the
     capped and the uncapped command lines are the same, the cap being the spawn's)."""
-    return PlanOptions(
+    return plan_options(
         slots=1,
         ctx=4096,
         cache_type_k="f16",

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from homelab.engine.options import plan_options
 from homelab.plan.calibration_miss import predicted_bytes
-from homelab.plan.options import PlanOptions
 from homelab.serve import events as ev
 from homelab.serve.prove import MARGIN_TOKENS, N_PREDICT, launch_of
 from homelab.serve.session import ServeRequest, ServeSession
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.engine
 
 
 def _session(model: Path, **options) -> tuple[ServeSession, list]:
-    opts = PlanOptions(port=free_port(), **options)
+    opts = plan_options(port=free_port(), **options)
     session = ServeSession(ServeRequest(str(model), opts, start_timeout_s=120))
     seen: list = []
     session.subscribe(seen.append)

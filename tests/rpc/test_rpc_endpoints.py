@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from homelab.engine.options import plan_options
 from homelab.errors import ExitCode, UsageError
-from homelab.plan.options import PlanOptions
 from homelab.plan.rpc_endpoints import parse_endpoint, parse_endpoints, split_endpoint
 
 
@@ -48,11 +48,11 @@ def test_a_worker_listed_twice_or_an_empty_entry_is_refused() -> None:
 
 
 def test_plan_options_check_the_setting_once() -> None:
-    options = PlanOptions(rpc=("a:1,b:002",))
-    assert options.rpc == ("a:1", "b:2")
-    assert PlanOptions().rpc == ()
+    options = plan_options(rpc=("a:1,b:002",))
+    assert options.card.rpc == ("a:1", "b:2")
+    assert plan_options().card.rpc == ()
     with pytest.raises(UsageError, match="has no port"):
-        PlanOptions(rpc=("a",))
+        plan_options(rpc=("a",))
     with pytest.raises(UsageError) as error:
-        PlanOptions(rpc=("a:1",), engine="vllm")
+        plan_options(rpc=("a:1",), engine="vllm")
     assert "llama.cpp's" in error.value.message and "Ray" in (error.value.hint or "")

@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from homelab.engine.llamacpp.log import mib_matches, parse_load_log
+from homelab.engine.options import plan_options
 from homelab.errors import ExitCode, WorkerError
 from homelab.plan.calibration import records
-from homelab.plan.options import PlanOptions
 from homelab.serve.session import ServeRequest, ServeSession
 from tests.factory.server_log import free_port
 from tests.rpc.conftest import worker_env
@@ -27,7 +27,7 @@ def test_serve_spreads_smollm2_over_two_workers_and_answers(
     two_workers, smollm2_gguf: Path, engines
 ) -> None:
     a, b = two_workers
-    options = PlanOptions(ctx=512, slots=1, port=free_port(), rpc=(f"{a.endpoint},{b.endpoint}",))
+    options = plan_options(ctx=512, slots=1, port=free_port(), rpc=(f"{a.endpoint},{b.endpoint}",))
     session = ServeSession(ServeRequest(str(smollm2_gguf), options, gate=None))
     try:
         session.start()
@@ -92,7 +92,7 @@ def test_serve_with_a_dead_worker_exits_7_naming_it(start_worker, smollm2_gguf: 
 def test_the_session_refuses_before_starting_anything(smollm2_gguf: Path) -> None:
     dead = f"127.0.0.1:{free_port()}"
     session = ServeSession(
-        ServeRequest(str(smollm2_gguf), PlanOptions(ctx=512, slots=1, rpc=(dead,)), gate=None)
+        ServeRequest(str(smollm2_gguf), plan_options(ctx=512, slots=1, rpc=(dead,)), gate=None)
     )
     try:
         with pytest.raises(WorkerError, match=dead):

@@ -9,11 +9,11 @@ from pathlib import Path
 from textual.app import App, ComposeResult
 from textual.widgets import Static
 
+from homelab.engine.options import plan_options
 from homelab.gguf.header import GgufModel, TensorInfo
 from homelab.gguf.model_file import read_model
 from homelab.gpu.probe import probe
 from homelab.plan.budget import device_budget
-from homelab.plan.options import PlanOptions
 from homelab.plan.pipeline import plan_model
 from homelab.plan.workload import CHAT
 from homelab.ui.widgets.card import CardPanel
@@ -42,7 +42,7 @@ def test_card_panel_shows_each_cards_layers(tmp_path: Path) -> None:
     tensors.append(TensorInfo("output.weight", (1,), 0, "F32", 0, 1000 * MiB))
     model = GgufModel((dataclasses.replace(header, tensors=tuple(tensors)),))
     report = probe(snapshot=SNAPSHOT, window_s=0)
-    plan = plan_model(model, "m.gguf", report, PlanOptions(workload=CHAT))
+    plan = plan_model(model, "m.gguf", report, plan_options(workload=CHAT))
     small, big = plan.devices
     budgets = [device_budget(report, d.index) for d in report.devices]
     shown: list[str] = []

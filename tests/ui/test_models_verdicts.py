@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from homelab.engine.options import plan_options
 from homelab.gpu.probe import probe
 from homelab.hub.preset_fit import fit_preset_from_facts
 from homelab.hub.presets import load_presets
-from homelab.plan.options import PlanOptions
 from homelab.ui.app import make_app
 from homelab.ui.catalog import FROM_PRESET, FROM_PRESET_LEGEND
 from homelab.ui.widgets.models import ModelsMenu
@@ -26,7 +26,7 @@ def test_offline_the_presets_are_judged_from_their_facts_and_marked(
     presets = [p for p in load_presets() if p.engine == "llama.cpp"]
     report = probe(snapshot=CARD, window_s=0)
     expected = {
-        f"preset:{p.key}": fit_preset_from_facts(p, report, PlanOptions()).fit for p in presets
+        f"preset:{p.key}": fit_preset_from_facts(p, report, plan_options()).fit for p in presets
     }
 
     async def drive() -> None:
@@ -68,7 +68,7 @@ def test_a_model_that_does_not_fit_says_short_by_how_much() -> None:
     huge = QuantSizes(file_bytes=40 * 1024**3, embedding_bytes=10**9, output_bytes=30 * 1024**3)
     facts = dataclasses.replace(preset.facts, quants={preset.quant: huge})
     report = probe(snapshot=CARD, window_s=0)
-    fit = judge(stand_in(facts, preset.quant, "huge"), "huge", report, PlanOptions())
+    fit = judge(stand_in(facts, preset.quant, "huge"), "huge", report, plan_options())
     assert fit.verdict == "does_not_fit" and fit.short_by is not None and fit.short_by > 0
     judged = judgement_of_fit(fit)
     assert judged.text.startswith("does not fit: short by ") and judged.text.endswith("GiB")

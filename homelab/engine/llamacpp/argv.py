@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from homelab.engine.kinds import DEFAULT_PORT
 from homelab.plan.planner import Plan
 from homelab.units import MiB
-
-DEFAULT_PORT = 8080
 
 
 def fit_target_mib(plan: Plan) -> int:

@@ -10,7 +10,7 @@ the cache shrinks and the engine serves on. So with a limit, the plan passes a s
 limit leaves room for: half of what is left of the limit after the plan's load in the
 engine's address space (:func:`host_load`) and the engine's own address space beyond its
 buffers, or 0 (off) when that is too little to be worth a cache. Without a limit llama-server's default stands.
-A size the person set (``PlanOptions.cache_ram``) is passed as it is, and said so.
+A size the person set (``EngineOptions.cache_ram``) is passed as it is, and said so.
 """
 
 from __future__ import annotations
@@ -69,9 +69,9 @@ def with_cache_ram(plan: Plan, memory_limit: int | None) -> Plan:
 def sized_cache_ram(plan: Plan, options: PlanOptions) -> tuple[Plan, int | None]:
     """``plan`` with the working of its ``--cache-ram``, and that MiB (None: not passed, the
     engine's default): the person's setting when given, else sized under the limit."""
-    asked = options.cache_ram
+    asked = options.engine.cache_ram
     if asked is None:
-        limit = options.engine_memory_limit
+        limit = options.engine.memory_limit
         return with_cache_ram(plan, limit), cache_ram_mib(plan, limit)
     mib = asked // MiB
     said = f"{mib:,} MiB" if mib else "off"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
+from homelab.engine.kinds import DEFAULT_PORT
 from homelab.engine.supervision.facts import PlanFacts
 from homelab.engine.supervision.failure import EngineFailure
 from homelab.engine.supervision.ports import LOOPBACK
@@ -90,7 +91,7 @@ class EngineSpec:
     """The engine's command line (``--host``/``--port`` are set by the supervisor)."""
     model: str
     host: str = LOOPBACK
-    port: int = 8080
+    port: int = DEFAULT_PORT
     port_pinned: bool = False
     """True when the user chose the port: a taken port is an error, not a move."""
     detached: bool = False

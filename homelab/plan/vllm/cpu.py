@@ -43,7 +43,7 @@ def vllm_cpu_plan(
     *,
     hf_cache_dir: Path | None = None,
 ) -> VllmPlan:
-    """The CPU-backend plan: pool from ``options.kv_cache_memory`` or the RAM budget.
+    """The CPU-backend plan: pool from ``options.engine.kv_cache_memory`` or the RAM budget.
 
     Raises:
         DoesNotFitError: the weights leave no RAM for a pool, or vLLM would refuse the
@@ -52,22 +52,23 @@ def vllm_cpu_plan(
     """
     model = load_model_config(str(model_ref), cache_dir=hf_cache_dir)
     budget = device_budget(report, None)
-    workload = options.workload or AGENT
+    w = options.workload
+    workload = w.per_slot or AGENT
     warnings = list(model.notes) + list(budget.notes)
     batched = BATCHED_TOKENS
-    if options.slots is not None and options.slots > batched:
+    if w.slots is not None and w.slots > batched:
         raise UsageError(
-            f"{options.slots} slots is more than the {batched} tokens vLLM batches at once; vLLM refuses that",
+            f"{w.slots} slots is more than the {batched} tokens vLLM batches at once; vLLM refuses that",
             hint="Use fewer slots.",
         )
     block = DEFAULT_BLOCK_SIZE if model.mla is not None else CPU_BLOCK_SIZE
     layout = kv_layout(model, options.type_k, batched, block_size=block)
     room = budget.usable - model.weights.total - CPU_RUNTIME_BYTES
     model_max = model.max_model_len or FALLBACK_MODEL_LEN
-    wanted = min(options.ctx or workload.tokens_per_slot, model_max)
-    slots = options.slots or 1
-    if options.kv_cache_memory is not None:
-        pool = options.kv_cache_memory
+    wanted = min(w.ctx or workload.tokens_per_slot, model_max)
+    slots = w.slots or 1
+    if options.engine.kv_cache_memory is not None:
+        pool = options.engine.kv_cache_memory
         if pool > room:
             warnings.append(
                 f"The KV cache memory asked for ({format_bytes(pool)}) is more than the "
@@ -83,14 +84,14 @@ def vllm_cpu_plan(
         need = layout.request_bytes(wanted) * slots + layout.bytes_per_block
         pool = min(need, room // layout.bytes_per_block * layout.bytes_per_block)
     where = f"the KV pool of {format_bytes(pool)} in system RAM"
-    ask = LengthAsk(model, workload, layout, options.ctx, model_max, wanted, options.force)
+    ask = LengthAsk(model, workload, layout, w.ctx, model_max, wanted, options.serve.force)
     chosen = choose_len(ask, pool, pool, where, warnings)
-    if options.ctx is None and chosen < wanted:
+    if w.ctx is None and chosen < wanted:
         warnings.append(
             f"The {workload.name} workload wants {wanted:,} tokens per request; {chosen:,} fit in the "
             f"KV pool the RAM leaves ({format_bytes(pool)})."
         )
-    seqs = options.slots or most_in_pool(layout, pool, chosen, batched)
+    seqs = w.slots or most_in_pool(layout, pool, chosen, batched)
     plan = VllmPlan(
         model=model,
         model_ref=str(model.directory),

@@ -123,20 +123,19 @@ def plan_vllm(
     """The vLLM plan the options describe: context -> ``--max-model-len``, slots ->
     ``--max-num-seqs``, the cache type -> ``--kv-cache-dtype`` (see :func:`vllm_plan`);
     on a machine without an NVIDIA card, vLLM's CPU backend from the RAM budget
-    (:func:`homelab.plan.vllm.cpu.vllm_cpu_plan`).
+    (:func:`homelab.plan.vllm.cpu.vllm_cpu_plan`). ``options`` are built for the vLLM
+    engine (its default KV cache type applies where none is set).
 
     Raises:
         UsageError: K and V cache types differ (vLLM has one KV cache type), or see
             :func:`vllm_plan`.
     """
-    if options.engine != "vllm":
-        options = replace(options, engine="vllm")
     if options.type_k != options.type_v:
         raise UsageError(
             f"vLLM has one KV cache type, not K {options.type_k} and V {options.type_v}",
             hint="Use one cache type for both K and V.",
         )
-    gpus = options.gpus
+    gpus = options.card.gpus
     if pick_device(report, gpus[0] if gpus else None) is None:
         from homelab.plan.vllm.cpu import vllm_cpu_plan
 
@@ -144,13 +143,13 @@ def plan_vllm(
     return vllm_plan(
         model_ref,
         report,
-        kv_cache_memory=options.kv_cache_memory,
-        force=options.force,
-        max_model_len=options.ctx,
-        max_num_seqs=options.slots,
+        kv_cache_memory=options.engine.kv_cache_memory,
+        force=options.serve.force,
+        max_model_len=options.workload.ctx,
+        max_num_seqs=options.workload.slots,
         kv_cache_dtype=options.type_k,
-        workload=options.workload or AGENT,
-        device_indices=options.gpus,
+        workload=options.workload.per_slot or AGENT,
+        device_indices=gpus,
         hf_cache_dir=hf_cache_dir,
     )
 

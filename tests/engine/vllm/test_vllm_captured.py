@@ -13,6 +13,7 @@ import re
 import pytest
 from vllm_fixture_data import LOGS
 
+from homelab.engine.options import plan_options
 from homelab.engine.vllm.log import failure_error, is_ready, parse_vllm_log
 from homelab.engine.vllm.profile import diagnose_vllm
 from homelab.errors import DoesNotFitError
@@ -39,7 +40,7 @@ def _started_with(text: str) -> dict:
 
 
 def _options(args: dict) -> PlanOptions:
-    return PlanOptions(
+    return plan_options(
         engine="vllm",
         ctx=args["max_model_len"],
         slots=args.get("max_num_seqs"),
@@ -81,12 +82,16 @@ def test_the_captured_refusal_is_refused_before_boot_in_the_same_words(model_dir
 
 def test_forced_the_plan_keeps_the_length_vllm_refuses(model_dir) -> None:
     args = _started_with(_text(REFUSED))
-    options = PlanOptions(
+    options = plan_options(
         engine="vllm", ctx=args["max_model_len"], kv_cache_memory=args["kv_cache_memory_bytes"]
     )
     from dataclasses import replace
 
-    plan = plan_vllm(model_dir("homelab__tiny-llama"), NO_GPU, replace(options, force=True))
+    plan = plan_vllm(
+        model_dir("homelab__tiny-llama"),
+        NO_GPU,
+        replace(options, serve=replace(options.serve, force=True)),
+    )
     assert plan.max_model_len == args["max_model_len"]
     assert any("forced" in w for w in plan.warnings)
 

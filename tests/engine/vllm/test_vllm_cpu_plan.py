@@ -11,6 +11,7 @@ from vllm_fixture_data import LOGS
 
 from homelab.cli import main
 from homelab.engine.kinds import engine_kind, logged_kv_tokens
+from homelab.engine.options import plan_options
 from homelab.engine.supervision.facts import PlanFacts
 from homelab.engine.vllm.argv import vllm_argv
 from homelab.errors import DoesNotFitError, UsageError
@@ -27,7 +28,7 @@ CPU_OK = LOGS / "vllm-0.32.0_captured-cpu_tiny-llama_startup-ok.log"
 
 
 def _vllm(**kw) -> PlanOptions:
-    return PlanOptions(engine="vllm", **kw)
+    return plan_options(engine="vllm", **kw)
 
 
 def test_without_a_card_the_plan_is_for_the_cpu_backend_with_its_pool_passed(model_dir) -> None:
@@ -105,7 +106,7 @@ def test_a_bad_kv_cache_memory_is_a_usage_error(model_dir, capsys) -> None:
     )
     assert code == 2 and "not a size" in capsys.readouterr().err
     with pytest.raises(UsageError):
-        PlanOptions(engine="vllm", kv_cache_memory=0)
+        plan_options(engine="vllm", kv_cache_memory=0)
 
 
 def test_the_gate_gets_vllms_logged_pool_not_the_plans_guess() -> None:

@@ -8,10 +8,10 @@ import math
 import pytest
 from vllm_fixture_data import CONFIGS, GPU, weights_total
 
+from homelab.engine.options import plan_options
 from homelab.engine.vllm.argv import vllm_argv
 from homelab.errors import DoesNotFitError, UsageError
 from homelab.gpu.probe import probe
-from homelab.plan.options import PlanOptions
 from homelab.plan.vllm.plan import plan_vllm, vllm_plan
 from homelab.plan.working import render_steps
 from homelab.plan.workload import CHAT
@@ -43,7 +43,7 @@ def test_two_equal_cards_split_weights_and_kv_heads(model_dir) -> None:
 def test_unequal_cards_are_refused_with_the_reason(model_dir) -> None:
     report = probe(snapshot=GPU / "constructed_mixed_24_12_display_small.json", window_s=0)
     with pytest.raises(UsageError, match="equal slice") as caught:
-        plan_vllm(model_dir(QWEN), report, PlanOptions(engine="vllm", gpu=(0, 1)))
+        plan_vllm(model_dir(QWEN), report, plan_options(engine="vllm", gpu=(0, 1)))
     assert "RTX 3060" in caught.value.message and "llama.cpp" in (caught.value.hint or "")
 
 

@@ -1,0 +1,72 @@
+"""Only the engine kind tells engines apart: no engine name is compared anywhere else.
+
+Code that must behave differently per engine asks its :class:`~homelab.engine.kinds.EngineKind`
+(a capability or a default); a ``== "vllm"`` elsewhere is a second place that knows.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import homelab
+from homelab.engine.kinds import KINDS
+
+ROOT = Path(homelab.__file__).parent
+OWNER = ROOT / "engine" / "kinds.py"
+NOT_YET = {
+    # H1 removes these (the serve workflow and `homelab plan` ask the kind once they plan
+    # through the application layer); the lead empties this set at merge.
+    "cli/plan_cmd.py",
+    "serve/heal.py",
+    "serve/restart_into.py",
+}
+
+
+def _literals(node: ast.expr) -> set[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return {text for element in node.elts for text in _literals(element)}
+    return set()
+
+
+def name_compares(source: str) -> list[int]:
+    """The lines where ``source`` compares (``==``, ``!=``, ``in``, ``match``) an engine name."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(_literals(operand) & KINDS.keys() for operand in operands):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.MatchValue) and _literals(node.value) & KINDS.keys():
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_finder_sees_each_way_of_comparing_a_name() -> None:
+    source = (
+        'a = kind == "vllm"\n'
+        'b = "llama.cpp" != kind\n'
+        'c = kind in ("vllm", "other")\n'
+        'match kind:\n    case "vllm":\n        pass\n'
+        'd = kind == "llama-server"\n'
+    )
+    assert name_compares(source) == [1, 2, 3, 5]
+
+
+def test_no_engine_name_is_compared_outside_the_engine_kind() -> None:
+    found = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        where = path.relative_to(ROOT).as_posix()
+        if path == OWNER or where in NOT_YET:
+            continue
+        if lines := name_compares(path.read_text(encoding="utf-8")):
+            found[where] = lines
+    assert found == {}, "ask the engine kind (homelab/engine/kinds.py) instead"
+
+
+def test_each_file_still_allowed_still_compares_a_name() -> None:
+    """The allowance shrinks with the work: a file that no longer compares leaves the set."""
+    stale = [where for where in sorted(NOT_YET) if not name_compares((ROOT / where).read_text())]
+    assert stale == []

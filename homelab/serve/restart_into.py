@@ -91,8 +91,8 @@ def why_not_in_place(session: ServeSession) -> str | None:
         return "no engine of this session runs"
     if session.adopted is not None or session.plan is None:
         return "the engine was adopted (homelab did not plan it)"
-    if session.plan.kind != "llama.cpp":
-        return f"{session.plan.kind} restarts by stopping and starting"
+    if not session.kind.restarts_in_place:
+        return f"{session.kind.name} restarts by stopping and starting"
     return None
 
 
@@ -112,27 +112,22 @@ def replan(
             restarted engine did not come up (the supervisor's explained failure).
         HomelabError: the new plan failed (nothing was stopped).
     """
-    from homelab.plan.card import card_for
-
     reason = why_not_in_place(session)
     if reason is not None:
         raise EngineError(f"cannot restart the engine into a new plan here: {reason}")
     supervisor, old = session.supervisor, session.plan
     assert supervisor is not None and old is not None
-    card = report if report is not None else card_for(options)
-    new = session.kind.plan(
-        old.model_path, card, options, default_workload=session._default_workload
-    )
+    new = session.prepare(options, report).plan
     old_pid, attempt = supervisor.pid, supervisor.events[-1].attempt
     if session.healer is not None:  # a later heal shrinks from this plan and these options
         session.healer.plan, session.healer.options = new, options
-    session._emit(ev.Replanning(why, old, new, old_pid))
+    session.emit(ev.Replanning(why, old, new, old_pid))
     restarted = restart_into(session, supervisor, new, now=True)
     ready = supervisor.wait_ready(ready_timeout_s, after=attempt)
     measured = session.kind.measure(new, supervisor.attempt_lines(), restarted.argv[0])
     if measured is not None:
-        session._emit(ev.Actuals(measured))
-    session._emit(ev.Replanned(why, new, restarted.argv, old_pid, ready.pid, ready.url or ""))
+        session.emit(ev.Actuals(measured))
+    session.emit(ev.Replanned(why, new, restarted.argv, old_pid, ready.pid, ready.url or ""))
     return Replan(new, restarted, old_pid, ready.pid)
 
 

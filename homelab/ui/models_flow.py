@@ -167,7 +167,8 @@ class ModelsFlow:
                 path = backend.preset_model_path(entry.preset)
             if path is not None:
                 default = entry.preset.workload if entry.preset is not None else None
-                plan = backend.plan(self._header(path), str(path), report, options, default)
+                prepared = backend.prepare(str(path), report, options, default)
+                plan, argv = prepared.plan.plan, list(prepared.argv)
             else:
                 fit = backend.judge_preset(entry.preset, report, options).fit
                 if fit.plan is None:
@@ -177,7 +178,7 @@ class ModelsFlow:
                         hint="Download it first (`homelab pull`), or check the network.",
                     )
                 plan = fit.plan
-            argv = backend.argv_for(plan, self.port or backend.DEFAULT_PORT)
+                argv = backend.argv_for(plan, self.port or backend.DEFAULT_PORT)
             measured = () if path is None else backend_measure.measured(plan, self._header(path))
         except HomelabError as error:
             self.post_message(PlanFailed(entry.key, error))

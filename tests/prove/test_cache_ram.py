@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from homelab.engine.kinds import engine_kind
-from homelab.engine.llamacpp.cache_ram import (
+from homelab.errors import UsageError
+from homelab.plan.cache_ram import (
     ADDRESS_OVERHEAD,
     MIN_CACHE_MIB,
     cache_ram_mib,
     host_load,
 )
-from homelab.errors import UsageError
 from homelab.plan.calibration_miss import predicted_bytes
 from homelab.plan.options import PlanOptions
 from homelab.plan.working import render_steps

@@ -6,7 +6,6 @@ import argparse
 import shlex
 
 from homelab.cli.common import add_gpu_options, parse_gpus, print_json
-from homelab.cli.serve_prove import add_memory_limit_argument, cache_ram_of, memory_limit_of
 from homelab.cli.vllm_cmd import add_engine_option, vllm_options_from_args
 from homelab.errors import ExitCode, UsageError
 from homelab.units import format_bytes, parse_size
@@ -74,6 +73,41 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     add_memory_limit_argument(parser)
 
 
+def add_memory_limit_argument(parser: argparse.ArgumentParser) -> None:
+    """``--engine-memory-limit SIZE`` (every command that plans: a miss is kept per limit)
+    and ``--cache-ram SIZE`` (the prompt cache a limit leaves room for, or the person's)."""
+    parser.add_argument(
+        "--engine-memory-limit",
+        metavar="SIZE",
+        help="cap the engine's memory (address space), e.g. 12GiB, so it cannot swap the "
+        "desktop; an allocation past it fails in the engine and serve heals to a smaller plan",
+    )
+
+    parser.add_argument(
+        "--cache-ram",
+        metavar="SIZE",
+        help="llama-server's host-RAM prompt cache, e.g. 2GiB, 0 for off (default: sized "
+        "under --engine-memory-limit when one is set, else llama-server's 8 GiB)",
+    )
+
+
+def _size_of(args: argparse.Namespace, name: str) -> int | None:
+    """The size option ``name`` (``--engine-memory-limit``, ``--cache-ram``) in bytes; None
+    when not given.
+
+    Raises:
+        UsageError: it is not a size.
+    """
+    text = getattr(args, name, None)
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        flag = "--" + name.replace("_", "-")
+        raise UsageError(f"{flag}: {error}") from None
+
+
 def add_rpc_argument(parser: argparse.ArgumentParser) -> None:
     """``--rpc HOST:PORT[,...]``: llama.cpp RPC workers to plan (and serve) over."""
     parser.add_argument(
@@ -139,8 +173,8 @@ def options_from_args(args: argparse.Namespace):
         sample_seconds=args.sample_seconds,
         engine=getattr(args, "engine", "llama.cpp"),
         port=args.port,
-        engine_memory_limit=memory_limit_of(args),
-        cache_ram=cache_ram_of(args),
+        engine_memory_limit=_size_of(args, "engine_memory_limit"),
+        cache_ram=_size_of(args, "cache_ram"),
         **vllm_options_from_args(args),
         rpc=(args.rpc,) if getattr(args, "rpc", None) else (),
     )

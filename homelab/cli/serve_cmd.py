@@ -169,7 +169,8 @@ GATE_FLAGS = ("host", "max-concurrent", "budget", "queue-timeout")
 def run_serve(args: argparse.Namespace) -> int:
     """``homelab serve``: a serve session, its events rendered as text."""
     from homelab.cli.plan_cmd import options_from_args
-    from homelab.serve.session import ServeRequest, ServeSession
+    from homelab.serve.request import ServeRequest
+    from homelab.serve.session import ServeSession
 
     if args.dry_run:
         return _dry_run(args)

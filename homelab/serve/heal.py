@@ -6,8 +6,8 @@ A :class:`Healer` watches one serve session's llama-server from before its first
   time** (a crash whose log says out-of-memory, or a serving engine that logs a request's
   failed allocation, ``decode() failed: std::bad_alloc``, and lives on), it re-plans with
   fewer slots (halved, each keeping its context), then less context per slot (halved),
-  through the one planning path (the engine kind's ``plan``, the options' ``slots``/``ctx``
-  set), and hands the smaller command line to the supervisor, which restarts into it
+  through the one planning pass (:meth:`~homelab.serve.session_view.SessionView.prepare`, the options'
+  ``slots``/``ctx`` set), and hands the smaller command line to the supervisor, which restarts into it
   (:meth:`~homelab.engine.supervision.supervisor.Supervisor.respec`; a live engine's
   restart is asked for, not a crash, so heal steps never make a crash loop);
 - the prompt cache's failed copy is said (``PromptCacheOff``), not healed (it serves on);
@@ -20,7 +20,8 @@ A :class:`Healer` watches one serve session's llama-server from before its first
   plan of that model on that card starts there.
 
 It says what happened and what changed as ``Healing``/``Healed``/``Proving``/``Proved``
-session events. Only llama.cpp plans are healed (an adopted engine has no plan here).
+session events. Only a kind that reads its out-of-memory lines (``EngineKind.oom``) is
+healed; an adopted engine has no plan here.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from homelab.engine.supervision.supervisor import Supervisor
     from homelab.plan.calibration_miss import Setting
     from homelab.serve.prove import ProofResult
-    from homelab.serve.session import ServeSession
+    from homelab.serve.session_view import SessionView
 
 MAX_STEPS = 4
 """Smaller plans tried after an out-of-memory before giving up (below the crash-loop limit)."""
@@ -70,7 +71,7 @@ def smaller(setting: Setting) -> tuple[int, int] | None:
     return 1, per_slot
 
 
-def wants_proof(session: ServeSession) -> bool:
+def wants_proof(session: SessionView) -> bool:
     """The proof setting, or its default: on for a plan on a real card, off for a CPU plan
     (and for a synthetic or recorded card: there is no card memory to watch)."""
     options, plan = session.request.options, session.plan
@@ -80,7 +81,7 @@ def wants_proof(session: ServeSession) -> bool:
     return real_card and plan is not None and bool(getattr(plan.plan, "on_gpu", False))
 
 
-def attach_healer(session: ServeSession, supervisor: Supervisor) -> Healer | None:
+def attach_healer(session: SessionView, supervisor: Supervisor) -> Healer | None:
     """A healer for ``supervisor`` when the session planned an engine of a kind that heals
     (one whose out-of-memory lines it reads); else None."""
     plan, oom = session.plan, session.kind.oom
@@ -93,7 +94,7 @@ class Healer:
     """Proves and heals one session's engine (see the module docstring)."""
 
     def __init__(
-        self, session: ServeSession, supervisor: Supervisor, plan: ServePlan, oom: OomReading
+        self, session: SessionView, supervisor: Supervisor, plan: ServePlan, oom: OomReading
     ) -> None:
         self.session = session
         self.supervisor = supervisor
@@ -172,7 +173,6 @@ class Healer:
             if attempt in self._healed_attempts:
                 return ALREADY
             from homelab.plan.calibration_miss import setting_of
-            from homelab.serve.restart_into import restart_into
 
             self._healed_attempts.add(attempt)
             was = setting_of(self.plan.plan)
@@ -192,9 +192,7 @@ class Healer:
             # The gate in front takes the healed plan's budget and ceiling now, before the
             # smaller engine is back (at load and in the proof it starts later, from the
             # healed spec's facts).
-            argv = restart_into(
-                self.session, self.supervisor, nxt, now=False, retarget=stage == "run"
-            ).argv
+            argv = self.session.restart_into(nxt, now=False, retarget=stage == "run").argv
             self.plan = nxt
             now = setting_of(nxt.plan)
             self.session.emit(ev.Healing(stage, said, was, now, step, MAX_STEPS, argv))

@@ -20,20 +20,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from homelab.engine.kinds import KINDS, EngineKind, ServePlan, engine_kind
-from homelab.engine.supervision.facts import Asked
 from homelab.engine.supervision.ownership import Running, decide, running, stop_engine, stop_found
 from homelab.engine.supervision.ports import LOOPBACK, choose_port
 from homelab.engine.supervision.record import EngineRecord
 from homelab.engine.supervision.state_file import StateFile
 from homelab.engine.supervision.states import EngineSpec, RestartPolicy, State
 from homelab.engine.supervision.supervisor import Supervisor
-from homelab.errors import HomelabError, UsageError
-from homelab.gate.config_file import GateChoices
+from homelab.errors import HomelabError
 from homelab.gpu.report import GpuReport
 from homelab.plan.options import PlanOptions
 from homelab.plan.workload import Workload
@@ -43,51 +41,8 @@ from homelab.serve.gate import SessionGate, stop_recorded_gate, wait_port_freed
 from homelab.serve.heal import Healer, attach_healer, ended_error
 from homelab.serve.model_ref import resolve_model
 from homelab.serve.prepare import Prepared, prepare
-
-
-@dataclass(frozen=True, slots=True)
-class ServeRequest:
-    """What to serve and how."""
-
-    model: str
-    """A .gguf path, a preset name or a Hub reference (llama.cpp); a folder or repo (vLLM)."""
-    options: PlanOptions
-    detach: bool = False
-    """Leave the engine running when the session ends."""
-    replace: bool = False
-    """Stop a running engine first instead of adopting it or refusing."""
-    start_timeout_s: float = 600.0
-    hold: bool = False
-    """With ``detach``: spawn detached but keep supervising once ready (a TUI); the
-    front-end ends with :meth:`ServeSession.let_go` (leave it) or ``stop(let_go=False)``."""
-    default_workload: Workload | None = None
-    """The workload when none is asked for (a preset's hint, when the model is its path)."""
-    report: GpuReport | None = None
-    """Plan on this look at the card (a front-end that follows the card's telemetry);
-    None: read the card as ``options`` say."""
-    gate: GateChoices | None = None
-    """Put the admission gate on the public port (these settings over gate.toml); None:
-    serve the engine directly on it."""
-    prepared: Prepared | None = None
-    """Start this plan of ``model`` (a front-end that showed it); None: the session
-    prepares ``model`` once, after pulling it."""
-
-    def __post_init__(self) -> None:
-        if not self.start_timeout_s > 0:
-            raise UsageError("The start timeout must be positive.")
-
-    def asked(self) -> Asked:
-        """The settings the person set explicitly (they must hold for an adoption)."""
-        o = self.options
-        return Asked(
-            ctx=o.ctx,
-            slots=o.slots,
-            cache_type_k=None if o.cache_type_k is None else o.type_k,
-            cache_type_v=None if o.cache_type_v is None else o.type_v,
-            unified=True if o.unified else None,
-            port=o.port,
-            engine=o.engine,
-        )
+from homelab.serve.request import ServeRequest
+from homelab.serve.session_view import Restarted
 
 
 class ServeSession:
@@ -143,6 +98,24 @@ class ServeSession:
         assert self.plan is not None, "only a planned engine is planned again"
         model = self.plan.model_path
         return prepare(model, report, options, default_workload=self.default_workload)
+
+    def restart_into(self, plan: ServePlan, *, now: bool, retarget: bool = True) -> Restarted:
+        """Hand ``plan`` to the supervisor (the engine's port and program kept); the session's
+        plan follows.
+
+        ``now``: end the running engine at once so the supervisor restarts into the plan (else
+        from its next restart on, e.g. after a crash). ``retarget``: give the gate the plan's
+        limits now (a gate that starts later takes them from the spec's facts).
+        """
+        supervisor = self._need()
+        spec = supervisor.spec
+        argv = tuple(self.kind.argv(plan, spec.port, spec.argv[0]))
+        supervisor.respec(replace(spec, argv=argv, facts=plan.facts), restart=now)
+        self.plan = plan
+        gate = None
+        if retarget and self.gate is not None:
+            gate = self.gate.retarget(plan.facts)
+        return Restarted(argv, gate)
 
     # -- the steps ---------------------------------------------------------------------------
 

@@ -249,7 +249,8 @@ def serve_session(
     for the next ``homelab`` to adopt. Its events go to ``on_event`` on a thread of its own.
     """
     from homelab.gate.config_file import GateChoices
-    from homelab.serve.session import ServeRequest, ServeSession
+    from homelab.serve.request import ServeRequest
+    from homelab.serve.session import ServeSession
 
     request = ServeRequest(
         model,

@@ -1,11 +1,12 @@
-"""Prepare a serve: one model planned on one card, once, for every front-end.
+"""Prepare a serve: one model planned on one card, once, the same for every front-end.
 
 ``homelab plan`` renders a :class:`Prepared`, ``homelab serve --dry-run`` prints the same,
-``homelab serve`` and the TUI start the session from it, and the TUI's preview is one.
-:func:`prepare` is the one planning pass, through the engine kind
-(:meth:`~homelab.engine.kinds.EngineKind.plan`): the card, the budget, the stored misses and
-calibration of the engine build found here, the RPC workers the options name, the prompt
-cache under an engine memory limit, the plan and its working, then the command line.
+the TUI's preview is one, and the serve session prepares the model it serves (after pulling
+it) and its heal and re-plan prepare again with new options. :func:`prepare` is the one
+planning pass, through the engine kind (:meth:`~homelab.engine.kinds.EngineKind.plan`): the
+card, the budget, the stored misses and calibration of the engine build found here, the RPC
+workers the options name, the prompt cache under an engine memory limit, the plan and its
+working, then the command line.
 """
 
 from __future__ import annotations
@@ -26,15 +27,8 @@ class Prepared:
     plan: ServePlan
     """The engine's plan, its facts and environment."""
     argv: tuple[str, ...]
-    """The engine's command line as shown, with the program's name (the session starts
-    the binary it finds, with the same flags)."""
-    port: int
-    """The port in ``argv``: the one asked, else the engine's default."""
-    report: GpuReport
-    """The look at the card the plan was made on."""
-    options: PlanOptions
-    default_workload: Workload | None = None
-    """The workload used when the options ask for none (a preset's hint)."""
+    """The engine's command line as shown (the port asked, else the engine's default), with
+    the program's name: the session starts the binary it finds with the same flags."""
 
 
 def prepare(
@@ -56,12 +50,4 @@ def prepare(
     card = card_for(options) if report is None else report
     plan = kind.plan(model, card, options, default_workload=default_workload)
     port = kind.default_port if options.port is None else options.port
-    argv = tuple(kind.argv(plan, port, None))
-    return Prepared(kind, plan, argv, port, card, options, default_workload)
-
-
-def prepare_again(prepared: Prepared, report: GpuReport, options: PlanOptions) -> Prepared:
-    """``prepared``'s model planned anew on ``report`` with ``options`` (a heal, a re-plan)."""
-    return prepare(
-        prepared.plan.model_path, report, options, default_workload=prepared.default_workload
-    )
+    return Prepared(kind, plan, tuple(kind.argv(plan, port, None)))

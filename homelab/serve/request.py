@@ -10,7 +10,6 @@ from homelab.gate.config_file import GateChoices
 from homelab.gpu.report import GpuReport
 from homelab.plan.options import PlanOptions
 from homelab.plan.workload import Workload
-from homelab.serve.prepare import Prepared
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,9 +35,6 @@ class ServeRequest:
     gate: GateChoices | None = None
     """Put the admission gate on the public port (these settings over gate.toml); None:
     serve the engine directly on it."""
-    prepared: Prepared | None = None
-    """Start this plan of ``model`` (a front-end that showed it); None: the session
-    prepares ``model`` once, after pulling it."""
 
     def __post_init__(self) -> None:
         if not self.start_timeout_s > 0:

@@ -149,10 +149,6 @@ class ServeSession:
 
     def _resolve(self) -> str:
         """The model to serve, pulled into the HF cache when the kind pulls and it is not local."""
-        prepared = self.request.prepared
-        if prepared is not None:
-            self.default_workload = prepared.default_workload
-            return prepared.plan.model_path
         if not self.kind.pulls:
             return self.request.model
         path, workload = resolve_model(self.request.model, self.kind, self.emit)
@@ -176,10 +172,8 @@ class ServeSession:
         else:
             choice = choose_port(LOOPBACK, wanted, pinned=pinned)
             note = choice.note()
-        prepared = self.request.prepared or prepare(
-            model, self.request.report, options, default_workload=self.default_workload
-        )
-        plan = self.plan = prepared.plan
+        report, workload = self.request.report, self.default_workload
+        plan = self.plan = prepare(model, report, options, default_workload=workload).plan
         argv = kind.argv(plan, choice.port, executable)
         self.emit(ev.Planned(plan, tuple(argv), note))
         spec = EngineSpec(

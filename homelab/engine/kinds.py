@@ -344,11 +344,12 @@ def _read_gguf(model: str) -> tuple[Any, str, tuple[str, ...]]:
     a local file as written, or a Hub reference read remotely, nothing downloaded."""
     from homelab.gguf.local_path import local_or_ref
     from homelab.gguf.model_file import read_model
-    from homelab.hub.model_ref import resolve_model_ref
 
     local = local_or_ref(model)
     if local is not None:
         return read_model(local), model, ()
+    from homelab.hub.model_ref import resolve_model_ref  # the Hub only for a Hub reference
+
     resolved = resolve_model_ref(model)
     fetch = () if resolved.is_downloaded else _hf_args(resolved)
     return resolved.model, resolved.display, fetch

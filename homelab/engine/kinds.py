@@ -2,8 +2,9 @@
 
 Everything that differs between engines is asked of its :class:`EngineKind` (found by
 its one name with :func:`engine_kind`): how to plan a model on a card, the command line
-from that plan, the supervisor's readiness profile, how to read its log, the client for
-its live status. No front-end tells engines apart by comparing strings or sniffing flags
+from that plan, the supervisor's readiness profile, how to read its log (and its
+out-of-memory lines, for the heal), whether it restarts into a new plan in place, the
+client for its live status. No front-end tells engines apart by comparing strings or sniffing flags
 back out of a command line; the plan's facts (:class:`~homelab.engine.supervision.facts.PlanFacts`)
 say what a running engine holds.
 """

@@ -79,7 +79,7 @@ def plan_case(model_path: Path, case: Case, env: dict[str, str]) -> tuple[Any, l
     """The plan ``homelab plan MODEL FLAGS`` makes, in this process, with ``env``'s homelab
     settings (its folders, its llama-server)."""
     from homelab.cli import build_parser
-    from homelab.cli.plan_cmd import plan_from_args
+    from homelab.cli.plan_cmd import prepared_from_args
 
     for key, value in env.items():
         if key.startswith("HOMELAB_"):
@@ -87,7 +87,8 @@ def plan_case(model_path: Path, case: Case, env: dict[str, str]) -> tuple[Any, l
     args = build_parser().parse_args(
         ["plan", str(model_path), *case.serve_flags(), "--sample-seconds", "0.5"]
     )
-    return plan_from_args(args)
+    prepared = prepared_from_args(args)
+    return prepared.plan.plan, list(prepared.argv)
 
 
 class Serve:

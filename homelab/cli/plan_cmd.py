@@ -6,9 +6,7 @@ import argparse
 import shlex
 
 from homelab.cli.common import add_gpu_options, parse_gpus, print_json
-from homelab.cli.serve_prove import add_memory_limit_argument, cache_ram_of, memory_limit_of
 from homelab.cli.vllm_cmd import add_engine_option, vllm_options_from_args
-from homelab.engine.kinds import DEFAULT_PORT
 from homelab.errors import ExitCode, UsageError
 from homelab.units import format_bytes, parse_size
 
@@ -68,11 +66,46 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--port",
         type=_whole(1, 65535),
-        default=DEFAULT_PORT,
-        help=f"port for the argv (default {DEFAULT_PORT})",
+        default=None,
+        help="port for the argv (default: the engine's, 8080 for llama-server)",
     )
     add_gpu_options(parser)
     add_memory_limit_argument(parser)
+
+
+def add_memory_limit_argument(parser: argparse.ArgumentParser) -> None:
+    """``--engine-memory-limit SIZE`` (every command that plans: a miss is kept per limit)
+    and ``--cache-ram SIZE`` (the prompt cache a limit leaves room for, or the person's)."""
+    parser.add_argument(
+        "--engine-memory-limit",
+        metavar="SIZE",
+        help="cap the engine's memory (address space), e.g. 12GiB, so it cannot swap the "
+        "desktop; an allocation past it fails in the engine and serve heals to a smaller plan",
+    )
+
+    parser.add_argument(
+        "--cache-ram",
+        metavar="SIZE",
+        help="llama-server's host-RAM prompt cache, e.g. 2GiB, 0 for off (default: sized "
+        "under --engine-memory-limit when one is set, else llama-server's 8 GiB)",
+    )
+
+
+def _size_of(args: argparse.Namespace, name: str) -> int | None:
+    """The size option ``name`` (``--engine-memory-limit``, ``--cache-ram``) in bytes; None
+    when not given.
+
+    Raises:
+        UsageError: it is not a size.
+    """
+    text = getattr(args, name, None)
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        flag = "--" + name.replace("_", "-")
+        raise UsageError(f"{flag}: {error}") from None
 
 
 def add_rpc_argument(parser: argparse.ArgumentParser) -> None:
@@ -140,69 +173,44 @@ def options_from_args(args: argparse.Namespace):
         sample_seconds=args.sample_seconds,
         engine=getattr(args, "engine", DEFAULT_ENGINE),
         port=args.port,
-        engine_memory_limit=memory_limit_of(args),
-        cache_ram=cache_ram_of(args),
+        engine_memory_limit=_size_of(args, "engine_memory_limit"),
+        cache_ram=_size_of(args, "cache_ram"),
         **vllm_options_from_args(args),
         rpc=(args.rpc,) if getattr(args, "rpc", None) else (),
         prove=getattr(args, "prove", None),
     )
 
 
-def plan_from_args(args: argparse.Namespace, model=None, model_path: str | None = None):
-    """Read the model (unless given), probe the card and make the plan; returns (plan, argv)."""
-    plan, argv, _model = _plan_and_model(args, model, model_path)
-    return plan, argv
+def prepared_from_args(args: argparse.Namespace):
+    """The :class:`~homelab.serve.prepare.Prepared` plan of ``args.model`` as the shared plan
+    options describe (a Hub reference is planned from its header, nothing downloaded)."""
+    from homelab.serve.prepare import prepare
+
+    return prepare(args.model, None, options_from_args(args))
 
 
-def _plan_and_model(args: argparse.Namespace, model=None, model_path: str | None = None):
-    """:func:`plan_from_args` and the model header it planned."""
-    from homelab.engine.llamacpp.argv import llama_server_argv
+def plan_data(prepared) -> dict:
+    """The plan as ``--json`` prints it (sizes in bytes): the engine's plan, its working and
+    command line, and what a stored ``homelab bench`` measured of it."""
+    from homelab.cli.vllm_cmd import vllm_plan_dict
+    from homelab.plan.planner import Plan
+    from homelab.plan.serialize import plan_to_dict
+
+    plan, argv = prepared.plan.plan, list(prepared.argv)
+    if not isinstance(plan, Plan):
+        return vllm_plan_dict(plan, argv)
+    data = plan_to_dict(plan, argv)
+    if measured := _measured(prepared):
+        data["measured"] = measured
+    return data
+
+
+def _measured(prepared) -> list[str]:
+    """What a stored ``homelab bench`` measured of this plan (llama.cpp plans only)."""
     from homelab.engine.llamacpp.calibrate import current_engine_version
-    from homelab.engine.llamacpp.rpc_query import query_workers
-    from homelab.gguf.local_path import local_or_ref
-    from homelab.gguf.model_file import read_model
-    from homelab.plan.card import card_for
-    from homelab.plan.judge import judge
+    from homelab.measure.summary import measured_lines
 
-    options = options_from_args(args)
-    model_args = None
-    if model is None and (local := local_or_ref(args.model)) is not None:
-        model = read_model(local)
-    elif model is None:  # REPO:QUANT or REPO/FILE.gguf: headers read remotely, nothing downloaded
-        from homelab.hub.model_ref import resolve_model_ref
-
-        resolved = resolve_model_ref(args.model)
-        model, model_path = resolved.model, model_path or resolved.display
-        if not resolved.is_downloaded:
-            model_args = hf_model_args(resolved)
-    fit = judge(
-        model,
-        model_path or str(args.model),
-        card_for(options),
-        options,
-        engine_version=current_engine_version,
-        remote=query_workers(options.card.rpc) if options.card.rpc else (),
-    )
-    if fit.plan is None:  # does not fit / cannot be planned: that error is the command's
-        assert fit.error is not None  # the judge keeps the error of every verdict without a plan
-        raise fit.error
-    from homelab.engine.llamacpp.cache_ram import sized_cache_ram
-
-    plan, cache_ram = sized_cache_ram(fit.plan, options)  # serve's --cache-ram, and its working
-    port = args.port or DEFAULT_PORT
-    argv = llama_server_argv(plan, port=port, model_args=model_args, cache_ram_mib=cache_ram)
-    return plan, argv, model
-
-
-def hf_model_args(resolved) -> list[str]:
-    """How llama-server itself fetches a model not downloaded yet: ``-hf REPO:QUANT``
-    (into the same HF cache), or ``-hfr REPO -hff FILE`` when the file has no quant tag."""
-    ref = resolved.ref
-    choice = resolved.choice
-    if choice is not None and choice.tag:
-        return ["-hf", f"{ref.repo}:{choice.tag}"]
-    filename = choice.primary.path if choice is not None else ref.filename
-    return ["-hfr", str(ref.repo), "-hff", str(filename)]
+    return measured_lines(prepared.plan.plan, prepared.plan.model, current_engine_version)
 
 
 def print_plan(plan, argv: list[str]) -> None:
@@ -226,45 +234,25 @@ def print_plan(plan, argv: list[str]) -> None:
     print(shlex.join(argv))
 
 
-def exit_code(plan) -> int:
-    """0 when everything fits on the device, 3 otherwise (partial offload included)."""
-    return int(ExitCode.OK if plan.verdict == "fits" else ExitCode.DOES_NOT_FIT)
-
-
 def run(args: argparse.Namespace) -> int:
-    from homelab.plan.serialize import plan_to_dict
+    from homelab.cli.vllm_cmd import print_vllm_plan
+    from homelab.plan.planner import Plan
 
-    if options_from_args(args).engine.name == "vllm":
-        return _run_vllm(args)
-    from homelab.engine.llamacpp.calibrate import current_engine_version
-    from homelab.measure.summary import measured_lines
-
-    plan, argv, model = _plan_and_model(args)
-    measured = measured_lines(plan, model, current_engine_version)  # a stored `homelab bench`
+    prepared = prepared_from_args(args)
+    plan, argv = prepared.plan.plan, list(prepared.argv)
     if args.json:
-        data = plan_to_dict(plan, argv)
-        if measured:
-            data["measured"] = measured
-        print_json(data)
+        print_json(plan_data(prepared))
+    elif not isinstance(plan, Plan):
+        print_vllm_plan(plan, argv)
     else:
         print_plan(plan, argv)
-        for line in measured:
+        for line in _measured(prepared):
             print(line)
-    return exit_code(plan)
+    return exit_code(prepared)
 
 
-def _run_vllm(args: argparse.Namespace) -> int:
-    from homelab.cli.vllm_cmd import (
-        print_vllm_plan,
-        vllm_argv_for,
-        vllm_plan_dict,
-        vllm_plan_from_args,
-    )
-
-    plan = vllm_plan_from_args(args)
-    argv = vllm_argv_for(plan, args.port if args.port != DEFAULT_PORT else None)
-    if args.json:
-        print_json(vllm_plan_dict(plan, argv))
-    else:
-        print_vllm_plan(plan, argv)
-    return int(ExitCode.OK)
+def exit_code(prepared) -> int:
+    """0 when everything fits on the device, 3 otherwise (partial offload included); a vLLM
+    plan that was made fits (one that does not is an error)."""
+    verdict = getattr(prepared.plan.plan, "verdict", "fits")
+    return int(ExitCode.OK if verdict == "fits" else ExitCode.DOES_NOT_FIT)

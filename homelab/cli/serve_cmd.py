@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from homelab.cli.common import print_json
 from homelab.cli.plan_cmd import add_plan_arguments, add_rpc_argument
 from homelab.cli.serve_output import (
     Narrator,
@@ -61,7 +62,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_engine_option(serve)
     from homelab.engine.kinds import DEFAULT_PORT
 
-    serve.set_defaults(port=None)  # None = not pinned: a taken default moves to the next free port
     for action in serve._actions:
         if action.dest == "port":
             action.help = (
@@ -77,6 +77,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--replace",
         action="store_true",
         help="stop a running homelab engine first (instead of adopting or refusing)",
+    )
+    serve.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="plan only: print the plan as `homelab plan --json` does, start nothing",
     )
     add_gate_arguments(serve)
     add_prove_arguments(serve)
@@ -163,8 +168,11 @@ GATE_FLAGS = ("host", "max-concurrent", "budget", "queue-timeout")
 def run_serve(args: argparse.Namespace) -> int:
     """``homelab serve``: a serve session, its events rendered as text."""
     from homelab.cli.plan_cmd import options_from_args
-    from homelab.serve.session import ServeRequest, ServeSession
+    from homelab.serve.request import ServeRequest
+    from homelab.serve.session import ServeSession
 
+    if args.dry_run:
+        return _dry_run(args)
     try:
         if args.start_timeout <= 0:
             raise UsageError("--start-timeout must be positive")
@@ -205,6 +213,15 @@ def run_serve(args: argparse.Namespace) -> int:
                 session.end()
             session.close()
             text.finish()
+
+
+def _dry_run(args: argparse.Namespace) -> int:
+    """``serve --dry-run``: the plan serve would start, as ``homelab plan --json`` prints it."""
+    from homelab.cli.plan_cmd import exit_code, plan_data, prepared_from_args
+
+    prepared = prepared_from_args(args)
+    print_json(plan_data(prepared))
+    return exit_code(prepared)
 
 
 def _interrupted(session) -> int:

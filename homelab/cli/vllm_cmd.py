@@ -50,33 +50,6 @@ def vllm_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return {"kv_cache_memory": size, "force": bool(getattr(args, "force", False))}
 
 
-def vllm_plan_from_args(args: argparse.Namespace):
-    """Price vLLM for the model and card the shared plan options describe (``--engine vllm``)."""
-    from homelab.cli.plan_cmd import options_from_args
-    from homelab.plan.card import card_for
-    from homelab.plan.vllm.plan import plan_vllm
-
-    options = options_from_args(args)
-    return plan_vllm(args.model, card_for(options), options)
-
-
-def vllm_argv_for(plan, port: int | None, executable: str | None = None) -> list[str]:
-    """The command line homelab would start (with the vLLM it finds; ``vllm serve`` when
-    none is installed here)."""
-    from homelab.engine.kinds import Vllm
-    from homelab.engine.vllm.argv import vllm_argv
-    from homelab.engine.vllm.locate import find_vllm
-    from homelab.errors import EngineError
-
-    if executable is None:
-        try:
-            executable = find_vllm().executable
-        except EngineError:
-            executable = "vllm"
-
-    return vllm_argv(plan, port=port or Vllm.default_port, executable=executable)
-
-
 def print_vllm_plan(plan, argv: list[str]) -> None:
     import shlex
 

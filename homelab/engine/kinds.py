@@ -2,8 +2,9 @@
 
 Everything that differs between engines is asked of its :class:`EngineKind` (found by
 its one name with :func:`engine_kind`): how to plan a model on a card, the command line
-from that plan, the supervisor's readiness profile, how to read its log, the client for
-its live status. No front-end tells engines apart by comparing strings or sniffing flags
+from that plan, the supervisor's readiness profile, how to read its log (and its
+out-of-memory lines, for the heal), whether it restarts into a new plan in place, the
+client for its live status. No front-end tells engines apart by comparing strings or sniffing flags
 back out of a command line; the plan's facts (:class:`~homelab.engine.supervision.facts.PlanFacts`)
 say what a running engine holds.
 """
@@ -11,15 +12,16 @@ say what a running engine holds.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from homelab.engine.supervision.facts import PlanFacts
-from homelab.errors import UsageError
+from homelab.errors import EngineError, UsageError
 
 if TYPE_CHECKING:
+    from homelab.engine.supervision.failure import EngineFailure
     from homelab.engine.supervision.readiness import EngineProfile
     from homelab.gpu.report import GpuReport
     from homelab.plan.options import PlanOptions
@@ -43,6 +45,9 @@ class ServePlan:
     """Extra environment for the engine (vLLM: the one card it may see)."""
     cache_ram_mib: int | None = None
     """llama.cpp's ``--cache-ram`` under an engine memory limit; None: the engine's default."""
+    fetch_args: tuple[str, ...] = ()
+    """How the engine fetches a model not downloaded yet (llama.cpp: ``-hf REPO:QUANT``), in
+    place of loading ``model_path``; empty: it loads ``model_path``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +64,22 @@ class Measured:
 
 DEFAULT_PORT = 8080
 """Where llama.cpp listens unless told (and where ``serve``'s gate takes the public port)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OomReading:
+    """How an engine's log says it ran out of memory: what the heal and the proof read."""
+
+    is_oom: Callable[[EngineFailure | None, Iterable[str]], bool]
+    """True when the failure (or a line of the attempt's log) is an out-of-memory."""
+    oom_lines: Callable[[Iterable[str]], list[str]]
+    """The lines that say an allocation failed that costs the engine its work."""
+    heal_line: Callable[[str], bool]
+    """True when a line says such an allocation failed."""
+    prompt_cache_line: Callable[[str], bool]
+    """True when a line says the prompt cache could not take a slot's state."""
+    strip_prefix: Callable[[str], str]
+    """A log line without the engine's prefix, as a person reads it."""
 
 
 class EngineKind(Protocol):
@@ -82,6 +103,14 @@ class EngineKind(Protocol):
     for the engine's own scheduler): a gate must queue requests in front of it."""
     benched: bool
     """The bench measures it (it speaks llama-server's endpoints)."""
+    restarts_in_place: bool
+    """A running engine restarts into a new plan under the same supervisor (else it is
+    stopped and started)."""
+
+    @property
+    def oom(self) -> OomReading | None:
+        """How its log says it ran out of memory; None: the kind is not healed."""
+        ...
 
     def plan(
         self,
@@ -98,8 +127,9 @@ class EngineKind(Protocol):
         """The engine program's path. Raises EngineError when it is not installed."""
         ...
 
-    def argv(self, plan: ServePlan, port: int, executable: str) -> list[str]:
-        """The engine's command line for ``plan`` on loopback ``port``."""
+    def argv(self, plan: ServePlan, port: int, executable: str | None) -> list[str]:
+        """The engine's command line for ``plan`` on loopback ``port``, run as ``executable``
+        (None: as a plan shows it, with the program's name and no probe of the binary)."""
         ...
 
     def profile(self, plan: ServePlan | None, model: str) -> EngineProfile:
@@ -141,18 +171,27 @@ class LlamaCpp:
     loads_gguf = True
     fails_past_pool = True
     benched = True
+    restarts_in_place = True
+
+    @property
+    def oom(self) -> OomReading:
+        from homelab.engine.llamacpp import diagnose, oom
+
+        return OomReading(
+            oom.is_oom, oom.oom_lines, oom.heal_line, oom.prompt_cache_line, diagnose.strip_prefix
+        )
 
     def plan(self, model, report, options, *, default_workload=None) -> ServePlan:
         from homelab.engine.llamacpp.calibrate import current_engine_version
         from homelab.engine.llamacpp.rpc_query import query_workers
-        from homelab.gguf.model_file import read_model
+        from homelab.plan.cache_ram import sized_cache_ram
+        from homelab.plan.devices import CUDA_ORDER_ENV
         from homelab.plan.pipeline import plan_model
 
-        path = str(Path(model).absolute())
-        parsed = read_model(path)
+        parsed, label, fetch_args = _read_gguf(model)
         plan = plan_model(
             parsed,
-            path,
+            label,
             report,
             options,
             default_workload=default_workload,
@@ -169,32 +208,28 @@ class LlamaCpp:
             cache_type_k=s.type_k,
             cache_type_v=s.type_v,
         )
-        from homelab.plan.devices import CUDA_ORDER_ENV
-
-        env = (
-            dict(CUDA_ORDER_ENV)
-            if any(d.device.pin and d.device.cuda for d in plan.devices)
-            else {}
-        )
-        from homelab.engine.llamacpp.cache_ram import sized_cache_ram
-
+        pinned = any(d.device.pin and d.device.cuda for d in plan.devices)
+        env = dict(CUDA_ORDER_ENV) if pinned else {}
         plan, cache_ram = sized_cache_ram(plan, options)
-        return ServePlan(self.name, plan, path, facts, parsed, env, cache_ram)
+        return ServePlan(self.name, plan, label, facts, parsed, env, cache_ram, fetch_args)
 
     def executable(self) -> str:
         from homelab.engine.llamacpp.locate import find_llama_server
 
         return str(find_llama_server())
 
-    def argv(self, plan: ServePlan, port: int, executable: str) -> list[str]:
+    def argv(self, plan: ServePlan, port: int, executable: str | None) -> list[str]:
         from homelab.engine.llamacpp.argv import llama_server_argv
         from homelab.engine.llamacpp.visible_devices import visible_devices
 
-        visible = visible_devices(executable)
         argv = llama_server_argv(
-            plan.plan, port=port, visible=visible, cache_ram_mib=plan.cache_ram_mib
+            plan.plan,
+            port=port,
+            model_args=list(plan.fetch_args) or None,
+            visible=None if executable is None else visible_devices(executable),
+            cache_ram_mib=plan.cache_ram_mib,
         )
-        return [executable, *argv[1:]]
+        return argv if executable is None else [executable, *argv[1:]]
 
     def profile(self, plan: ServePlan | None, model: str) -> EngineProfile:
         from homelab.engine.llamacpp.diagnose import llama_server_profile
@@ -249,6 +284,8 @@ class Vllm:
     loads_gguf = False
     fails_past_pool = False
     benched = False
+    restarts_in_place = False
+    oom: OomReading | None = None
 
     def plan(self, model, report, options, *, default_workload=None) -> ServePlan:
         from dataclasses import replace
@@ -288,9 +325,15 @@ class Vllm:
 
         return find_vllm().executable
 
-    def argv(self, plan: ServePlan, port: int, executable: str) -> list[str]:
+    def argv(self, plan: ServePlan, port: int, executable: str | None) -> list[str]:
         from homelab.engine.vllm.argv import vllm_argv
+        from homelab.engine.vllm.locate import find_vllm
 
+        if executable is None:  # as shown: the vLLM found here, ``vllm`` when none is
+            try:
+                executable = find_vllm().executable
+            except EngineError:
+                executable = "vllm"
         return vllm_argv(plan.plan, port=port, executable=executable)
 
     def profile(self, plan: ServePlan | None, model: str) -> EngineProfile:
@@ -322,6 +365,32 @@ class Vllm:
 
         logged = self.logged_kv_tokens(lines)
         return facts if facts is None or logged is None else replace(facts, kv_tokens=logged)
+
+
+def _read_gguf(model: str) -> tuple[Any, str, tuple[str, ...]]:
+    """(the GGUF header, the path the plan names, llama-server's fetch flags) for ``model``:
+    a local file as written, or a Hub reference read remotely, nothing downloaded."""
+    from homelab.gguf.local_path import local_or_ref
+    from homelab.gguf.model_file import read_model
+
+    local = local_or_ref(model)
+    if local is not None:
+        return read_model(local), model, ()
+    from homelab.hub.model_ref import resolve_model_ref  # the Hub only for a Hub reference
+
+    resolved = resolve_model_ref(model)
+    fetch = () if resolved.is_downloaded else _hf_args(resolved)
+    return resolved.model, resolved.display, fetch
+
+
+def _hf_args(resolved: Any) -> tuple[str, ...]:
+    """How llama-server itself fetches a model not downloaded yet: ``-hf REPO:QUANT``
+    (into the same HF cache), or ``-hfr REPO -hff FILE`` when the file has no quant tag."""
+    ref, choice = resolved.ref, resolved.choice
+    if choice is not None and choice.tag:
+        return ("-hf", f"{ref.repo}:{choice.tag}")
+    filename = choice.primary.path if choice is not None else ref.filename
+    return ("-hfr", str(ref.repo), "-hff", str(filename))
 
 
 KINDS: dict[str, EngineKind] = {kind.name: kind for kind in (LlamaCpp(), Vllm())}

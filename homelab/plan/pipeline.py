@@ -1,9 +1,11 @@
-"""Plan one model on one card: the single planning path every front-end uses.
+"""Plan one model on one card with llama.cpp: the calibration store inside the pass.
 
-``homelab plan``, ``serve``, ``quants``, ``presets`` and the TUI's menu all call
-:func:`plan_model` (or :func:`homelab.plan.judge.judge`, which calls it); the
-calibration store (compute buffers measured by earlier runs) is consulted inside the
-one planning pass, so no front-end plans twice or forgets it.
+Every front-end reaches it through the application layer's one planning pass
+(:func:`homelab.serve.prepare.prepare`, by way of the llama.cpp engine kind) or, to judge
+many models at once, through :func:`homelab.plan.judge.judge`. The compute buffers earlier
+runs measured price the candidates; a launch that ran out of memory before narrows the
+request once more (:func:`~homelab.plan.calibration_miss.avoid_misses`: which miss applies
+is known only from the plan it would give, the card, flash attention and batch it chose).
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ def plan_model(
     """The llama.cpp plan for ``model`` (shown as ``label``) on ``report``'s card.
 
     ``engine_version`` is the llama-server build the plan is for (a tag, or a function
-    giving it, called only when the store holds a record of this model; front-ends pass
-    ``homelab.engine.llamacpp.calibrate.current_engine_version``): its measured compute
+    giving it, called only when the store holds a record of this model; the engine kind
+    passes the build it runs): its measured compute
     buffers price the candidates whose flags they were measured at, and a launch that ran
     out of memory before keeps the plan at the setting that then held
     (:mod:`homelab.plan.calibration_miss`). None: estimates only.

@@ -6,8 +6,8 @@ A :class:`Healer` watches one serve session's llama-server from before its first
   time** (a crash whose log says out-of-memory, or a serving engine that logs a request's
   failed allocation, ``decode() failed: std::bad_alloc``, and lives on), it re-plans with
   fewer slots (halved, each keeping its context), then less context per slot (halved),
-  through the one planning path (the engine kind's ``plan``, the options' ``slots``/``ctx``
-  set), and hands the smaller command line to the supervisor, which restarts into it
+  through the one planning pass (:meth:`~homelab.serve.session_view.SessionView.prepare`, the options'
+  ``slots``/``ctx`` set), and hands the smaller command line to the supervisor, which restarts into it
   (:meth:`~homelab.engine.supervision.supervisor.Supervisor.respec`; a live engine's
   restart is asked for, not a crash, so heal steps never make a crash loop);
 - the prompt cache's failed copy is said (``PromptCacheOff``), not healed (it serves on);
@@ -20,7 +20,8 @@ A :class:`Healer` watches one serve session's llama-server from before its first
   plan of that model on that card starts there.
 
 It says what happened and what changed as ``Healing``/``Healed``/``Proving``/``Proved``
-session events. Only llama.cpp plans are healed (an adopted engine has no plan here).
+session events. Only a kind that reads its out-of-memory lines (``EngineKind.oom``) is
+healed; an adopted engine has no plan here.
 """
 
 from __future__ import annotations
@@ -30,18 +31,17 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from homelab.engine.llamacpp.oom import heal_line, is_oom, oom_lines, prompt_cache_line
 from homelab.engine.supervision.attempt_log import LogLine
 from homelab.engine.supervision.states import State, Transition
 from homelab.errors import DoesNotFitError, EngineError, HomelabError
 from homelab.serve import events as ev
 
 if TYPE_CHECKING:
-    from homelab.engine.kinds import ServePlan
+    from homelab.engine.kinds import OomReading, ServePlan
     from homelab.engine.supervision.supervisor import Supervisor
     from homelab.plan.calibration_miss import Setting
     from homelab.serve.prove import ProofResult
-    from homelab.serve.session import ServeSession
+    from homelab.serve.session_view import SessionView
 
 MAX_STEPS = 4
 """Smaller plans tried after an out-of-memory before giving up (below the crash-loop limit)."""
@@ -70,7 +70,7 @@ def smaller(setting: Setting) -> tuple[int, int] | None:
     return 1, per_slot
 
 
-def wants_proof(session: ServeSession) -> bool:
+def wants_proof(session: SessionView) -> bool:
     """The proof setting, or its default: on for a plan on a real card, off for a CPU plan
     (and for a synthetic or recorded card: there is no card memory to watch)."""
     options, plan = session.request.options, session.plan
@@ -80,21 +80,25 @@ def wants_proof(session: ServeSession) -> bool:
     return real_card and plan is not None and bool(getattr(plan.plan, "on_gpu", False))
 
 
-def attach_healer(session: ServeSession, supervisor: Supervisor) -> Healer | None:
-    """A healer for ``supervisor`` when the session planned a llama.cpp engine; else None."""
-    plan = session.plan
-    if plan is None or session.adopted is not None or plan.kind != "llama.cpp":
+def attach_healer(session: SessionView, supervisor: Supervisor) -> Healer | None:
+    """A healer for ``supervisor`` when the session planned an engine of a kind that heals
+    (one whose out-of-memory lines it reads); else None."""
+    plan, oom = session.plan, session.kind.oom
+    if plan is None or session.adopted is not None or oom is None:
         return None
-    return Healer(session, supervisor, plan)
+    return Healer(session, supervisor, plan, oom)
 
 
 class Healer:
     """Proves and heals one session's engine (see the module docstring)."""
 
-    def __init__(self, session: ServeSession, supervisor: Supervisor, plan: ServePlan) -> None:
+    def __init__(
+        self, session: SessionView, supervisor: Supervisor, plan: ServePlan, oom: OomReading
+    ) -> None:
         self.session = session
         self.supervisor = supervisor
         self.plan = plan
+        self.oom = oom
         self.options = session.request.options
         self.failed: list[Setting] = []
         self.stage: str | None = None
@@ -118,7 +122,7 @@ class Healer:
         attempt = transition.attempt
         if transition.state is State.CRASHED:
             lines = self.supervisor.attempt_lines()
-            if is_oom(transition.failure, lines):
+            if self.oom.is_oom(transition.failure, lines):
                 stage = (
                     "proof"
                     if self.proving
@@ -126,7 +130,7 @@ class Healer:
                     if self._serving  # announced once: a later crash is a run-time one
                     else "load"
                 )
-                if self._heal(stage, attempt, _said(transition, lines)) == GAVE_UP:
+                if self._heal(stage, attempt, self._said(transition, lines)) == GAVE_UP:
                     self.supervisor.stop()  # on the run loop's thread: it does not wait
         elif transition.state is State.READY:
             if self._serving or not wants_proof(self.session):
@@ -143,16 +147,15 @@ class Healer:
         not healed: the engine drops the cache and serves on."""
         if not isinstance(item, LogLine):
             return
-        from homelab.engine.llamacpp.diagnose import strip_prefix
-
-        if prompt_cache_line(item.text):
+        strip_prefix = self.oom.strip_prefix
+        if self.oom.prompt_cache_line(item.text):
             if item.attempt not in self._cache_said:
                 self._cache_said.add(item.attempt)
-                self.session._emit(
+                self.session.emit(
                     ev.PromptCacheOff(strip_prefix(item.text), self.plan.cache_ram_mib)
                 )
             return
-        if item.attempt not in self._serving or not heal_line(item.text):
+        if item.attempt not in self._serving or not self.oom.heal_line(item.text):
             return
         if self.supervisor.events[-1].attempt != item.attempt:
             return  # a line of an attempt that is gone already (read late)
@@ -169,7 +172,6 @@ class Healer:
             if attempt in self._healed_attempts:
                 return ALREADY
             from homelab.plan.calibration_miss import setting_of
-            from homelab.serve.restart_into import restart_into
 
             self._healed_attempts.add(attempt)
             was = setting_of(self.plan.plan)
@@ -189,12 +191,10 @@ class Healer:
             # The gate in front takes the healed plan's budget and ceiling now, before the
             # smaller engine is back (at load and in the proof it starts later, from the
             # healed spec's facts).
-            argv = restart_into(
-                self.session, self.supervisor, nxt, now=False, retarget=stage == "run"
-            ).argv
+            argv = self.session.restart_into(nxt, now=False, retarget=stage == "run").argv
             self.plan = nxt
             now = setting_of(nxt.plan)
-            self.session._emit(ev.Healing(stage, said, was, now, step, MAX_STEPS, argv))
+            self.session.emit(ev.Healing(stage, said, was, now, step, MAX_STEPS, argv))
             return HEALED
 
     def _smaller_plan(self, was: Setting, step: int) -> ServePlan | None:
@@ -216,15 +216,13 @@ class Healer:
             return None
         slots, ctx = target
         options = self.options.pinned(ctx=ctx, slots=slots)
-        report = self.session.request.report
-        if report is None:
-            from homelab.plan.card import card_for
+        return self.session.prepare(options, self.session.request.report).plan
 
-            report = card_for(options)
-        kind = self.session.kind
-        return kind.plan(
-            self.plan.model_path, report, options, default_workload=self.session._default_workload
-        )
+    def _said(self, transition: Transition, lines: list[str]) -> str:
+        """The engine's own out-of-memory line (prefix stripped)."""
+        failure, oom = transition.failure, self.oom
+        found = oom.oom_lines(lines) or oom.oom_lines(failure.quoted if failure else ())
+        return oom.strip_prefix(found[0]) if found else (failure.title if failure else "?")
 
     def _tried(self) -> str:
         tried = ", ".join(s.describe() for s in self.failed)
@@ -261,9 +259,7 @@ class Healer:
                     f"the launch proof failed: {result.error}",
                     hint="serve without the proof (`prove` off) to skip it; the log says more",
                 )
-            from homelab.engine.llamacpp.diagnose import strip_prefix
-
-            outcome = self._heal("proof", ready.attempt, strip_prefix(result.oom))
+            outcome = self._heal("proof", ready.attempt, self.oom.strip_prefix(result.oom))
             if outcome == GAVE_UP:
                 self.supervisor.stop()
             elif outcome == HEALED:
@@ -294,7 +290,7 @@ class Healer:
         session = self.session
 
         def started(slot: int, tokens: int, ctx: int) -> None:
-            session._emit(ev.Proving(slot, tokens, ctx))
+            session.emit(ev.Proving(slot, tokens, ctx))
 
         self.proving = True
         try:
@@ -305,13 +301,14 @@ class Healer:
                 gpu=plan.budget.name if plan.on_gpu else None,
                 predicted_bytes=predicted_bytes(plan),
                 timeout_s=PROOF_TIMEOUT_S,
+                heal_line=self.oom.heal_line,
                 on_start=started,
             )
         finally:
             self.proving = False
         self.proof = result
         save_launch(ready.pid, proof=result.as_dict())
-        session._emit(ev.Proved(result))
+        session.emit(ev.Proved(result))
         return result
 
     # -- the calibration store ---------------------------------------------------------------
@@ -363,7 +360,7 @@ class Healer:
             "recorded": why_not is None,
         }
         save_launch(self.supervisor.pid, healed=healed)
-        self.session._emit(ev.Healed(failed, worked, why_not is None, why_not))
+        self.session.emit(ev.Healed(failed, worked, why_not is None, why_not))
 
 
 def ended_error(healer: Healer | None, supervisor: Supervisor) -> HomelabError | None:
@@ -373,12 +370,3 @@ def ended_error(healer: Healer | None, supervisor: Supervisor) -> HomelabError |
         return healer.gave_up
     failure = supervisor.failure
     return None if failure is None else failure.to_error()
-
-
-def _said(transition: Transition, lines: list[str]) -> str:
-    """The engine's own out-of-memory line (prefix stripped)."""
-    from homelab.engine.llamacpp.diagnose import strip_prefix
-
-    failure = transition.failure
-    found = oom_lines(lines) or oom_lines(failure.quoted if failure else ())
-    return strip_prefix(found[0]) if found else (failure.title if failure else "?")

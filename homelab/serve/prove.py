@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from homelab.engine.llamacpp.oom import heal_line
 from homelab.engine.loopback import loopback_client
 
 MARGIN_TOKENS = 8
@@ -150,14 +150,15 @@ class MemoryWatch:
 class LogWatch:
     """Collects the engine's out-of-memory lines from the supervisor's live log."""
 
-    def __init__(self, supervisor) -> None:
+    def __init__(self, supervisor, heal_line: Callable[[str], bool]) -> None:
+        self.heal_line = heal_line
         self.lines: list[str] = []
         self._said = threading.Condition()
         self._unsubscribe = supervisor.subscribe(self._line, log_lines=True)
 
     def _line(self, item) -> None:
         text = getattr(item, "text", None)
-        if isinstance(text, str) and heal_line(text):
+        if isinstance(text, str) and self.heal_line(text):
             with self._said:
                 self.lines.append(text)
                 self._said.notify_all()
@@ -207,16 +208,18 @@ def prove(
     gpu: str | None,
     predicted_bytes: int | None,
     timeout_s: float,
+    heal_line: Callable[[str], bool],
     on_start=None,
 ) -> ProofResult:
     """Fill the largest slot of the engine at ``url`` once; see the module docstring.
 
     ``gpu``: the card's name on a GPU plan (its used memory is watched), None on a CPU plan
-    (the engine process's resident memory). ``supervisor`` gives the live log; ``on_start(slot, prompt_tokens, ctx)`` is called
+    (the engine process's resident memory). ``supervisor`` gives the live log, whose lines
+    ``heal_line`` says are an out-of-memory (the engine kind's reading); ``on_start(slot, prompt_tokens, ctx)`` is called
     once the prompt is built. Never raises for the engine's sake: a failure is in the result.
     """
     memory = MemoryWatch(pid, gpu)
-    log = LogWatch(supervisor)
+    log = LogWatch(supervisor, heal_line)
     slot, n_ctx, tokens, seconds = 0, 0, 0, 0.0
     error: str | None = None
     body_oom: str | None = None

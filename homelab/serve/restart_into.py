@@ -1,76 +1,43 @@
-"""Restart the running engine into another plan under the same session, supervisor and gate.
+"""Re-plan the running engine and restart it into the new plan under the same session,
+supervisor and gate (the TUI's ``R``, re-planned on the card now, and ``r``, the same plan
+again).
 
-One operation, used by the heal (:mod:`homelab.serve.heal`: a smaller plan after
-an out-of-memory) and by the re-plan a front-end asks for (the TUI's ``R``, re-planned on
-the card now, and ``r``, the same plan again): the plan's command line on the engine's own
-port and program, handed to the supervisor (:meth:`Supervisor.respec
-<homelab.engine.supervision.supervisor.Supervisor.respec>`), which restarts into it; the
-session's plan follows, and the gate in front takes the new plan's budget and ceiling on
-its live queue (:meth:`SessionGate.retarget
-<homelab.serve.gate.SessionGate.retarget>`) — queued requests keep their place,
-and an admitted request whose engine is down for the restart waits for it to come back
-(:mod:`homelab.gate.engine_wait`) instead of failing. Clients keep the gate's port.
+The restart itself is the session's (:meth:`ServeSession.restart_into
+<homelab.serve.session.ServeSession.restart_into>`, which the heal uses too): the plan's
+command line on the engine's own port and program, handed to the supervisor, which restarts
+into it; the gate in front takes the new plan's budget and ceiling on its live queue —
+queued requests keep their place, and an admitted request whose engine is down for the
+restart waits for it to come back (:mod:`homelab.gate.engine_wait`). Clients keep the
+gate's port.
 
-:func:`replan` re-plans through the one planning path (the engine kind's ``plan``, a fresh
-look at the card unless a report is given) *before* anything stops: a plan that no longer
-fits raises and the engine keeps running as it was. It says so as ``Replanning`` then
-``Replanned`` session events (``GateRetargeted`` between them when a gate runs).
+:func:`replan` re-plans through the one planning pass (:meth:`ServeSession.prepare
+<homelab.serve.session.ServeSession.prepare>`, a fresh look at the card unless a report is
+given) *before* anything stops: a plan that no longer fits raises and the engine keeps
+running as it was. It says so as ``Replanning`` then ``Replanned`` session events
+(``GateRetargeted`` between them when a gate runs).
 
 Where it cannot apply (:func:`why_not_in_place`): an adopted engine (homelab did not plan
-it), a vLLM engine, no engine of this session running; a front-end then stops and starts.
+it), a kind that does not restart in place (``EngineKind.restarts_in_place``), no engine of
+this session running; a front-end then stops and starts.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from homelab.errors import EngineError
 from homelab.serve import events as ev
+from homelab.serve.session_view import Restarted
 
 if TYPE_CHECKING:
     from homelab.engine.kinds import ServePlan
-    from homelab.engine.supervision.supervisor import Supervisor
     from homelab.gpu.report import GpuReport
     from homelab.plan.options import PlanOptions
     from homelab.serve.session import ServeSession
 
 READY_TIMEOUT_S = 600.0
 """How long :func:`replan` waits for the restarted engine to be ready."""
-
-
-@dataclass(frozen=True, slots=True)
-class Restarted:
-    """What :func:`restart_into` handed over."""
-
-    argv: tuple[str, ...]
-    """The plan's command line (the engine's port and program)."""
-    gate: ev.GateRetargeted | None
-    """The limits the gate took now (None: no gate, or it starts later)."""
-
-
-def restart_into(
-    session: ServeSession,
-    supervisor: Supervisor,
-    plan: ServePlan,
-    *,
-    now: bool,
-    retarget: bool = True,
-) -> Restarted:
-    """Hand ``plan`` to ``supervisor`` (the engine's port and program kept).
-
-    ``now``: end the running engine at once so the supervisor restarts into the plan (else
-    from its next restart on, e.g. after a crash). ``retarget``: give the session's gate the
-    plan's limits now (a gate that starts later takes them from the spec's facts).
-    """
-    spec = supervisor.spec
-    argv = tuple(session.kind.argv(plan, spec.port, spec.argv[0]))
-    supervisor.respec(replace(spec, argv=argv, facts=plan.facts), restart=now)
-    session.plan = plan
-    gate = None
-    if retarget and session.gate is not None:
-        gate = session.gate.retarget(plan.facts)
-    return Restarted(argv, gate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +58,8 @@ def why_not_in_place(session: ServeSession) -> str | None:
         return "no engine of this session runs"
     if session.adopted is not None or session.plan is None:
         return "the engine was adopted (homelab did not plan it)"
-    if session.plan.kind != "llama.cpp":
-        return f"{session.plan.kind} restarts by stopping and starting"
+    if not session.kind.restarts_in_place:
+        return f"{session.kind.name} restarts by stopping and starting"
     return None
 
 
@@ -112,27 +79,22 @@ def replan(
             restarted engine did not come up (the supervisor's explained failure).
         HomelabError: the new plan failed (nothing was stopped).
     """
-    from homelab.plan.card import card_for
-
     reason = why_not_in_place(session)
     if reason is not None:
         raise EngineError(f"cannot restart the engine into a new plan here: {reason}")
     supervisor, old = session.supervisor, session.plan
     assert supervisor is not None and old is not None
-    card = report if report is not None else card_for(options)
-    new = session.kind.plan(
-        old.model_path, card, options, default_workload=session._default_workload
-    )
+    new = session.prepare(options, report).plan
     old_pid, attempt = supervisor.pid, supervisor.events[-1].attempt
     if session.healer is not None:  # a later heal shrinks from this plan and these options
         session.healer.plan, session.healer.options = new, options
-    session._emit(ev.Replanning(why, old, new, old_pid))
-    restarted = restart_into(session, supervisor, new, now=True)
+    session.emit(ev.Replanning(why, old, new, old_pid))
+    restarted = session.restart_into(new, now=True)
     ready = supervisor.wait_ready(ready_timeout_s, after=attempt)
     measured = session.kind.measure(new, supervisor.attempt_lines(), restarted.argv[0])
     if measured is not None:
-        session._emit(ev.Actuals(measured))
-    session._emit(ev.Replanned(why, new, restarted.argv, old_pid, ready.pid, ready.url or ""))
+        session.emit(ev.Actuals(measured))
+    session.emit(ev.Replanned(why, new, restarted.argv, old_pid, ready.pid, ready.url or ""))
     return Replan(new, restarted, old_pid, ready.pid)
 
 

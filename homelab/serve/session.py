@@ -20,20 +20,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from homelab.engine.kinds import KINDS, EngineKind, ServePlan, engine_kind
-from homelab.engine.supervision.facts import Asked
 from homelab.engine.supervision.ownership import Running, decide, running, stop_engine, stop_found
 from homelab.engine.supervision.ports import LOOPBACK, choose_port
 from homelab.engine.supervision.record import EngineRecord
 from homelab.engine.supervision.state_file import StateFile
 from homelab.engine.supervision.states import EngineSpec, RestartPolicy, State
 from homelab.engine.supervision.supervisor import Supervisor
-from homelab.errors import HomelabError, UsageError
-from homelab.gate.config_file import GateChoices
+from homelab.errors import HomelabError
 from homelab.gpu.report import GpuReport
 from homelab.plan.options import PlanOptions
 from homelab.plan.workload import Workload
@@ -42,48 +40,9 @@ from homelab.serve.bus import EventBus
 from homelab.serve.gate import SessionGate, stop_recorded_gate, wait_port_freed
 from homelab.serve.heal import Healer, attach_healer, ended_error
 from homelab.serve.model_ref import resolve_model
-
-
-@dataclass(frozen=True, slots=True)
-class ServeRequest:
-    """What to serve and how."""
-
-    model: str
-    """A .gguf path, a preset name or a Hub reference (llama.cpp); a folder or repo (vLLM)."""
-    options: PlanOptions
-    detach: bool = False
-    """Leave the engine running when the session ends."""
-    replace: bool = False
-    """Stop a running engine first instead of adopting it or refusing."""
-    start_timeout_s: float = 600.0
-    hold: bool = False
-    """With ``detach``: spawn detached but keep supervising once ready (a TUI); the
-    front-end ends with :meth:`ServeSession.let_go` (leave it) or ``stop(let_go=False)``."""
-    default_workload: Workload | None = None
-    """The workload when none is asked for (a preset's hint, when the model is its path)."""
-    report: GpuReport | None = None
-    """Plan on this look at the card (a front-end that follows the card's telemetry);
-    None: read the card as ``options`` say."""
-    gate: GateChoices | None = None
-    """Put the admission gate on the public port (these settings over gate.toml); None:
-    serve the engine directly on it."""
-
-    def __post_init__(self) -> None:
-        if not self.start_timeout_s > 0:
-            raise UsageError("The start timeout must be positive.")
-
-    def asked(self) -> Asked:
-        """The settings the person set explicitly (they must hold for an adoption)."""
-        o, w = self.options, self.options.workload
-        return Asked(
-            ctx=w.ctx,
-            slots=w.slots,
-            cache_type_k=None if w.cache_type_k is None else o.type_k,
-            cache_type_v=None if w.cache_type_v is None else o.type_v,
-            unified=True if w.unified else None,
-            port=o.engine.port,
-            engine=o.engine.name,
-        )
+from homelab.serve.prepare import Prepared, prepare
+from homelab.serve.request import ServeRequest
+from homelab.serve.session_view import Restarted
 
 
 class ServeSession:
@@ -103,14 +62,16 @@ class ServeSession:
         self.bus = EventBus()
         self.supervisor: Supervisor | None = None
         self.plan: ServePlan | None = None
+        """The plan the engine runs (a heal or a re-plan replaces it); None when adopted."""
         self.adopted: EngineRecord | None = None
         self._policy, self._log_dir = policy, log_dir
-        self._default_workload: Workload | None = request.default_workload
+        self.default_workload: Workload | None = request.default_workload
+        """The workload when the options ask for none (a preset's hint, once resolved)."""
         self._asked_stop = False
         self.gate: SessionGate | None = None
         self.healer: Healer | None = None  # proves a planned engine and heals an out-of-memory
         if request.gate is not None:
-            self.gate = SessionGate(request.gate, self.store, self._emit)
+            self.gate = SessionGate(request.gate, self.store, self.emit)
 
     # -- subscribing -------------------------------------------------------------------------
 
@@ -123,12 +84,38 @@ class ServeSession:
         """Every event so far."""
         return list(self.bus.history)
 
-    def _emit(self, event: Any) -> None:
+    def emit(self, event: Any) -> None:
+        """Publish ``event`` to every subscriber (the session's collaborators say theirs)."""
         self.bus.publish(event)
 
     def _failed(self, error: HomelabError) -> HomelabError:
-        self._emit(ev.Failed(error))
+        self.emit(ev.Failed(error))
         return error
+
+    def prepare(self, options: PlanOptions, report: GpuReport | None) -> Prepared:
+        """The running model planned anew with ``options`` on ``report`` (None: the card read
+        now): a heal's smaller plan, a re-plan."""
+        assert self.plan is not None, "only a planned engine is planned again"
+        model = self.plan.model_path
+        return prepare(model, report, options, default_workload=self.default_workload)
+
+    def restart_into(self, plan: ServePlan, *, now: bool, retarget: bool = True) -> Restarted:
+        """Hand ``plan`` to the supervisor (the engine's port and program kept); the session's
+        plan follows.
+
+        ``now``: end the running engine at once so the supervisor restarts into the plan (else
+        from its next restart on, e.g. after a crash). ``retarget``: give the gate the plan's
+        limits now (a gate that starts later takes them from the spec's facts).
+        """
+        supervisor = self._need()
+        spec = supervisor.spec
+        argv = tuple(self.kind.argv(plan, spec.port, spec.argv[0]))
+        supervisor.respec(replace(spec, argv=argv, facts=plan.facts), restart=now)
+        self.plan = plan
+        gate = None
+        if retarget and self.gate is not None:
+            gate = self.gate.retarget(plan.facts)
+        return Restarted(argv, gate)
 
     # -- the steps ---------------------------------------------------------------------------
 
@@ -147,7 +134,7 @@ class ServeSession:
             with self.store.claim():
                 now = running(self.store)
                 for aside in now.set_aside:
-                    self._emit(ev.SetAsideNotice(aside))
+                    self.emit(ev.SetAsideNotice(aside))
                 decision = decide(
                     now, model, asked=self.request.asked(), replace=self.request.replace
                 )
@@ -164,9 +151,9 @@ class ServeSession:
         """The model to serve, pulled into the HF cache when the kind pulls and it is not local."""
         if not self.kind.pulls:
             return self.request.model
-        path, workload = resolve_model(self.request.model, self.kind, self._emit)
+        path, workload = resolve_model(self.request.model, self.kind, self.emit)
         if workload is not None:
-            self._default_workload = workload
+            self.default_workload = workload
         return path
 
     def _wanted_port(self) -> int:
@@ -174,8 +161,6 @@ class ServeSession:
         return port if port is not None else self.kind.default_port
 
     def _start_planned(self, model: str) -> Supervisor:
-        from homelab.plan.card import card_for
-
         options, kind = self.request.options, self.kind
         executable = kind.executable()
         pinned = options.engine.port is not None
@@ -187,11 +172,10 @@ class ServeSession:
         else:
             choice = choose_port(LOOPBACK, wanted, pinned=pinned)
             note = choice.note()
-        report = self.request.report if self.request.report is not None else card_for(options)
-        plan = kind.plan(model, report, options, default_workload=self._default_workload)
-        self.plan = plan
+        report, workload = self.request.report, self.default_workload
+        plan = self.plan = prepare(model, report, options, default_workload=workload).plan
         argv = kind.argv(plan, choice.port, executable)
-        self._emit(ev.Planned(plan, tuple(argv), note))
+        self.emit(ev.Planned(plan, tuple(argv), note))
         spec = EngineSpec(
             argv=tuple(argv),
             model=plan.model_path,
@@ -204,10 +188,10 @@ class ServeSession:
             memory_limit=options.engine.memory_limit,
         )
         supervisor = self._supervisor(spec, kind.profile(plan, plan.model_path))
-        self._emit(ev.Starting(kind.name, kind.program))
+        self.emit(ev.Starting(kind.name, kind.program))
         supervisor.start()
         moved = supervisor.port_choice
-        self._emit(
+        self.emit(
             ev.Started(
                 supervisor.pid,
                 None if supervisor.log_path is None else str(supervisor.log_path),
@@ -230,7 +214,7 @@ class ServeSession:
             facts=record.facts,
         )
         supervisor = self._supervisor(spec, kind.profile(None, record.model))
-        self._emit(ev.Adopting(record, kind.program, time.time() - record.started_at))
+        self.emit(ev.Adopting(record, kind.program, time.time() - record.started_at))
         supervisor.adopt(record)
         self.adopted = record
         if self.gate is not None:
@@ -242,16 +226,14 @@ class ServeSession:
         if record is not None:
             known = KINDS.get(record.engine)
             program = record.engine if known is None else known.program
-            self._emit(
+            self.emit(
                 ev.Replacing(program, record.pid, record.model, record.public_url, record=record)
             )
             stop_recorded_gate(record)
             stop_engine(self.store, record)
             wait_port_freed(record)
         for found in now.unrecorded:
-            self._emit(
-                ev.Replacing(Path(found.cmdline[0]).name, found.pid, None, None, found=found)
-            )
+            self.emit(ev.Replacing(Path(found.cmdline[0]).name, found.pid, None, None, found=found))
             stop_found(found)
 
     def _supervisor(self, spec: EngineSpec, profile) -> Supervisor:
@@ -265,7 +247,7 @@ class ServeSession:
     def _changed(self, transition) -> None:
         if self.gate is not None:  # a restart: its record names the gate; another plan: limits
             self.gate.changed(transition.state.value, transition.pid)
-        self._emit(ev.EngineChanged(transition))
+        self.emit(ev.EngineChanged(transition))
 
     def wait_ready(self) -> None:
         """Wait until it answers; then predicted vs actual, calibration, and (detached) let go.
@@ -278,13 +260,13 @@ class ServeSession:
             ready = supervisor.wait_ready() if self.healer is None else self.healer.ready()
         except HomelabError as error:
             raise self._failed(error) from None
-        self._emit(ev.Ready(ready.url or "", ready.pid, supervisor.profile.name, ready.reason))
+        self.emit(ev.Ready(ready.url or "", ready.pid, supervisor.profile.name, ready.reason))
         if self.plan is not None:
             measured = self.kind.measure(
                 self.plan, supervisor.attempt_lines(), supervisor.spec.argv[0]
             )
             if measured is not None:
-                self._emit(ev.Actuals(measured))
+                self.emit(ev.Actuals(measured))
         if self.gate is not None and self.adopted is None:
             try:
                 facts = self.kind.served_facts(supervisor.spec.facts, supervisor.attempt_lines())
@@ -312,9 +294,9 @@ class ServeSession:
             self.gate.stop()
         error = ended_error(self.healer, supervisor)  # a heal that gave up says so first
         if error is not None:
-            self._emit(ev.Stopped("failed"))
+            self.emit(ev.Stopped("failed"))
             raise self._failed(error)
-        self._emit(ev.Stopped("outside"))
+        self.emit(ev.Stopped("outside"))
 
     def run(self) -> None:
         """All of it: start, ready, watch until it ends (or is stopped / let go), finish."""
@@ -347,7 +329,7 @@ class ServeSession:
         if self.gate is not None:
             self.gate.stop()
         supervisor.stop()
-        self._emit(ev.Stopped("stopped"))
+        self.emit(ev.Stopped("stopped"))
 
     def end(self) -> None:
         """After a failure or an interrupt: stop what this session still runs (its gate, a
@@ -386,8 +368,8 @@ class ServeSession:
             self.gate.let_go()
         supervisor.release()
         log = None if supervisor.log_path is None else str(supervisor.log_path)
-        self._emit(ev.LeftRunning(log, adopted=adopted))
-        self._emit(ev.Stopped("released"))
+        self.emit(ev.LeftRunning(log, adopted=adopted))
+        self.emit(ev.Stopped("released"))
 
     def close(self) -> None:
         """Deliver every event still queued; end the delivery threads."""

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from homelab.plan.planner import Plan
     from homelab.plan.workload import Workload
     from homelab.polling import Clock
+    from homelab.serve.prepare import Prepared
     from homelab.serve.session import ServeSession
 
 
@@ -189,26 +190,19 @@ def read_header(path: Path) -> GgufModel:
     return read_model(path)
 
 
-def plan(
-    model: GgufModel,
-    label: str,
+def prepare(
+    model: str,
     report: GpuReport,
     options: PlanOptions,
     default_workload: Workload | None = None,
-) -> Plan:
-    """The one planning path (calibration inside), our own running engine counted as freed."""
-    from homelab.engine.llamacpp.calibrate import current_engine_version
+) -> Prepared:
+    """The one planning pass ``homelab plan`` makes too (:func:`homelab.serve.prepare.prepare`),
+    on ``report`` with our own running engine counted as freed."""
     from homelab.plan.own_engine import without_own_engines
-    from homelab.plan.pipeline import plan_model
+    from homelab.serve.prepare import prepare as prepare_model
 
-    return plan_model(
-        model,
-        label,
-        without_own_engines(report),
-        options,
-        default_workload=default_workload,
-        engine_version=current_engine_version,
-    )
+    card = without_own_engines(report)
+    return prepare_model(model, card, options, default_workload=default_workload)
 
 
 def argv_for(plan: Plan, port: int | None, server: str = "llama-server") -> list[str]:
@@ -258,7 +252,8 @@ def serve_session(
     for the next ``homelab`` to adopt. Its events go to ``on_event`` on a thread of its own.
     """
     from homelab.gate.config_file import GateChoices
-    from homelab.serve.session import ServeRequest, ServeSession
+    from homelab.serve.request import ServeRequest
+    from homelab.serve.session import ServeSession
 
     request = ServeRequest(
         model,

@@ -163,7 +163,8 @@ class ModelsFlow(AppFlow):
                 path = backend.preset_model_path(entry.preset)
             if path is not None:
                 default = entry.preset.workload if entry.preset is not None else None
-                plan = backend.plan(self._header(path), str(path), report, options, default)
+                prepared = backend.prepare(str(path), report, options, default)
+                plan, argv = prepared.plan.plan, list(prepared.argv)
             else:
                 assert entry.preset is not None  # only presets come without a path
                 fit = backend.judge_preset(entry.preset, report, options).fit
@@ -174,7 +175,7 @@ class ModelsFlow(AppFlow):
                         hint="Download it first (`homelab pull`), or check the network.",
                     )
                 plan = fit.plan
-            argv = backend.argv_for(plan, self.state.args.port)
+                argv = backend.argv_for(plan, self.state.args.port)
             measured = () if path is None else backend_measure.measured(plan, self._header(path))
         except HomelabError as error:
             self.post_message(PlanFailed(entry.key, error))

@@ -144,8 +144,7 @@ class ReplanFlow(EngineFlow):
     ) -> None:
         default = entry.preset.workload if entry.preset is not None else None
         try:
-            header = backend.read_header(path)
-            new = backend.plan(header, str(path.absolute()), report, options, default)
+            new = backend.prepare(str(path.absolute()), report, options, default).plan.plan
         except HomelabError as error:
             self.post_message(EngineFailed(error))
             self.call_from_thread(

@@ -14,13 +14,6 @@ from homelab.engine.kinds import KINDS
 
 ROOT = Path(homelab.__file__).parent
 OWNER = ROOT / "engine" / "kinds.py"
-NOT_YET = {
-    # H1 removes these (the serve workflow and `homelab plan` ask the kind once they plan
-    # through the application layer); the lead empties this set at merge.
-    "cli/plan_cmd.py",
-    "serve/heal.py",
-    "serve/restart_into.py",
-}
 
 
 def _literals(node: ast.expr) -> set[str]:
@@ -59,14 +52,9 @@ def test_no_engine_name_is_compared_outside_the_engine_kind() -> None:
     found = {}
     for path in sorted(ROOT.rglob("*.py")):
         where = path.relative_to(ROOT).as_posix()
-        if path == OWNER or where in NOT_YET:
+        if path == OWNER:
             continue
         if lines := name_compares(path.read_text(encoding="utf-8")):
             found[where] = lines
     assert found == {}, "ask the engine kind (homelab/engine/kinds.py) instead"
 
-
-def test_each_file_still_allowed_still_compares_a_name() -> None:
-    """The allowance shrinks with the work: a file that no longer compares leaves the set."""
-    stale = [where for where in sorted(NOT_YET) if not name_compares((ROOT / where).read_text())]
-    assert stale == []

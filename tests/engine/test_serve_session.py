@@ -19,7 +19,8 @@ from homelab.engine.supervision.record import EngineRecord
 from homelab.engine.supervision.state_file import StateFile
 from homelab.errors import EngineError, ModelFileError, UsageError
 from homelab.serve import events as ev
-from homelab.serve.session import ServeRequest, ServeSession
+from homelab.serve.request import ServeRequest
+from homelab.serve.session import ServeSession
 
 pytestmark = pytest.mark.engine
 OPTIONS = plan_options(vram=8 << 30, ctx=512, slots=1)

@@ -14,7 +14,8 @@ import pytest
 from homelab.engine.options import plan_options
 from homelab.engine.supervision.state_file import StateFile
 from homelab.gate.config_file import GateChoices
-from homelab.serve.session import ServeRequest, ServeSession
+from homelab.serve.request import ServeRequest
+from homelab.serve.session import ServeSession
 from tests.factory.server_log import free_port
 from tests.gate.conftest import wait_for
 from tests.gate_serve.helpers import chat, gate_state, wait_gates_gone

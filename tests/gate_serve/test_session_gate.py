@@ -20,7 +20,8 @@ from homelab.engine.supervision.states import RestartPolicy
 from homelab.errors import ExitCode, HomelabError
 from homelab.gate.config_file import GateChoices
 from homelab.serve import events as ev
-from homelab.serve.session import ServeRequest, ServeSession
+from homelab.serve.request import ServeRequest
+from homelab.serve.session import ServeSession
 from tests.engine.test_serve_session import _names
 from tests.factory.server_log import free_port
 from tests.gate_serve.helpers import chat

@@ -139,7 +139,7 @@ def _cuda_lines(model_mib: float, kv_mib: float, compute_mib: float) -> str:
 
 def test_gpu_parts_take_the_context_from_nvml_minus_the_logged_buffers(tmp_path: Path) -> None:
     from homelab.cli import build_parser
-    from homelab.cli.plan_cmd import plan_from_args
+    from homelab.cli.plan_cmd import prepared_from_args
     from tests.factory import write_gguf
 
     model = write_gguf("llama", tmp_path / "llama.gguf")
@@ -147,7 +147,8 @@ def test_gpu_parts_take_the_context_from_nvml_minus_the_logged_buffers(tmp_path:
     args = build_parser().parse_args(
         ["plan", str(model), "--ctx", "2048", "--parallel", "1", "--gpu-snapshot", str(snapshot)]
     )
-    plan, argv = plan_from_args(args)
+    prepared = prepared_from_args(args)
+    plan, argv = prepared.plan.plan, list(prepared.argv)
     assert plan.on_gpu
     mib = 1 << 20
     text = _cuda_lines(20.0, 136.0, 50.0)

@@ -1,6 +1,6 @@
 """homelab.plan.calibration: a real run's measured buffers feed the next plan.
 
-Plan (through the CLI's own ``plan_from_args``) → run the plan's argv in the real
+Plan (through the CLI's own ``prepared_from_args``) → run the plan's argv in the real
 llama-server → record → the next plan for the same model, engine and flags prices the
 measured compute buffer and says "measured"; other flags or another engine do not.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from homelab.cli import build_parser, main
-from homelab.cli.plan_cmd import plan_from_args
+from homelab.cli.plan_cmd import prepared_from_args
 from homelab.engine.llamacpp.actuals import compare, row
 from homelab.engine.llamacpp.calibrate import record
 from homelab.engine.llamacpp.locate import engine_version
@@ -45,6 +45,12 @@ pytestmark = pytest.mark.engine
 
 NO_GPU = Path(__file__).resolve().parent.parent / "fixtures" / "gpu" / "no_gpu.json"
 LOGS = Path(__file__).resolve().parent.parent / "fixtures" / "llama_logs"
+
+
+def plan_from_args(args):
+    """(the llama.cpp plan, its argv) as ``homelab plan`` prepares them."""
+    prepared = prepared_from_args(args)
+    return prepared.plan.plan, list(prepared.argv)
 
 
 def _args(model: Path, *options: str):

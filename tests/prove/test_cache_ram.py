@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from homelab.engine.kinds import engine_kind
-from homelab.engine.llamacpp.cache_ram import (
+from homelab.engine.options import plan_options
+from homelab.errors import UsageError
+from homelab.plan.cache_ram import (
     ADDRESS_OVERHEAD,
     MIN_CACHE_MIB,
     cache_ram_mib,
     host_load,
 )
-from homelab.engine.options import plan_options
-from homelab.errors import UsageError
 from homelab.plan.calibration_miss import predicted_bytes
 from homelab.plan.working import render_steps
 from tests.prove.lazy_memory import RAM

@@ -19,7 +19,8 @@ from homelab.engine.kinds import engine_kind
 from homelab.engine.supervision.states import State
 from homelab.plan.calibration_miss import misses
 from homelab.serve import events as ev
-from homelab.serve.session import ServeRequest, ServeSession
+from homelab.serve.request import ServeRequest
+from homelab.serve.session import ServeSession
 from tests.prove.lazy_memory import RAM, Lazy, options, serve_ready
 
 pytestmark = pytest.mark.engine

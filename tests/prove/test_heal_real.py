@@ -21,7 +21,8 @@ from homelab.gpu.report import CpuMemory, GpuReport
 from homelab.plan.calibration_miss import lookup_miss, misses
 from homelab.serve import events as ev
 from homelab.serve import heal
-from homelab.serve.session import ServeRequest, ServeSession
+from homelab.serve.request import ServeRequest
+from homelab.serve.session import ServeSession
 from tests.factory.server_log import free_port
 from tests.prove.lazy_memory import serve_ready
 

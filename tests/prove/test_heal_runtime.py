@@ -26,7 +26,8 @@ from homelab.gate.state import STATE_PATH
 from homelab.plan.calibration_miss import misses
 from homelab.serve import events as ev
 from homelab.serve import heal
-from homelab.serve.session import ServeRequest, ServeSession
+from homelab.serve.request import ServeRequest
+from homelab.serve.session import ServeSession
 from tests.gate_serve.helpers import chat
 from tests.prove.lazy_memory import FAST, RAM, Lazy, full_slot_body, options
 

@@ -32,7 +32,8 @@ from homelab.engine.supervision.states import State
 from homelab.plan.options import PlanOptions
 from homelab.serve import events as ev
 from homelab.serve.prove import proof_prompt
-from homelab.serve.session import ServeRequest, ServeSession
+from homelab.serve.request import ServeRequest
+from homelab.serve.session import ServeSession
 from tests.factory.server_log import free_port
 from tests.prove.lazy_memory import FAST, ONE_ARENA, RAM, vm_peak, wait_health
 

@@ -14,7 +14,8 @@ from homelab.engine.options import plan_options
 from homelab.plan.calibration_miss import predicted_bytes
 from homelab.serve import events as ev
 from homelab.serve.prove import MARGIN_TOKENS, N_PREDICT, launch_of
-from homelab.serve.session import ServeRequest, ServeSession
+from homelab.serve.request import ServeRequest
+from homelab.serve.session import ServeSession
 from tests.factory.server_log import free_port
 
 pytestmark = pytest.mark.engine

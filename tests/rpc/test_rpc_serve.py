@@ -16,7 +16,8 @@ from homelab.engine.llamacpp.log import mib_matches, parse_load_log
 from homelab.engine.options import plan_options
 from homelab.errors import ExitCode, WorkerError
 from homelab.plan.calibration import records
-from homelab.serve.session import ServeRequest, ServeSession
+from homelab.serve.request import ServeRequest
+from homelab.serve.session import ServeSession
 from tests.factory.server_log import free_port
 from tests.rpc.conftest import worker_env
 

@@ -64,7 +64,7 @@ def llama_server_argv(
 ) -> list[str]:
     """The flags the plan derived, in the order a person would write them.
 
-    ``cache_ram_mib``: ``--cache-ram`` (:mod:`homelab.engine.llamacpp.cache_ram`); None: not passed.
+    ``cache_ram_mib``: ``--cache-ram`` (:mod:`homelab.plan.cache_ram`); None: not passed.
 
     ``model_args`` replaces ``-m PATH`` (e.g. ``-hf REPO:QUANT`` for a model not yet downloaded).
     ``visible``: the devices the engine binary lists (see ``visible_devices``); None: unknown.

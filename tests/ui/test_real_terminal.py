@@ -153,7 +153,7 @@ def _menu_rows(screen: str) -> list[str]:
             if in_table:
                 break
             continue
-        words = right.strip(" │▍").split()
+        words = right.strip(" │▍▎▏").split()  # the panel's edge and scrollbar glyphs
         if words[:4] == ["model", "quant", "size", "verdict"]:
             in_table = True
         elif in_table and words:

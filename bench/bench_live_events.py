@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from homelab.events import EventHub
 from homelab.gpu.telemetry import GpuSample, TelemetryPoller
-from homelab.polling import ManualClock
+from tests.factory.clock import ManualClock
 
 RECORDING = (
     Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "gpu" / "rtx3090_wayland.json"

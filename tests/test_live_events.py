@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import pytest
 
 from homelab.events import EventHub
-from homelab.polling import ManualClock, PollThread, every
+from homelab.polling import PollThread, every
+from tests.factory.clock import ManualClock
 
 WAIT_S = 30.0  # a bound for a loaded machine, never an expectation
 

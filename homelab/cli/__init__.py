@@ -16,21 +16,6 @@ from collections.abc import Callable, Sequence
 from homelab import __version__
 from homelab.errors import ExitCode, HomelabError
 
-COMMAND_MODULES = (
-    "gpu_cmd",
-    "plan_cmd",
-    "quants_cmd",
-    "pull_cmd",
-    "presets_cmd",
-    "serve_cmd",
-    "engine_cmd",
-    "worker_cmd",
-    "ui_cmd",
-    "agent_cmd",
-    "bench_cmd",
-)
-"""Subcommand modules in help order; each has ``register(subparsers)``."""
-
 COMMAND_OWNERS = {
     "gpu": "gpu_cmd",
     "plan": "plan_cmd",
@@ -48,6 +33,8 @@ COMMAND_OWNERS = {
 }
 """The module that registers each command: ``homelab plan ...`` imports and registers only
 ``plan_cmd``, not every subcommand's imports (start-up time); anything else builds the tree."""
+COMMAND_MODULES = tuple(dict.fromkeys(COMMAND_OWNERS.values()))
+"""Subcommand modules in help order; each has ``register(subparsers)``."""
 
 
 def _command_modules(names: Sequence[str] = COMMAND_MODULES) -> list[object]:

@@ -33,8 +33,3 @@ class ClientError(Exception):
 
 class BadRequest(ClientError):
     status = 400
-
-
-class Unauthorized(ClientError):
-    status = 401
-    kind = "authentication_error"

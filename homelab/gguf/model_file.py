@@ -17,7 +17,7 @@ from pathlib import Path
 from homelab.errors import ModelFileError
 from homelab.gguf.header import GgufHeader, GgufModel
 from homelab.gguf.reader import read_header
-from homelab.gguf.source import ByteSource, LocalFileSource
+from homelab.gguf.source import LocalFileSource
 
 SPLIT_NAME = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 """llama.cpp's split file name, ``"%s-%05d-of-%05d.gguf"`` (``llama_split_path``)."""
@@ -51,17 +51,6 @@ def read_model(path: str | Path) -> GgufModel:
     parts = tuple(given if p == path else _read_file(p) for p in paths)
     check_parts(parts, count)
     return GgufModel(parts)
-
-
-def read_model_from_source(source: ByteSource) -> GgufModel:
-    """Read one file's header from any source (e.g. a remote file) as a one-part model.
-
-    Sibling parts of a split model are not looked for: a source has no folder.
-
-    Raises:
-        ModelFileError: see ``read_header``.
-    """
-    return GgufModel((read_header(source),))
 
 
 def split_count(header: GgufHeader) -> int:

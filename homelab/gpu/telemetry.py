@@ -10,8 +10,8 @@ own threads (:mod:`homelab.events`): a slow one never delays the sampling.
 
 With a snapshot the backend is :class:`~homelab.gpu.replay.ReplayNvml` and the recorded
 samples are played at their recorded times (``t``), raising pynvml's real errors where
-the recording holds them; the poller ends after the last one. Give it a
-:class:`~homelab.polling.ManualClock` to decide when each sample is taken.
+the recording holds them; the poller ends after the last one. A clock that moves only
+when told (a test's) decides when each sample is taken.
 
 Without a usable driver (no library, no card) there is nothing to initialise: samples
 are system-RAM reports, like the probe's.

@@ -129,12 +129,6 @@ def records(path: Path | None = None) -> list[Calibration]:
     return _read(path or store_path())
 
 
-def lookup(key: CalibrationKey, path: Path | None = None) -> Calibration | None:
-    """The newest record for exactly ``key``, or None."""
-    found = [c for c in records(path) if c.key == key]
-    return found[-1] if found else None
-
-
 def save(calibration: Calibration, path: Path | None = None) -> None:
     """Store ``calibration``, replacing any record of the same key (atomic, under a lock).
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from homelab.agents.target import AgentTarget, target_for
-from homelab.engine.kinds import LlamaCpp
+from homelab.engine.llamacpp.kind import LlamaCpp
 from homelab.engine.options import plan_options
 from homelab.engine.supervision.facts import PlanFacts
 from homelab.plan.card import card_for

@@ -22,7 +22,7 @@ from homelab.engine.llamacpp.actuals import (
     predicted_output_bytes,
     row,
 )
-from homelab.engine.llamacpp.log import MIB, mib_matches, parse_load_log
+from homelab.engine.llamacpp.log import MIB, parse_load_log
 from homelab.gguf.model_file import read_model
 from homelab.gpu.probe import probe
 from homelab.gpu.report import synthetic_report
@@ -30,6 +30,7 @@ from homelab.plan.planner import PlanRequest, make_plan
 from homelab.units import MiB
 from tests.engine.planned_runs import cpu_plan, run_plan
 from tests.factory import ACCEPTANCE_ARCHS, write_gguf
+from tests.factory.mib import mib_matches
 
 pytestmark = pytest.mark.engine
 

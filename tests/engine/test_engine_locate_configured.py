@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from homelab.engine.llamacpp import locate
 from homelab.engine.llamacpp.locate import (
     ENV_VAR,
     LLAMA_CPP_BUILD_NUMBER,
@@ -17,7 +18,6 @@ from homelab.engine.llamacpp.locate import (
     binary_path,
     check_llama_server,
     configure_llama_server,
-    configured_llama_server,
     install_dir,
     locate_llama_server,
 )
@@ -55,7 +55,7 @@ def test_a_configured_binary_beats_builds_and_path_but_not_the_env_var(
     assert locate_llama_server().origin == "build:cpu"
     mine = _script(tmp_path / "mine" / "llama-server", "true")
     configure_llama_server(mine, setting="llama_server in ui.toml")
-    assert configured_llama_server() == (mine, "llama_server in ui.toml")
+    assert locate._configured == locate._Configured(mine, "llama_server in ui.toml")
     assert (locate_llama_server().path, locate_llama_server().origin) == (
         mine.resolve(),
         "setting",

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from homelab.engine.llamacpp.log import FailureKind, LoadLog, mib_matches, parse_load_log
+from homelab.engine.llamacpp.log import FailureKind, LoadLog, parse_load_log
 from tests.factory import ACCEPTANCE_ARCHS, ARCHS, geometry, write_gguf
 from tests.factory.keys import memory_keys
+from tests.factory.mib import mib_matches
 from tests.factory.server_log import SETTING_A, SETTING_B, SETTING_B_SAME_TYPES, capture_load_log
 
 pytestmark = pytest.mark.engine

@@ -21,13 +21,13 @@ from homelab.engine.llamacpp.log import (
     KvCacheLine,
     RecurrentLine,
     mib_byte_range,
-    mib_matches,
     parse_buffer_line,
     parse_failure_line,
     parse_kv_cache_line,
     parse_load_log,
     parse_recurrent_line,
 )
+from tests.factory.mib import mib_matches
 
 LOGS = Path(__file__).resolve().parent.parent / "fixtures" / "llama_logs"
 A = "c4096_np1_ctk-q8_0_ctv-q8_0_fa-on_norepack"

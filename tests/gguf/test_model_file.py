@@ -12,7 +12,9 @@ from gguf_bytes import QT, VT, header, kv, kv_str, tensor_info, tensor_payload
 
 from homelab.errors import ExitCode, ModelFileError
 from homelab.gguf import source as source_module
-from homelab.gguf.model_file import read_model, read_model_from_source, split_part_paths
+from homelab.gguf.header import GgufModel
+from homelab.gguf.model_file import read_model, split_part_paths
+from homelab.gguf.reader import read_header
 from homelab.gguf.source import ByteSource, BytesSource, LocalFileSource
 
 SPLIT_TENSORS = [
@@ -142,7 +144,7 @@ def test_model_from_source_reads_one_part() -> None:
     data = header(
         [kv_str("general.architecture", "gemma3")], [tensor_info("w", (64, 2), QT.Q8_0, 0)]
     )
-    model = read_model_from_source(BytesSource(data, "https://example/x.gguf"))
+    model = GgufModel((read_header(BytesSource(data, "https://example/x.gguf")),))
     assert model.arch == "gemma3" and model.weights_bytes == 2 * 68
     assert model.header.source_name == "https://example/x.gguf"
 

@@ -12,7 +12,7 @@ from homelab.gpu.faults import NO_DRIVER_NOTE
 from homelab.gpu.nvml import RealNvml
 from homelab.gpu.probe import probe
 from homelab.gpu.telemetry import GpuSample, TelemetryPoller
-from homelab.polling import ManualClock
+from tests.factory.clock import ManualClock
 
 
 def _driver_present() -> bool:

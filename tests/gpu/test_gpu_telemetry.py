@@ -24,7 +24,7 @@ from homelab.errors import GpuProbeError
 from homelab.gpu.probe import probe
 from homelab.gpu.replay import ReplayNvml
 from homelab.gpu.telemetry import GpuSample, TelemetryPoller
-from homelab.polling import ManualClock
+from tests.factory.clock import ManualClock
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
 WAIT_S = 30.0  # a bound for a loaded machine, never an expectation

@@ -14,8 +14,8 @@ from pathlib import Path
 from homelab.gpu.telemetry import GpuSample, TelemetryPoller
 from homelab.plan.budget import HEADROOM_DISPLAY, device_budget
 from homelab.plan.headroom import ALARM_FRACTION, desktop_growth
-from homelab.polling import ManualClock
 from homelab.units import MiB
+from tests.factory.clock import ManualClock
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
 GROWTH = FIXTURES / "constructed_desktop_growth.json"

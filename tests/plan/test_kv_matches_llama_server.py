@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from homelab.engine.llamacpp.log import LoadLog, mib_matches, parse_load_log
+from homelab.engine.llamacpp.log import LoadLog, parse_load_log
 from homelab.gguf.archs import rule_for
 from homelab.gguf.geometry import geometry_of
 from homelab.gguf.model_file import read_model
 from homelab.plan.kv import KvAllocation, KvSettings, kv_allocation
 from tests.factory import ACCEPTANCE_ARCHS, ARCHS, write_gguf
+from tests.factory.mib import mib_matches
 from tests.factory.server_log import capture_load_log
 
 pytestmark = pytest.mark.engine

@@ -6,12 +6,12 @@ Plans are real (the planner on generated GGUFs)."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
 
 from homelab.engine.llamacpp.oom import (
-    failed_allocation,
     heal_line,
     is_oom,
     oom_line,
@@ -49,6 +49,14 @@ def test_fewer_slots_first_each_keeping_its_context_then_less_context() -> None:
     assert walk[:5] == [(16, 16 * 8192), (8, 8 * 8192), (4, 4 * 8192), (2, 2 * 8192), (1, 8192)]
     assert walk[5:] == [(1, 4096), (1, 2048), (1, 1024), (1, 512)]
     assert smaller(Setting(1, MIN_CTX_PER_SLOT, 0)) is None
+
+
+def failed_allocation(lines: list[str]) -> tuple[str, int] | None:
+    """(buffer type, bytes) of the first "failed to allocate X buffer of size N"; None."""
+    for line in lines:
+        if m := re.search(r"failed to allocate (\S+) buffer of size (\d+)", line):
+            return m.group(1), int(m.group(2))
+    return None
 
 
 def test_out_of_memory_is_read_off_the_failure_or_its_lines() -> None:

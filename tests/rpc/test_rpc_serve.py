@@ -12,12 +12,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from homelab.engine.llamacpp.log import mib_matches, parse_load_log
+from homelab.engine.llamacpp.log import parse_load_log
 from homelab.engine.options import plan_options
 from homelab.errors import ExitCode, WorkerError
 from homelab.plan.calibration import records
 from homelab.serve.request import ServeRequest
 from homelab.serve.session import ServeSession
+from tests.factory.mib import mib_matches
 from tests.factory.server_log import free_port
 from tests.rpc.conftest import worker_env
 

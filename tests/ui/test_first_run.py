@@ -132,7 +132,7 @@ def test_pointing_at_the_real_binary_lets_s_serve_smollm2_and_the_next_start_fin
             assert locate.locate_llama_server().origin == "setting"
 
     run(first())
-    assert locate.configured_llama_server() is None  # forgotten when the app ended
+    assert locate._configured is None  # forgotten when the app ended
     run(second())
 
 
@@ -247,6 +247,6 @@ def test_a_bad_llama_server_setting_is_shown_and_the_rules_go_on_without_it(
             await wait_until(pilot, lambda: app.state.engine_problem is not None)
             text = _setup_text(app)
             assert "Bad settings file" in text and str(settings_path()) in text
-            assert locate.configured_llama_server() is None
+            assert locate._configured is None
 
     run(drive())

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from homelab.polling import ManualClock
 from homelab.ui.app import make_app
 from homelab.ui.widgets.models import ModelsMenu
+from tests.factory.clock import ManualClock
 from tests.ui.helpers import GPU_FIXTURES, run, wait_until
 
 GROWTH = GPU_FIXTURES / "constructed_desktop_growth.json"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from homelab.polling import ManualClock
 from homelab.ui.app import make_app
+from tests.factory.clock import ManualClock
 from tests.ui.helpers import GPU_FIXTURES, run
 
 

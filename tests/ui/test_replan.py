@@ -16,9 +16,9 @@ import pytest
 from textual.widgets._footer import FooterKey
 
 from homelab.engine.supervision.process import alive
-from homelab.polling import ManualClock
 from homelab.ui.app import make_app
 from homelab.ui.widgets.models import ModelsMenu
+from tests.factory.clock import ManualClock
 from tests.factory.server_log import free_port
 from tests.ui.helpers import run, wait_until
 from tests.ui.test_engine_flows import _another_ready, _chat, _quit_stopping_the_engine

@@ -17,7 +17,7 @@ import pytest
 
 from homelab.engine.supervision.process import alive
 from homelab.engine.supervision.state_file import StateFile
-from homelab.polling import ManualClock
+from tests.factory.clock import ManualClock
 from tests.gate_serve.helpers import (
     LONG_TOKENS,
     gate_state,

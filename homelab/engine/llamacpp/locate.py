@@ -139,11 +139,6 @@ def configure_llama_server(
     _configured = None if path is None else _Configured(Path(path).expanduser(), setting)
 
 
-def configured_llama_server() -> tuple[Path, str] | None:
-    """What :func:`configure_llama_server` was last given: (path, setting), or None."""
-    return None if _configured is None else (_configured.path, _configured.setting)
-
-
 def _usable(path: Path, setting: str, points: str) -> Path:
     """``path`` resolved, or EngineError naming ``setting`` when it is missing or not executable."""
     if not path.exists():

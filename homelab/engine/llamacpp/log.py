@@ -48,12 +48,6 @@ def mib_byte_range(
     return max(lo, 0), hi
 
 
-def mib_matches(n_bytes: int, mib: float, *, single_precision: bool = False) -> bool:
-    """True when ``n_bytes`` is consistent with the logged ``mib`` figure."""
-    lo, hi = mib_byte_range(mib, single_precision=single_precision)
-    return lo <= n_bytes <= hi
-
-
 @dataclass(frozen=True)
 class KvCacheLine:
     """One ``llama_kv_cache: size = ...`` line.

@@ -37,7 +37,6 @@ _MORE = re.compile(
     r"|cudaErrorMemoryAllocation|ErrorOutOfDeviceMemory|failed to allocate memory"
 )
 _PROMPT_CACHE = re.compile(r"failed to allocate memory for prompt cache state")
-_SIZE = re.compile(r"failed to allocate (\S+) buffer of size (\d+)")
 
 
 def oom_line(line: str) -> bool:
@@ -72,12 +71,3 @@ def is_oom(failure: EngineFailure | None, lines: Iterable[str] = ()) -> bool:
         return True
     quoted = () if failure is None else failure.quoted
     return any(heal_line(line) for line in (*quoted, *lines))
-
-
-def failed_allocation(lines: Iterable[str]) -> tuple[str, int] | None:
-    """(buffer type, bytes) of the first "failed to allocate X buffer of size N"; None."""
-    for line in lines:
-        m = _SIZE.search(line)
-        if m is not None:
-            return m.group(1), int(m.group(2))
-    return None

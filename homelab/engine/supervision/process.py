@@ -62,11 +62,6 @@ def _load_prctl():
 _PRCTL = _load_prctl()
 
 
-def parent_death_signal_supported() -> bool:
-    """True where a child can be made to die with its parent (Linux)."""
-    return _PRCTL is not None
-
-
 def _die_with_parent(parent_pid: int):
     """A ``preexec_fn`` that arms SIGKILL-on-parent-death in the child.
 

@@ -16,7 +16,7 @@ model from the HF cache keeps its repo id as the served name.
 
 from __future__ import annotations
 
-from homelab.engine.kinds import Vllm
+from homelab.engine.vllm.kind import Vllm
 from homelab.engine.vllm.locate import launch_prefix
 from homelab.errors import UsageError
 from homelab.plan.vllm.plan import VllmPlan

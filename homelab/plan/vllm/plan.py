@@ -108,10 +108,6 @@ class VllmPlan:
         """What vLLM should log as "Maximum concurrency for N tokens per request"."""
         return self.layout.max_concurrency(self.kv_pool, self.max_model_len)
 
-    @property
-    def enable_prefix_caching(self) -> bool:
-        return True
-
 
 def plan_vllm(
     model_ref: str | Path,

@@ -88,13 +88,6 @@ class ModelsMenu(Vertical):
     def visible_entries(self) -> list[ModelEntry]:
         return [e for e in self.entries if matches(e, self.query_text)]
 
-    def highlighted(self) -> ModelEntry | None:
-        table = self.query_one("#models", DataTable)
-        rows = self.visible_entries()
-        if not rows or table.cursor_row < 0 or table.cursor_row >= len(rows):
-            return None
-        return rows[table.cursor_row]
-
     def _entry_size(self, key: str) -> int | None:
         judged = self.judgements.get(key)
         entry = next((e for e in self.entries if e.key == key), None)

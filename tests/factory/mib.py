@@ -1,0 +1,11 @@
+"""Does a byte count match a MiB figure llama-server logged (to its two decimals)?"""
+
+from __future__ import annotations
+
+from homelab.engine.llamacpp.log import mib_byte_range
+
+
+def mib_matches(n_bytes: int, mib: float, *, single_precision: bool = False) -> bool:
+    """True when ``n_bytes`` is consistent with the logged ``mib`` figure."""
+    lo, hi = mib_byte_range(mib, single_precision=single_precision)
+    return lo <= n_bytes <= hi

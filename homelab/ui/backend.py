@@ -111,39 +111,30 @@ def loads_gguf(engine: str) -> bool:
 def judge_preset(preset: Preset, report: GpuReport, options: PlanOptions) -> PresetFit:
     """The preset's verdict from its header (read or cached; its facts when there is none).
 
-    Our own running engine counts as freed (a switch stops it first).
+    Our own running engine counts as freed (a switch stops it first), in each verdict here.
     """
-    from homelab.engine.llamacpp.calibrate import current_engine_version
-    from homelab.hub.preset_fit import fit_preset
     from homelab.plan.own_engine import without_own_engines
+    from homelab.serve.judge import judge_preset as judged
 
-    return fit_preset(
-        preset, without_own_engines(report), options, engine_version=current_engine_version
-    )
+    return judged(preset, without_own_engines(report), options)
 
 
 def judge_preset_from_facts(preset: Preset, report: GpuReport, options: PlanOptions) -> PresetFit:
     """The preset's verdict from its own facts alone: instant, offline."""
-    from homelab.engine.llamacpp.calibrate import current_engine_version
-    from homelab.hub.preset_fit import fit_preset_from_facts
     from homelab.plan.own_engine import without_own_engines
+    from homelab.serve.judge import judge_preset_from_facts as judged
 
-    return fit_preset_from_facts(
-        preset, without_own_engines(report), options, engine_version=current_engine_version
-    )
+    return judged(preset, without_own_engines(report), options)
 
 
 def judge_model(
     model: GgufModel | HomelabError, label: str, report: GpuReport, options: PlanOptions
 ) -> Fit:
     """A local GGUF's verdict (never raises for the model's own trouble)."""
-    from homelab.engine.llamacpp.calibrate import current_engine_version
-    from homelab.plan.judge import judge
     from homelab.plan.own_engine import without_own_engines
+    from homelab.serve.judge import judge_model as judged
 
-    return judge(
-        model, label, without_own_engines(report), options, engine_version=current_engine_version
-    )
+    return judged(model, label, without_own_engines(report), options)
 
 
 def preset_model_path(preset: Preset) -> Path | None:

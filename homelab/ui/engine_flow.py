@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -73,6 +74,9 @@ class EngineFlow(AppFlow):
         running = self.state.running
         report = self.state.card.report
         prepared = None if picked.preview is None else picked.preview.to_start(report, options)
+        start = partial(
+            self.run_engine, entry, plan, path, options, report=report, prepared=prepared
+        )
         if self.state.engine_alive():
             assert running.supervisor is not None
             if running.entry is not None and running.entry.key == entry.key:
@@ -86,21 +90,11 @@ class EngineFlow(AppFlow):
 
             def answered(yes: bool | None) -> None:
                 if yes:
-                    self.run_engine(
-                        entry,
-                        plan,
-                        path,
-                        options,
-                        stop_first=True,
-                        report=report,
-                        prepared=prepared,
-                    )
+                    start(stop_first=True)
 
             self.push_screen(ConfirmScreen(question), answered)
             return
-        self.run_engine(
-            entry, plan, path, options, stop_first=False, report=report, prepared=prepared
-        )
+        start(stop_first=False)
 
     def running_plan_bytes(self) -> str:
         plan = self.state.running.plan

@@ -207,10 +207,11 @@ def plan_data(prepared) -> dict:
 
 def _measured(prepared) -> list[str]:
     """What a stored ``homelab bench`` measured of this plan (llama.cpp plans only)."""
-    from homelab.engine.llamacpp.calibrate import current_engine_version
-    from homelab.measure.summary import measured_lines
+    from homelab.measure.summary import measured_line
+    from homelab.serve.judge import benches
 
-    return measured_lines(prepared.plan.plan, prepared.plan.model, current_engine_version)
+    plan = prepared.plan.plan
+    return [measured_line(r, plan.settings.n_seq) for r in benches(plan, prepared.plan.model)]
 
 
 def print_plan(plan, argv: list[str]) -> None:

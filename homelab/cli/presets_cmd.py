@@ -51,17 +51,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from homelab.engine.llamacpp.calibrate import current_engine_version
-    from homelab.hub.preset_fit import fit_presets
     from homelab.hub.presets import load_presets, shipped_presets_dir, user_presets_dir
     from homelab.plan.budget import device_budget
     from homelab.plan.card import card_for
+    from homelab.serve.judge import judge_presets
 
     presets = load_presets()
     options = options_from_args(args)  # no --workload: each preset's own hint
     report = card_for(options)
     budget = device_budget(report, options.card.gpu)
-    fits = fit_presets(presets, report, options, engine_version=current_engine_version)
+    fits = judge_presets(presets, report, options)
     shipped = shipped_presets_dir()
     if args.json:
         print_json(

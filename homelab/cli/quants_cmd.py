@@ -36,12 +36,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from homelab.engine.llamacpp.calibrate import current_engine_version
     from homelab.hub.model_ref import list_repo, parse_model_ref
-    from homelab.hub.quant_fit import explain, fit_quants, pick_best
+    from homelab.hub.quant_fit import explain, pick_best
     from homelab.plan.budget import device_budget
     from homelab.plan.card import card_for
     from homelab.plan.workload import AGENT
+    from homelab.serve.judge import judge_quants
 
     options = options_from_args(args)
     workload = options.workload.per_slot or AGENT
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     listing = list_repo(ref.repo or "", ref.revision)
     report = card_for(options)
     device = device_budget(report, options.card.gpu).name
-    fits = fit_quants(listing, report, options, engine_version=current_engine_version)
+    fits = judge_quants(listing, report, options)
     best = pick_best(fits)
     why = explain(fits, best, workload.name)
     if args.json:

@@ -1,14 +1,9 @@
-"""The words a plan shows next to its memory answer, from a stored bench (pure but for
-the store read): "memory holds 4 agents; measured: 1 agent TTFT 0.9 s, 4 agents 3.1 s"."""
+"""The words a plan shows next to its memory answer, from a stored bench (pure): "memory
+holds 4 agents; measured: 1 agent TTFT 0.9 s, 4 agents 3.1 s"."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from homelab.gguf.header import GgufModel
-    from homelab.plan.planner import Plan
+from typing import Any
 
 
 def seconds(value: float | None) -> str:
@@ -46,21 +41,3 @@ def measured_line(record: dict[str, Any], memory_slots: int | None) -> str:
         line += f"; compute runs out at {rec['limited_at']}: max_concurrent {rec['max_concurrent']}"
     when = str(record.get("recorded_at", ""))[:10]
     return f"{line} ({report.get('prompt_tokens')}-token prompts, {when})"
-
-
-def measured_lines(
-    plan: Plan,
-    model: GgufModel,
-    engine_version: str | None | Callable[[], str | None],
-) -> list[str]:
-    """The stored benches of what ``plan`` would run, one line each ([] when none)."""
-    from homelab.measure.key import key_for_plan
-    from homelab.measure.store import folder, load_all
-
-    if not folder().is_dir():  # nothing ever measured: don't ask the engine its version
-        return []
-    version = engine_version() if callable(engine_version) else engine_version
-    key = key_for_plan(plan, model, version)
-    if key is None:
-        return []
-    return [measured_line(record, plan.settings.n_seq) for record in load_all(key)]

@@ -15,6 +15,7 @@ calibrations, same atomic write under a lock; a broken file is moved aside).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -209,7 +210,7 @@ def avoid_misses(
     request: PlanRequest,
     engine_version: EngineVersion,
     memory_limit: int | None,
-    replan,
+    replan: Callable[[PlanRequest], Plan],
     *,
     path: Path | None = None,
 ) -> Plan:

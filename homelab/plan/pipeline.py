@@ -17,7 +17,7 @@ from homelab.gguf.header import GgufModel
 from homelab.gpu.report import GpuReport
 from homelab.plan.calibration import EngineVersion, measurements_for
 from homelab.plan.options import PlanOptions
-from homelab.plan.planner import Plan, make_plan
+from homelab.plan.planner import Plan, PlanRequest, make_plan
 from homelab.plan.remote_device import RemoteDevice
 from homelab.plan.workload import Workload
 
@@ -61,7 +61,7 @@ def plan_model(
         return plan
     from homelab.plan.calibration_miss import FILE_NAME, avoid_misses  # an earlier OOM
 
-    def replan(narrowed):
+    def replan(narrowed: PlanRequest) -> Plan:
         return make_plan(model, label, report, narrowed, remote=remote)
 
     misses = None if calibration_path is None else calibration_path.with_name(FILE_NAME)

@@ -20,11 +20,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from homelab.engine.loopback import loopback_client
+
+if TYPE_CHECKING:
+    from homelab.engine.supervision.supervisor import Supervisor
 
 MARGIN_TOKENS = 8
 """The prompt stops this many tokens short of the slot's context (room for the reply)."""
@@ -150,13 +153,13 @@ class MemoryWatch:
 class LogWatch:
     """Collects the engine's out-of-memory lines from the supervisor's live log."""
 
-    def __init__(self, supervisor, heal_line: Callable[[str], bool]) -> None:
+    def __init__(self, supervisor: Supervisor, heal_line: Callable[[str], bool]) -> None:
         self.heal_line = heal_line
         self.lines: list[str] = []
         self._said = threading.Condition()
         self._unsubscribe = supervisor.subscribe(self._line, log_lines=True)
 
-    def _line(self, item) -> None:
+    def _line(self, item: object) -> None:
         text = getattr(item, "text", None)
         if isinstance(text, str) and self.heal_line(text):
             with self._said:
@@ -202,14 +205,14 @@ def largest_slot(client: httpx.Client) -> tuple[int, int]:
 
 def prove(
     url: str,
-    supervisor,
+    supervisor: Supervisor,
     *,
     pid: int | None,
     gpu: str | None,
     predicted_bytes: int | None,
     timeout_s: float,
     heal_line: Callable[[str], bool],
-    on_start=None,
+    on_start: Callable[[int, int, int], None] | None = None,
 ) -> ProofResult:
     """Fill the largest slot of the engine at ``url`` once; see the module docstring.
 

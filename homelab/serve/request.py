@@ -10,6 +10,7 @@ from homelab.gate.config_file import GateChoices
 from homelab.gpu.report import GpuReport
 from homelab.plan.options import PlanOptions
 from homelab.plan.workload import Workload
+from homelab.serve.prepare import Prepared
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,10 @@ class ServeRequest:
     report: GpuReport | None = None
     """Plan on this look at the card (a front-end that follows the card's telemetry);
     None: read the card as ``options`` say."""
+    prepared: Prepared | None = None
+    """Start from this planning of ``model`` with ``options`` (a local file a front-end has
+    already prepared, e.g. the TUI's preview): the session does not plan it again. None: the
+    session prepares the model itself (after pulling it), on ``report``."""
     gate: GateChoices | None = None
     """Put the admission gate on the public port (these settings over gate.toml); None:
     serve the engine directly on it."""

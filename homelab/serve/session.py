@@ -1,4 +1,7 @@
-"""One ``serve``: plan → pull (if needed) → start, adopt or replace → ready → actuals → live.
+"""One ``serve``: pull (if needed) → plan → start, adopt or replace → ready → actuals → live.
+
+The plan is the request's :class:`~homelab.serve.prepare.Prepared` when the front-end hands
+one (it is never planned again), else the session prepares the model itself.
 
 :class:`ServeSession` does the work and prints nothing: it publishes the events of
 :mod:`homelab.serve.events` (on an :class:`~homelab.serve.bus.EventBus`,
@@ -27,9 +30,10 @@ from typing import Any
 from homelab.engine.kinds import KINDS, EngineKind, ServePlan, engine_kind
 from homelab.engine.supervision.ownership import Running, decide, running, stop_engine, stop_found
 from homelab.engine.supervision.ports import LOOPBACK, choose_port
+from homelab.engine.supervision.readiness import EngineProfile
 from homelab.engine.supervision.record import EngineRecord
 from homelab.engine.supervision.state_file import StateFile
-from homelab.engine.supervision.states import EngineSpec, RestartPolicy, State
+from homelab.engine.supervision.states import EngineSpec, RestartPolicy, State, Transition
 from homelab.engine.supervision.supervisor import Supervisor
 from homelab.errors import HomelabError
 from homelab.gpu.report import GpuReport
@@ -172,8 +176,11 @@ class ServeSession:
         else:
             choice = choose_port(LOOPBACK, wanted, pinned=pinned)
             note = choice.note()
-        report, workload = self.request.report, self.default_workload
-        plan = self.plan = prepare(model, report, options, default_workload=workload).plan
+        prepared = self.request.prepared
+        if prepared is None:
+            report, workload = self.request.report, self.default_workload
+            prepared = prepare(model, report, options, default_workload=workload)
+        plan = self.plan = prepared.plan
         argv = kind.argv(plan, choice.port, executable)
         self.emit(ev.Planned(plan, tuple(argv), note))
         spec = EngineSpec(
@@ -236,7 +243,7 @@ class ServeSession:
             self.emit(ev.Replacing(Path(found.cmdline[0]).name, found.pid, None, None, found=found))
             stop_found(found)
 
-    def _supervisor(self, spec: EngineSpec, profile) -> Supervisor:
+    def _supervisor(self, spec: EngineSpec, profile: EngineProfile) -> Supervisor:
         supervisor = Supervisor(
             spec, profile, policy=self._policy, state_file=self.store, log_dir=self._log_dir
         )
@@ -244,7 +251,7 @@ class ServeSession:
         self.supervisor, self.healer = supervisor, attach_healer(self, supervisor)
         return supervisor
 
-    def _changed(self, transition) -> None:
+    def _changed(self, transition: Transition) -> None:
         if self.gate is not None:  # a restart: its record names the gate; another plan: limits
             self.gate.changed(transition.state.value, transition.pid)
         self.emit(ev.EngineChanged(transition))

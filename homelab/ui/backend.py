@@ -111,39 +111,30 @@ def loads_gguf(engine: str) -> bool:
 def judge_preset(preset: Preset, report: GpuReport, options: PlanOptions) -> PresetFit:
     """The preset's verdict from its header (read or cached; its facts when there is none).
 
-    Our own running engine counts as freed (a switch stops it first).
+    Our own running engine counts as freed (a switch stops it first), in each verdict here.
     """
-    from homelab.engine.llamacpp.calibrate import current_engine_version
-    from homelab.hub.preset_fit import fit_preset
     from homelab.plan.own_engine import without_own_engines
+    from homelab.serve.judge import judge_preset as judged
 
-    return fit_preset(
-        preset, without_own_engines(report), options, engine_version=current_engine_version
-    )
+    return judged(preset, without_own_engines(report), options)
 
 
 def judge_preset_from_facts(preset: Preset, report: GpuReport, options: PlanOptions) -> PresetFit:
     """The preset's verdict from its own facts alone: instant, offline."""
-    from homelab.engine.llamacpp.calibrate import current_engine_version
-    from homelab.hub.preset_fit import fit_preset_from_facts
     from homelab.plan.own_engine import without_own_engines
+    from homelab.serve.judge import judge_preset_from_facts as judged
 
-    return fit_preset_from_facts(
-        preset, without_own_engines(report), options, engine_version=current_engine_version
-    )
+    return judged(preset, without_own_engines(report), options)
 
 
 def judge_model(
     model: GgufModel | HomelabError, label: str, report: GpuReport, options: PlanOptions
 ) -> Fit:
     """A local GGUF's verdict (never raises for the model's own trouble)."""
-    from homelab.engine.llamacpp.calibrate import current_engine_version
-    from homelab.plan.judge import judge
     from homelab.plan.own_engine import without_own_engines
+    from homelab.serve.judge import judge_model as judged
 
-    return judge(
-        model, label, without_own_engines(report), options, engine_version=current_engine_version
-    )
+    return judged(model, label, without_own_engines(report), options)
 
 
 def preset_model_path(preset: Preset) -> Path | None:
@@ -244,14 +235,20 @@ def serve_session(
     *,
     default_workload: Workload | None = None,
     report: GpuReport | None = None,
+    prepared: Prepared | None = None,
 ) -> ServeSession:
-    """The domain's serve session for ``model`` (the path ``homelab serve`` takes too),
-    planned on ``report`` when given (else the card is read as ``options`` say).
+    """The domain's serve session for ``model`` (the path ``homelab serve`` takes too).
+
+    It starts from ``prepared`` when given (the preview the app shows: not planned again),
+    else plans on ``report`` (the card as the app last saw it, our own running engine
+    counted as freed) or, without one, on the card read as ``options`` say. The plan the app
+    shows (or re-plans on the card now) is then the plan that runs.
 
     Detached but held: the app keeps supervising it, and quitting may leave it running
     for the next ``homelab`` to adopt. Its events go to ``on_event`` on a thread of its own.
     """
     from homelab.gate.config_file import GateChoices
+    from homelab.plan.own_engine import without_own_engines
     from homelab.serve.request import ServeRequest
     from homelab.serve.session import ServeSession
 
@@ -261,34 +258,13 @@ def serve_session(
         detach=True,
         hold=True,
         default_workload=default_workload,
-        report=report,
+        report=None if report is None else without_own_engines(report),
+        prepared=prepared,
         gate=GateChoices(),  # the gate on the public port, its settings from gate.toml
     )
     session = ServeSession(request)
     session.subscribe(on_event)
     return session
-
-
-def serve_session_on(
-    model: str,
-    options: PlanOptions,
-    report: GpuReport,
-    on_event: Callable[[Any], None],
-    *,
-    default_workload: Workload | None = None,
-) -> ServeSession:
-    """:func:`serve_session`, planned on ``report``: the card as the app last saw it (its
-    telemetry window), our own running engine counted as freed. The plan the app shows
-    (or re-plans on the card now) is then the plan that runs."""
-    from homelab.plan.own_engine import without_own_engines
-
-    return serve_session(
-        model,
-        options,
-        on_event,
-        default_workload=default_workload,
-        report=without_own_engines(report),
-    )
 
 
 def start_engine(session: ServeSession) -> Supervisor:

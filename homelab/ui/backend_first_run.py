@@ -92,11 +92,10 @@ def judge_preset_seeing_hub(
 ) -> PresetFit:
     """``backend.judge_preset``, telling ``seen`` how its header read went: ``seen(None)``
     when the Hub answered, ``seen(reason)`` when it could not be reached (or is not asked)."""
-    from homelab.engine.llamacpp.calibrate import current_engine_version
     from homelab.hub.errors import HubError
     from homelab.hub.model_ref import resolve_model_ref
-    from homelab.hub.preset_fit import fit_preset
     from homelab.plan.own_engine import without_own_engines
+    from homelab.serve.judge import judge_preset
 
     def resolve(ref: str) -> GgufModel:
         try:
@@ -107,10 +106,4 @@ def judge_preset_seeing_hub(
         seen(resolved.offline_reason)
         return resolved.model
 
-    return fit_preset(
-        preset,
-        without_own_engines(report),
-        options,
-        resolve=resolve,
-        engine_version=current_engine_version,
-    )
+    return judge_preset(preset, without_own_engines(report), options, resolve=resolve)

@@ -14,16 +14,11 @@ if TYPE_CHECKING:
 def measured(plan: Plan, model: GgufModel) -> tuple[str, ...]:
     """The stored benches of what ``plan`` would run: one line each, then the newest's
     chart; () when nothing was measured."""
-    from homelab.engine.llamacpp.calibrate import current_engine_version
-    from homelab.measure.key import key_for_plan
-    from homelab.measure.store import folder, load_all
     from homelab.measure.summary import measured_line
     from homelab.measure.text_chart import chart_lines
+    from homelab.serve.judge import benches
 
-    if not folder().is_dir():
-        return ()
-    key = key_for_plan(plan, model, current_engine_version())
-    records = [] if key is None else load_all(key)
+    records = benches(plan, model)
     if not records:
         return ()
     newest = max(records, key=lambda r: str(r.get("recorded_at")))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from homelab.gpu.report import GpuReport
     from homelab.plan.options import PlanOptions
     from homelab.plan.planner import Plan
+    from homelab.serve.prepare import Prepared
     from homelab.serve.session import ServeSession
 
 CLIPBOARD_TOOLS = (["wl-copy"], ["xclip", "-selection", "clipboard"], ["xsel", "-ib"])
@@ -71,6 +73,10 @@ class EngineFlow(AppFlow):
             return
         running = self.state.running
         report = self.state.card.report
+        prepared = None if picked.preview is None else picked.preview.to_start(report, options)
+        start = partial(
+            self.run_engine, entry, plan, path, options, report=report, prepared=prepared
+        )
         if self.state.engine_alive():
             assert running.supervisor is not None
             if running.entry is not None and running.entry.key == entry.key:
@@ -84,11 +90,11 @@ class EngineFlow(AppFlow):
 
             def answered(yes: bool | None) -> None:
                 if yes:
-                    self.run_engine(entry, plan, path, options, stop_first=True, report=report)
+                    start(stop_first=True)
 
             self.push_screen(ConfirmScreen(question), answered)
             return
-        self.run_engine(entry, plan, path, options, stop_first=False, report=report)
+        start(stop_first=False)
 
     def running_plan_bytes(self) -> str:
         plan = self.state.running.plan
@@ -107,23 +113,25 @@ class EngineFlow(AppFlow):
         stop_first: bool,
         report: GpuReport | None = None,
         note: str | None = None,
+        prepared: Prepared | None = None,
     ) -> None:
         """Through the domain's serve session: plan (on ``report``, the card as the app saw
-        it, when given), decide, start, ready, actuals. On a worker thread."""
+        it, when given; none when handed ``prepared``), decide, start, ready, actuals. On a
+        worker thread."""
         session = None
         try:
             if stop_first and self.state.running.session is not None:
                 backend.stop_engine(self.state.running.session)
                 self.post_message(EngineStopped(released=False))
             default = entry.preset.workload if entry.preset is not None else None
-            if report is None:
-                session = backend.serve_session(
-                    str(path), options, self._serve_event_arrived, default_workload=default
-                )
-            else:
-                session = backend.serve_session_on(
-                    str(path), options, report, self._serve_event_arrived, default_workload=default
-                )
+            session = backend.serve_session(
+                str(path),
+                options,
+                self._serve_event_arrived,
+                default_workload=default,
+                report=report,
+                prepared=prepared,
+            )
             supervisor = backend.start_engine(session)
             served = session.plan.plan if session.plan is not None else plan
             self._started(entry, session, supervisor, served, report, options, note)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from homelab.plan.planner import Plan
     from homelab.serve import events as ev
     from homelab.ui.catalog import Judgement, ModelEntry
-    from homelab.ui.state import Running
+    from homelab.ui.state import Preview, Running
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
@@ -87,6 +87,8 @@ class PlanMade(Message, bubble=False):
     model_path: Path | None
     measured: tuple[str, ...] = ()
     """Stored bench results of this plan's flags (lines), when there are any."""
+    preview: Preview | None = None
+    """The model prepared for a start (None: a preset not downloaded yet)."""
 
 
 @dataclass

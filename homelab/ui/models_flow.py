@@ -30,6 +30,7 @@ from homelab.ui.messages import (
     PlanMade,
     while_mounted,
 )
+from homelab.ui.state import Preview
 from homelab.ui.widgets.models import ModelsMenu
 from homelab.ui.widgets.plan import PlanPanel
 
@@ -165,6 +166,7 @@ class ModelsFlow(AppFlow):
                 default = entry.preset.workload if entry.preset is not None else None
                 prepared = backend.prepare(str(path), report, options, default)
                 plan, argv = prepared.plan.plan, list(prepared.argv)
+                preview = Preview(prepared, report, options)
             else:
                 assert entry.preset is not None  # only presets come without a path
                 fit = backend.judge_preset(entry.preset, report, options).fit
@@ -174,7 +176,7 @@ class ModelsFlow(AppFlow):
                         title=fit.problem or "Cannot plan this preset",
                         hint="Download it first (`homelab pull`), or check the network.",
                     )
-                plan = fit.plan
+                plan, preview = fit.plan, None
                 argv = backend.argv_for(plan, self.state.args.port)
             measured = () if path is None else backend_measure.measured(plan, self._header(path))
         except HomelabError as error:
@@ -183,7 +185,7 @@ class ModelsFlow(AppFlow):
         except ValueError as error:
             self.post_message(PlanFailed(entry.key, UsageError(str(error))))
             return
-        self.post_message(PlanMade(entry.key, plan, argv, path, measured))
+        self.post_message(PlanMade(entry.key, plan, argv, path, measured, preview))
 
     @while_mounted
     def on_plan_made(self, message: PlanMade) -> None:
@@ -191,6 +193,7 @@ class ModelsFlow(AppFlow):
         if picked.entry is None or message.key != picked.entry.key:
             return
         picked.plan, picked.argv, picked.model_path = message.plan, message.argv, message.model_path
+        picked.preview = message.preview
         note = None
         if running is not None and running.key != message.key:
             note = (
@@ -206,7 +209,7 @@ class ModelsFlow(AppFlow):
         picked = self.state.picked
         if picked.entry is None or message.key != picked.entry.key:
             return
-        picked.plan, picked.argv, picked.model_path = None, [], None
+        picked.plan, picked.argv, picked.model_path, picked.preview = None, [], None, None
         self.query_one("#plan", PlanPanel).show_error(picked.entry.name, message.error)
         self._show_card()
 

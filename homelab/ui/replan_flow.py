@@ -144,15 +144,18 @@ class ReplanFlow(EngineFlow):
     ) -> None:
         default = entry.preset.workload if entry.preset is not None else None
         try:
-            new = backend.prepare(str(path.absolute()), report, options, default).plan.plan
+            prepared = backend.prepare(str(path.absolute()), report, options, default)
         except HomelabError as error:
             self.post_message(EngineFailed(error))
             self.call_from_thread(
                 self.notify, "The engine keeps running with its old plan.", title="Not restarted"
             )
             return
+        new = prepared.plan.plan
         note = replan_note(old, new)
-        self.serve(entry, new, path, options, stop_first=True, report=report, note=note)
+        self.serve(
+            entry, new, path, options, stop_first=True, report=report, note=note, prepared=prepared
+        )
 
 
 def plan_figures(plan: Plan) -> str:

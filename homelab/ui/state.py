@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from homelab.plan.options import PlanOptions
     from homelab.plan.planner import Plan
     from homelab.polling import Clock
+    from homelab.serve.prepare import Prepared
     from homelab.serve.session import ServeSession
     from homelab.ui.catalog import ModelEntry
     from homelab.ui.log_feed import LogFeed
@@ -58,6 +59,23 @@ class Card:
     """One per card (system RAM without one)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Preview:
+    """The picked model prepared (a local file): what the plan panel shows and ``s`` starts."""
+
+    prepared: Prepared
+    report: GpuReport
+    """The card it was planned on (our own running engine counted as freed when planned)."""
+    options: PlanOptions
+
+    def to_start(self, report: GpuReport | None, options: PlanOptions) -> Prepared | None:
+        """The preview to start from when a start would plan on the same card with the same
+        options (the plan shown is the plan that runs); None: the card or the settings
+        changed since, and the session plans on the card as it is now."""
+        same = report == self.report and options == self.options
+        return self.prepared if same else None
+
+
 @dataclass(slots=True)
 class Picked:
     """The picked row and its plan. Written by the models flow (pick, plan made or
@@ -69,6 +87,8 @@ class Picked:
     argv: list[str] = field(default_factory=list)
     model_path: Path | None = None
     """The local GGUF the plan reads (None: not downloaded yet)."""
+    preview: Preview | None = None
+    """The plan prepared for a start (None: not downloaded yet, or no plan)."""
 
 
 @dataclass(slots=True)

@@ -113,6 +113,35 @@ def test_run_on_a_worker_thread_until_stopped(smollm2_gguf: Path, engines) -> No
     assert not alive(session.supervisor.pid)
 
 
+def test_a_handed_prepared_is_started_as_is(smollm2_gguf: Path, engines, monkeypatch) -> None:
+    """The TUI hands the preview it shows: the session starts it and never plans again."""
+    from homelab.serve.prepare import prepare
+
+    kind = type(engine_kind("llama.cpp"))
+    planned: list[str] = []
+    plan = kind.plan
+
+    def counted(self, model, *args, **kwargs):
+        planned.append(model)
+        return plan(self, model, *args, **kwargs)
+
+    monkeypatch.setattr(kind, "plan", counted)
+    prepared = prepare(str(smollm2_gguf), None, OPTIONS)
+    assert planned == [str(smollm2_gguf)]
+    session = ServeSession(ServeRequest(str(smollm2_gguf), OPTIONS, prepared=prepared))
+    try:
+        session.start()
+        engines.track(session.supervisor.pid)
+        session.wait_ready()
+        session.stop()
+    finally:
+        session.close()
+    assert planned == [str(smollm2_gguf)]  # the preview's pass only
+    first = session.events[0]
+    assert isinstance(first, ev.Planned) and first.plan is prepared.plan
+    assert session.plan is None or session.plan is prepared.plan
+
+
 def test_a_failed_start_is_a_failed_event_and_the_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 64)

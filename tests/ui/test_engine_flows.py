@@ -216,6 +216,8 @@ def test_the_serve_session_records_the_plan_and_the_panel_shows_actuals_and_a_se
         async with app.run_test(size=(140, 45)) as pilot:
             await _pick_small_plan(app, pilot)
             await _start_and_wait_ready(app, pilot, engine_pids)
+            preview = app.state.picked.preview  # started as shown, not planned again
+            assert preview is not None and app.state.running.plan is preview.prepared.plan.plan
             record = backend.running_engine()
             assert record is not None and record.pid == app.state.running.supervisor.pid
             assert record.facts is not None  # plan facts in the record: the session's path

@@ -100,3 +100,21 @@ def test_no_llama_server_is_said_at_once_with_how_to_get_one(
             assert "no-such-llama-server" in text and "homelab engine build" in text
 
     run(drive())
+
+
+def test_s_starts_the_preview_only_on_the_card_and_settings_it_was_planned_on(
+    smollm2_gguf: Path,
+) -> None:
+    from homelab.engine.options import plan_options
+    from homelab.gpu.report import synthetic_report
+    from homelab.serve.prepare import prepare
+    from homelab.ui.state import Preview
+
+    report, options = synthetic_report(8 << 30), plan_options(ctx=512, slots=1)
+    prepared = prepare(str(smollm2_gguf), report, options)
+    preview = Preview(prepared, report, options)
+    assert preview.to_start(synthetic_report(8 << 30), plan_options(ctx=512, slots=1)) is prepared
+    # the card changed, or the settings, or it was never read: the session plans on it now
+    assert preview.to_start(synthetic_report(16 << 30), options) is None
+    assert preview.to_start(report, plan_options(ctx=1024, slots=1)) is None
+    assert preview.to_start(None, options) is None

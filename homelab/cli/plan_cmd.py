@@ -208,9 +208,12 @@ def plan_data(prepared) -> dict:
 def _measured(prepared) -> list[str]:
     """What a stored ``homelab bench`` measured of this plan (llama.cpp plans only)."""
     from homelab.measure.summary import measured_line
+    from homelab.plan.planner import Plan
     from homelab.serve.judge import benches
 
     plan = prepared.plan.plan
+    if not isinstance(plan, Plan):
+        return []
     return [measured_line(r, plan.settings.n_seq) for r in benches(plan, prepared.plan.model)]
 
 
@@ -235,20 +238,25 @@ def print_plan(plan, argv: list[str]) -> None:
     print(shlex.join(argv))
 
 
-def run(args: argparse.Namespace) -> int:
+def print_engine_plan(plan, argv: list[str]) -> None:
+    """Whichever engine's plan it is, its working and command line for a person."""
     from homelab.cli.vllm_cmd import print_vllm_plan
     from homelab.plan.planner import Plan
 
+    if isinstance(plan, Plan):
+        print_plan(plan, argv)
+    else:
+        print_vllm_plan(plan, argv)
+
+
+def run(args: argparse.Namespace) -> int:
     prepared = prepared_from_args(args)
-    plan, argv = prepared.plan.plan, list(prepared.argv)
     if args.json:
         print_json(plan_data(prepared))
-    elif not isinstance(plan, Plan):
-        print_vllm_plan(plan, argv)
-    else:
-        print_plan(plan, argv)
-        for line in _measured(prepared):
-            print(line)
+        return exit_code(prepared)
+    print_engine_plan(prepared.plan.plan, list(prepared.argv))
+    for line in _measured(prepared):
+        print(line)
     return exit_code(prepared)
 
 

@@ -34,7 +34,6 @@ from homelab.cli.serve_output import (
     signals_interrupt,
     watch_status,
 )
-from homelab.cli.serve_prove import add_prove_arguments
 from homelab.cli.stop_status import register_stop_status, worded, worded_transition
 from homelab.cli.vllm_cmd import add_engine_option
 from homelab.errors import ExitCode, HomelabError, UsageError
@@ -84,7 +83,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="plan only: print the plan as `homelab plan --json` does, start nothing",
     )
     add_gate_arguments(serve)
-    add_prove_arguments(serve)
+    serve.add_argument(
+        "--prove",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="after ready, fill the largest slot once and watch memory before announcing it; "
+        "an out-of-memory restarts on a smaller plan (default: on for a GPU plan, off for CPU)",
+    )
     serve.add_argument(
         "--start-timeout",
         type=float,
@@ -268,7 +273,9 @@ class ServeText:
         elif isinstance(event, ev.Pulled):
             self.finish()
         elif isinstance(event, ev.Planned):
-            PLAN_PRINTERS[event.plan.kind](event.plan.plan, list(event.argv))
+            from homelab.cli.plan_cmd import print_engine_plan
+
+            print_engine_plan(event.plan.plan, list(event.argv))
         elif isinstance(event, ev.LeftRunning) and event.adopted:
             print()  # after the ^C on the terminal
         line = describe(event).line
@@ -283,19 +290,3 @@ class ServeText:
 
             self._bar = ProgressBar(sys.stderr)
         self._bar(event.progress)
-
-
-def _print_llama_plan(plan, argv) -> None:
-    from homelab.cli.plan_cmd import print_plan
-
-    print_plan(plan, argv)
-
-
-def _print_vllm_plan(plan, argv) -> None:
-    from homelab.cli.vllm_cmd import print_vllm_plan
-
-    print_vllm_plan(plan, argv)
-
-
-PLAN_PRINTERS = {"llama.cpp": _print_llama_plan, "vllm": _print_vllm_plan}
-"""How each engine kind's plan is printed (by the kind's name)."""

@@ -107,6 +107,8 @@ class EngineKind(Protocol):
     restarts_in_place: bool
     """A running engine restarts into a new plan under the same supervisor (else it is
     stopped and started)."""
+    start_cost: str | None
+    """What its start costs that a person should be told before waiting (None: nothing)."""
 
     @property
     def oom(self) -> OomReading | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import assert_never
 
+from homelab.engine.kinds import KINDS
 from homelab.engine.supervision.states import State, Transition
 from homelab.serve import events as ev
 from homelab.units import format_bytes
@@ -41,11 +42,6 @@ class Described:
         return None if self.line is None else self.line.split("\n", 1)[0]
 
 
-STARTING = {
-    "llama.cpp": "starting llama-server...",
-    "vllm": "starting vllm (a first start takes minutes: weights, compile, CUDA graphs)...",
-}
-"""What an engine kind's start says (by the kind's name)."""
 INFO, OK, WARN, ERROR = Severity.INFO, Severity.OK, Severity.WARN, Severity.ERROR
 
 
@@ -71,7 +67,8 @@ def describe(event: ev.SessionEvent) -> Described:
             what, where = f" ({model})" if model else " (no record)", f" at {url}" if url else ""
             return Described(f"replacing {program} pid {pid}{what}{where}", WARN)
         case ev.Starting(kind, program):
-            return Described(STARTING.get(kind, f"starting {program}..."))
+            cost = KINDS[kind].start_cost if kind in KINDS else None
+            return Described(f"starting {program}{f' ({cost})' if cost else ''}...")
         case ev.Started(pid, log_path, wanted, port):
             said = f"pid {pid}, log {log_path}"
             moved = f"port {wanted} was taken meanwhile; using port {port} instead\n"

@@ -2,8 +2,9 @@
 
 The store and the lookup a plan consults live in :mod:`homelab.plan.calibration` (the
 planner never imports the engine); what needs the engine (its load log, its actuals,
-its version) is here. :func:`current_engine_version` is what front-ends pass to
-``plan_model(..., engine_version=...)`` so the plan consults this build's measurements.
+its version) is here. :func:`current_engine_version` is what the llama.cpp kind's plan and
+the application layer's judging (:mod:`homelab.serve.judge`) pass to ``plan_model`` so the
+plan consults this build's measurements.
 """
 
 from __future__ import annotations

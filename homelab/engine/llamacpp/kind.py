@@ -30,6 +30,7 @@ class LlamaCpp:
     fails_past_pool = True
     benched = True
     restarts_in_place = True
+    start_cost: str | None = None
 
     @property
     def oom(self) -> OomReading:

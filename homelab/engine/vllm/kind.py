@@ -31,6 +31,7 @@ class Vllm:
     fails_past_pool = False
     benched = False
     restarts_in_place = False
+    start_cost: str | None = "a first start takes minutes: weights, compile, CUDA graphs"
     oom: OomReading | None = None
 
     def plan(self, model, report, options, *, default_workload=None) -> ServePlan:

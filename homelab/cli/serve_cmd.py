@@ -221,10 +221,23 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def _dry_run(args: argparse.Namespace) -> int:
-    """``serve --dry-run``: the plan serve would start, as ``homelab plan --json`` prints it."""
-    from homelab.cli.plan_cmd import exit_code, plan_data, prepared_from_args
+    """``serve --dry-run``: the plan serve would start, as ``homelab plan --json`` prints it
+    (a preset planned with its workload hint; a model not downloaded yet from its header,
+    fetched by llama-server's own ``-hf``, where serve would pull it first)."""
+    from homelab.cli.plan_cmd import exit_code, options_from_args, plan_data
+    from homelab.engine.kinds import engine_kind
+    from homelab.serve.model_ref import named_model
+    from homelab.serve.prepare import prepare
 
-    prepared = prepared_from_args(args)
+    try:
+        options = options_from_args(args)
+        kind = engine_kind(options.engine.name)
+        named = named_model(args.model, kind) if kind.pulls else None
+        model = args.model if named is None else named.target
+        workload = None if named is None else named.workload
+        prepared = prepare(model, None, options, default_workload=workload)
+    except HomelabError as error:
+        raise worded(error) from None
     print_json(plan_data(prepared))
     return exit_code(prepared)
 

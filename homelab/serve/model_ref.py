@@ -4,14 +4,50 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from homelab.errors import UsageError
 from homelab.serve import events as ev
 
 if TYPE_CHECKING:
     from homelab.engine.kinds import EngineKind
+    from homelab.hub.presets import Preset
     from homelab.plan.workload import Workload
+
+
+class Named(NamedTuple):
+    """What a serve's model argument names, before anything is pulled."""
+
+    target: str
+    """A local file's absolute path, or the Hub reference to pull."""
+    local: bool
+    workload: Workload | None = None
+    """A preset's workload hint."""
+    preset: Preset | None = None
+
+
+def named_model(ref: str, kind: EngineKind) -> Named:
+    """What ``ref`` names, nothing pulled: a local file, a Hub reference, or a preset's.
+
+    Raises:
+        HomelabError: not a model, an unknown preset, or one for another engine.
+    """
+    from homelab.gguf.local_path import local_or_ref
+
+    local = local_or_ref(ref)  # a folder, FIFO or /dev/zero raises its own reason (exit 4)
+    if local is not None:
+        return Named(str(local.absolute()), True)
+    if "/" in ref:
+        return Named(ref, False)
+    from homelab.hub.presets import find_preset
+
+    preset = find_preset(ref)
+    if preset.engine != kind.name:
+        raise UsageError(
+            f"preset {preset.key} runs on {preset.engine}",
+            hint=f"serve {preset.repo} with `engine` {preset.engine}",
+        )
+    return Named(preset.ref, False, preset.workload, preset)
 
 
 def resolve_model(
@@ -23,26 +59,13 @@ def resolve_model(
     Raises:
         HomelabError: not a model, an unknown preset, one for another engine, a failed pull.
     """
-    from homelab.gguf.local_path import local_or_ref
-
-    local = local_or_ref(ref)  # a folder, FIFO or /dev/zero raises its own reason (exit 4)
-    if local is not None:
-        return str(local.absolute()), None
-    workload = None
-    if "/" not in ref:
-        from homelab.hub.presets import find_preset
-
-        preset = find_preset(ref)
-        if preset.engine != kind.name:
-            raise UsageError(
-                f"preset {preset.key} runs on {preset.engine}",
-                hint=f"serve {preset.repo} with `engine` {preset.engine}",
-            )
-        workload = preset.workload
+    named = named_model(ref, kind)
+    if named.local:
+        return named.target, None
+    if (preset := named.preset) is not None:
         emit(ev.PresetChosen(preset.key, preset.name, preset.ref))
-        ref = preset.ref
     from homelab.hub.download import pull
 
-    pulled = pull(ref, progress=lambda p: emit(ev.PullProgress(p)))
+    pulled = pull(named.target, progress=lambda p: emit(ev.PullProgress(p)))
     emit(ev.Pulled(str(pulled.paths[0]), pulled.note))
-    return str(Path(pulled.paths[0]).absolute()), workload
+    return str(Path(pulled.paths[0]).absolute()), named.workload

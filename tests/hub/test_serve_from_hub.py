@@ -65,3 +65,25 @@ def test_unknown_preset_is_a_usage_error() -> None:
     result = run_homelab("serve", "no-such-preset", *PLAN)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and "no-such-preset" in result.stderr
+
+
+def test_serve_dry_run_of_a_preset_plans_it_with_its_workload(tiny_repo: str) -> None:
+    """``serve PRESET --dry-run`` plans what serve would (the preset's repo and quant, planned
+    for its workload hint) from the header alone: nothing pulled, nothing started."""
+    import json
+
+    from homelab.paths import config_dir
+
+    presets = config_dir() / "presets"
+    presets.mkdir(parents=True, exist_ok=True)
+    (presets / "tiny.toml").write_text(
+        'name = "Tiny"\nrepo = "tester/Tiny-GGUF"\nquant = "F16"\nengine = "llama.cpp"\n'
+        'workload = "chat"\nnotes = "a test model"\nlicense = "mit"\n'
+    )
+    dry = run_homelab("serve", "tiny", "--vram", "8GiB", "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    chat = run_homelab("plan", f"{tiny_repo}:F16", "--vram", "8GiB", "--workload", "chat", "--json")
+    agent = run_homelab("plan", f"{tiny_repo}:F16", "--vram", "8GiB", "--json")
+    assert json.loads(dry.stdout) == json.loads(chat.stdout) != json.loads(agent.stdout)
+    assert "-hf" in json.loads(dry.stdout)["argv"]  # not pulled: llama-server's own fetch
+    assert StateFile().read() is None

@@ -1,7 +1,7 @@
 """An admitted request whose engine is down for a moment waits for it, bounded, then is sent.
 
 The engine behind the gate restarts under the same gate — into a new plan (the TUI's
-re-plan, :mod:`homelab.serve.restart_into`), a smaller one after an
+re-plan, :mod:`homelab.serve.replan`), a smaller one after an
 out-of-memory (the heal), or after a crash the supervisor restarts — and for those seconds
 its port refuses connections, or answers 503 while the model loads. A request the gate
 admitted then (or one the engine was answering, not streaming yet, when it was ended) is

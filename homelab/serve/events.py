@@ -18,7 +18,7 @@ With the launch proof (``ServeOptions.prove``): ``Proving`` and ``Proved`` befor
 An out-of-memory (at load, in the proof, at run time): ``Healing`` then ``Planned Starting
 Started ...`` again for the smaller plan, and ``Healed`` once one held.
 
-A re-plan of the running engine under the same gate (:mod:`homelab.serve.restart_into`):
+A re-plan of the running engine under the same gate (:mod:`homelab.serve.replan`):
 ``Replanning``, ``GateRetargeted`` (with a gate), ``EngineChanged(restarting, starting,
 ready)``, ``Actuals``, ``Replanned``. The gate takes new limits (a heal, a re-plan):
 ``GateRetargeted``.

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from homelab.engine.kinds import OomReading, ServePlan
     from homelab.engine.supervision.supervisor import Supervisor
     from homelab.plan.calibration_miss import Setting
+    from homelab.plan.options import PlanOptions
     from homelab.serve.prove import ProofResult
     from homelab.serve.session_view import SessionView
 
@@ -86,18 +87,15 @@ def attach_healer(session: SessionView, supervisor: Supervisor) -> Healer | None
     plan, oom = session.plan, session.kind.oom
     if plan is None or session.adopted is not None or oom is None:
         return None
-    return Healer(session, supervisor, plan, oom)
+    return Healer(session, supervisor, oom)
 
 
 class Healer:
     """Proves and heals one session's engine (see the module docstring)."""
 
-    def __init__(
-        self, session: SessionView, supervisor: Supervisor, plan: ServePlan, oom: OomReading
-    ) -> None:
+    def __init__(self, session: SessionView, supervisor: Supervisor, oom: OomReading) -> None:
         self.session = session
         self.supervisor = supervisor
-        self.plan = plan
         self.oom = oom
         self.options = session.request.options
         self.failed: list[Setting] = []
@@ -115,6 +113,17 @@ class Healer:
         self._lock = threading.Lock()
         supervisor.subscribe(self._changed)
         supervisor.subscribe(self._line, log_lines=True)
+
+    @property
+    def plan(self) -> ServePlan:
+        """The plan the engine runs (the session's: a heal or a re-plan moves it)."""
+        plan = self.session.plan
+        assert plan is not None, "a healer is attached to a planned engine"
+        return plan
+
+    def replanned(self, options: PlanOptions) -> None:
+        """The engine was re-planned with ``options``: a later heal shrinks from these."""
+        self.options = options
 
     # -- the supervisor's transitions (on its run-loop thread) -------------------------------
 
@@ -192,7 +201,6 @@ class Healer:
             # smaller engine is back (at load and in the proof it starts later, from the
             # healed spec's facts).
             argv = self.session.restart_into(nxt, now=False, retarget=stage == "run").argv
-            self.plan = nxt
             now = setting_of(nxt.plan)
             self.session.emit(ev.Healing(stage, said, was, now, step, MAX_STEPS, argv))
             return HEALED

@@ -1,6 +1,5 @@
-"""What the session's collaborators see of it: the heal (:mod:`homelab.serve.heal`) and the
-restart into a new plan (:mod:`homelab.serve.restart_into`) work through this view of
-:class:`~homelab.serve.session.ServeSession`, so neither imports the session that holds them.
+"""What the heal (:mod:`homelab.serve.heal`) sees of the serve session that holds it: this
+view of :class:`~homelab.serve.session.ServeSession`, so the heal never imports the session.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The TUI's restarts of the running engine into a new plan under the same gate (the
-domain calls, like :mod:`homelab.ui.backend`): :mod:`homelab.serve.restart_into`."""
+domain calls, like :mod:`homelab.ui.backend`): :mod:`homelab.serve.replan`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from homelab.gpu.report import GpuReport
     from homelab.plan.options import PlanOptions
-    from homelab.serve.restart_into import Replan
+    from homelab.serve.replan import Replan
     from homelab.serve.session import ServeSession
 
 
@@ -17,7 +17,7 @@ def why_not_in_place(session: ServeSession | None) -> str | None:
     and started: its gate too); None when it can."""
     if session is None:
         return "no engine of this session runs"
-    from homelab.serve.restart_into import why_not_in_place as why_not
+    from homelab.serve.replan import why_not_in_place as why_not
 
     return why_not(session)
 
@@ -34,7 +34,7 @@ def replan_in_place(
             :func:`still_on`), or the restarted engine did not come up.
     """
     from homelab.plan.own_engine import without_own_engines
-    from homelab.serve.restart_into import replan
+    from homelab.serve.replan import replan
 
     card = None if report is None else without_own_engines(report)
     return replan(session, options, report=card, why=why)

@@ -167,6 +167,8 @@ class ModelsFlow(AppFlow):
                 prepared = backend.prepare(str(path), report, options, default)
                 plan, argv = prepared.plan.plan, list(prepared.argv)
                 preview = Preview(prepared, report, options)
+                if prepared.plan.model is not None:  # the header prepare read: not read again
+                    self._headers[path] = prepared.plan.model
             else:
                 assert entry.preset is not None  # only presets come without a path
                 fit = backend.judge_preset(entry.preset, report, options).fit

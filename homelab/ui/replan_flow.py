@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from homelab.gpu.report import GpuReport
     from homelab.plan.options import PlanOptions
     from homelab.plan.planner import Plan
-    from homelab.serve.restart_into import Replan
+    from homelab.serve.replan import Replan
 
 
 @dataclass

@@ -19,8 +19,8 @@ from homelab.engine.supervision.state_file import StateFile
 from homelab.engine.supervision.states import State
 from homelab.gate.config_file import GateChoices
 from homelab.serve import events as ev
+from homelab.serve.replan import replan, restart_same
 from homelab.serve.request import ServeRequest
-from homelab.serve.restart_into import replan, restart_same
 from homelab.serve.session import ServeSession
 from tests.engine.supervisor_child import run_homelab
 from tests.factory.server_log import free_port

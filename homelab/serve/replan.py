@@ -87,7 +87,7 @@ def replan(
     new = session.prepare(options, report).plan
     old_pid, attempt = supervisor.pid, supervisor.events[-1].attempt
     if session.healer is not None:  # a later heal shrinks from this plan and these options
-        session.healer.plan, session.healer.options = new, options
+        session.healer.replanned(options)
     session.emit(ev.Replanning(why, old, new, old_pid))
     restarted = session.restart_into(new, now=True)
     ready = supervisor.wait_ready(ready_timeout_s, after=attempt)

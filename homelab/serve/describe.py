@@ -42,7 +42,7 @@ class Described:
         return None if self.line is None else self.line.split("\n", 1)[0]
 
 
-INFO, OK, WARN, ERROR = Severity.INFO, Severity.OK, Severity.WARN, Severity.ERROR
+_INFO, _OK, _WARN, _ERROR = Severity.INFO, Severity.OK, Severity.WARN, Severity.ERROR
 
 
 def describe(event: ev.SessionEvent) -> Described:
@@ -56,7 +56,7 @@ def describe(event: ev.SessionEvent) -> Described:
         case ev.Pulled(_, note):
             return Described(note)
         case ev.SetAsideNotice(set_aside):
-            return Described(f"homelab: {set_aside.describe()}", WARN)
+            return Described(f"homelab: {set_aside.describe()}", _WARN)
         case ev.Planned(_, _, port_note):
             return Described(port_note)
         case ev.Adopting(record, program, age_s):
@@ -65,7 +65,7 @@ def describe(event: ev.SessionEvent) -> Described:
             return Described(f"adopting the running {kind}{program} ({up}) serving {record.model}")
         case ev.Replacing(program, pid, model, url):
             what, where = f" ({model})" if model else " (no record)", f" at {url}" if url else ""
-            return Described(f"replacing {program} pid {pid}{what}{where}", WARN)
+            return Described(f"replacing {program} pid {pid}{what}{where}", _WARN)
         case ev.Starting(kind, program):
             cost = KINDS[kind].start_cost if kind in KINDS else None
             return Described(f"starting {program}{f' ({cost})' if cost else ''}...")
@@ -76,7 +76,7 @@ def describe(event: ev.SessionEvent) -> Described:
         case ev.EngineChanged(transition):
             return _transition(transition)
         case ev.Ready(url, pid, program, reason):
-            return Described(f"ready: {url} ({program} pid {pid}; {reason})", OK)
+            return Described(f"ready: {url} ({program} pid {pid}; {reason})", _OK)
         case ev.Actuals():
             return _actuals(event)
         case ev.LeftRunning(log_path, adopted):
@@ -86,19 +86,19 @@ def describe(event: ev.SessionEvent) -> Described:
         case ev.Stopped(how):
             return STOPPED.get(how, Described("stopped"))
         case ev.Failed(error):
-            return Described(error.message, ERROR)
+            return Described(error.message, _ERROR)
         case ev.GateKeyCreated(path, key):
             said = f"made the gate's API key (shown this once; it stays in {path})"
             return Described(f"{said}: {key}")
         case ev.GateStarted(url, budget, max_concurrent, engine_url, _, ceiling):
             limits = gate_limits(budget, ceiling, max_concurrent)
             said = f"gate: {url} in front of the engine at {engine_url}"
-            return Described(f"{said}\n  {limits}; clients use {url}", OK)
+            return Described(f"{said}\n  {limits}; clients use {url}", _OK)
         case ev.GateAdopted(url, ceiling):
             return Described(f"adopting its gate: {url} ({gate_limits(None, ceiling, None)})")
         case ev.GateMissing(reason):
             said = f"no gate: the running engine has none ({reason}); --replace restarts it"
-            return Described(f"{said} behind the gate", WARN)
+            return Described(f"{said} behind the gate", _WARN)
         case ev.GateStopped(url):
             return Described(f"stopped the gate at {url}")
         case ev.GateRetargeted(budget, max_concurrent, ceiling):
@@ -107,7 +107,7 @@ def describe(event: ev.SessionEvent) -> Described:
         case ev.Replanning(why, _, _, pid):
             return Described(f"{why}: the engine (pid {pid}) restarts under the same gate")
         case ev.Replanned(why, _, _, old_pid, pid, _):
-            return Described(f"{why}: pid {old_pid} → {pid}, behind the same gate", OK)
+            return Described(f"{why}: pid {old_pid} → {pid}, behind the same gate", _OK)
         case ev.Proving(slot, tokens, ctx):
             said = f"slot {slot} filled with {tokens:,} of its {ctx:,} tokens"
             return Described(f"proving the plan: {said}...")
@@ -119,14 +119,14 @@ def describe(event: ev.SessionEvent) -> Described:
             return _healed(event)
         case ev.PromptCacheOff(said):
             off = "the engine's prompt cache ran out of memory and is off"
-            return Described(f"{off} (it serves on without it; nothing restarts): {said}", WARN)
+            return Described(f"{off} (it serves on without it; nothing restarts): {said}", _WARN)
         case _:
             assert_never(event)
 
 
 STOPPED = {
     "outside": Described("the engine was stopped from outside (`homelab stop` or `--replace`)"),
-    "failed": Described("stopped: it failed", ERROR),
+    "failed": Described("stopped: it failed", _ERROR),
     "released": Described("released: the engine runs on without this session"),
 }
 """The words for each way a session ends but "stopped" (as asked)."""
@@ -160,12 +160,12 @@ def _transition(transition: Transition) -> Described:
     if state is State.CRASHED:
         said = reason if failure is None else failure.describe()
         hint = f"\n  {failure.hint}" if failure is not None and failure.hint else ""
-        return Described(f"crashed: {said}{hint}", ERROR)
+        return Described(f"crashed: {said}{hint}", _ERROR)
     if state is State.RESTARTING:
-        return Described(reason, WARN)
+        return Described(reason, _WARN)
     if state is State.READY and transition.attempt > 1:
-        return Described(f"ready again: {transition.url} (pid {transition.pid}, {reason})", OK)
-    return Described(f"{state.value}: {reason}", INFO if failure is None else ERROR)
+        return Described(f"ready again: {transition.url} (pid {transition.pid}, {reason})", _OK)
+    return Described(f"{state.value}: {reason}", _INFO if failure is None else _ERROR)
 
 
 def _actuals(event: ev.Actuals) -> Described:
@@ -187,15 +187,17 @@ def _proved(event: ev.Proved) -> Described:
     peak = f"{format_bytes(r.before_bytes)} → peak {format_bytes(r.peak_bytes)}"
     seen = f"{where} {peak} (plan: {format_bytes(r.predicted_bytes)})"
     if r.ok:
-        return Described(f"proved in {r.seconds:.1f} s: {r.prompt_tokens:,} tokens; {seen}", OK)
-    return Described(f"the proof failed after {r.seconds:.1f} s: {r.oom or r.error}; {seen}", ERROR)
+        return Described(f"proved in {r.seconds:.1f} s: {r.prompt_tokens:,} tokens; {seen}", _OK)
+    return Described(
+        f"the proof failed after {r.seconds:.1f} s: {r.oom or r.error}; {seen}", _ERROR
+    )
 
 
 def _healing(event: ev.Healing) -> Described:
     steps = f"{event.step}/{event.max_steps}: {event.was.describe()} → {event.now.describe()}"
     said = f"out of memory ({event.stage}): {event.said}\n  healing {steps}"
     argv = "\n  " + " ".join(event.argv) if event.argv else ""
-    return Described(f"{said}; restarting on the smaller plan{argv}", WARN)
+    return Described(f"{said}; restarting on the smaller plan{argv}", _WARN)
 
 
 def _healed(event: ev.Healed) -> Described:
@@ -203,4 +205,4 @@ def _healed(event: ev.Healed) -> Described:
     said = f"healed: {event.worked.describe()} holds ({failed} ran out of memory)"
     kept = "recorded the miss in the calibration store: the next plan starts there"
     kept = kept if event.recorded else f"the miss was not recorded: {event.not_recorded}"
-    return Described(f"{said}\n{kept}", OK)
+    return Described(f"{said}\n{kept}", _OK)

@@ -204,13 +204,6 @@ def argv_for(plan: Plan, port: int | None, server: str = "llama-server") -> list
     return llama_server_argv(plan, server=server, port=port or DEFAULT_PORT)
 
 
-def own_engine_bytes(report: GpuReport) -> int:
-    """What our own running engine holds (plans count it as freed; 0 when none runs)."""
-    from homelab.plan.own_engine import own_engine_bytes as held
-
-    return held(report)
-
-
 # -- the engine --------------------------------------------------------------------------
 
 

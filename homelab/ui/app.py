@@ -25,7 +25,6 @@ from textual.worker import Worker, WorkerState
 
 from homelab.ui import backend
 from homelab.ui.download_flow import DownloadFlow
-from homelab.ui.engine_flow import EngineFlow
 from homelab.ui.engine_setup_flow import EngineSetupFlow
 from homelab.ui.live_flow import LiveFlow
 from homelab.ui.messages import CardFailed, CardRead, while_mounted
@@ -52,8 +51,7 @@ REFRESH_S = 1.0
 
 class HomelabApp(
     ModelsFlow,
-    ReplanFlow,
-    EngineFlow,
+    ReplanFlow,  # and the EngineFlow it extends
     ServerFlow,
     DownloadFlow,
     LiveFlow,

@@ -13,7 +13,10 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from homelab.serve.events import SessionEvent
 
 logger = logging.getLogger(__name__)
 
@@ -21,9 +24,9 @@ _STOP = object()
 
 
 class _Subscriber:
-    def __init__(self, callback: Callable[[Any], None]) -> None:
+    def __init__(self, callback: Callable[[SessionEvent], None]) -> None:
         self.callback = callback
-        self.queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self.queue: queue.SimpleQueue[SessionEvent | threading.Event | object] = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._drain, name="homelab-events", daemon=True)
         self.thread.start()
 
@@ -36,7 +39,7 @@ class _Subscriber:
                 item.set()
                 continue
             try:
-                self.callback(item)
+                self.callback(cast("SessionEvent", item))  # all else put here is an event
             except Exception:
                 logger.exception("event subscriber failed")
 
@@ -47,10 +50,10 @@ class EventBus:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._subscribers: list[_Subscriber] = []
-        self.history: list[Any] = []
+        self.history: list[SessionEvent] = []
         """Every event published, oldest first."""
 
-    def subscribe(self, callback: Callable[[Any], None]) -> Callable[[], None]:
+    def subscribe(self, callback: Callable[[SessionEvent], None]) -> Callable[[], None]:
         """Deliver every later event to ``callback`` (on a thread of its own); returns the
         unsubscribe function."""
         subscriber = _Subscriber(callback)
@@ -65,7 +68,7 @@ class EventBus:
 
         return unsubscribe
 
-    def publish(self, event: Any) -> None:
+    def publish(self, event: SessionEvent) -> None:
         """Queue ``event`` for every subscriber; returns at once."""
         with self._lock:
             self.history.append(event)

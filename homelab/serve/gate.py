@@ -27,12 +27,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from homelab.engine.supervision.ports import LOOPBACK, PortChoice, choose_port, port_is_free
 from homelab.engine.supervision.process import alive, create_time_of
 from homelab.errors import EngineError
 from homelab.serve import events as ev
+from homelab.serve.events import SessionEvent
 
 if TYPE_CHECKING:
     from homelab.engine.supervision.facts import PlanFacts
@@ -58,7 +59,9 @@ def internal_port(public: int) -> PortChoice:
 class SessionGate:
     """One session's gate: its settings, its port, its runner or process, its record fields."""
 
-    def __init__(self, choices: GateChoices, store: StateFile, emit: Callable[[Any], None]):
+    def __init__(
+        self, choices: GateChoices, store: StateFile, emit: Callable[[SessionEvent], None]
+    ):
         self._choices = choices
         self._store = store
         self._emit = emit

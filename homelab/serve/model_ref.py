@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from homelab.errors import UsageError
 from homelab.serve import events as ev
+from homelab.serve.events import SessionEvent
 
 if TYPE_CHECKING:
     from homelab.engine.kinds import EngineKind
@@ -51,7 +52,7 @@ def named_model(ref: str, kind: EngineKind) -> Named:
 
 
 def resolve_model(
-    ref: str, kind: EngineKind, emit: Callable[[Any], None]
+    ref: str, kind: EngineKind, emit: Callable[[SessionEvent], None]
 ) -> tuple[str, Workload | None]:
     """(the model file's absolute path, a preset's workload hint or None), pulled into the HF
     cache when it is not local; the pull and the preset are told as events.

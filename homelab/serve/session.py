@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from homelab.engine.kinds import KINDS, EngineKind, ServePlan, engine_kind
 from homelab.engine.supervision.ownership import Running, decide, running, stop_engine, stop_found
@@ -41,6 +40,7 @@ from homelab.plan.options import PlanOptions
 from homelab.plan.workload import Workload
 from homelab.serve import events as ev
 from homelab.serve.bus import EventBus
+from homelab.serve.events import SessionEvent
 from homelab.serve.gate import SessionGate, stop_recorded_gate, wait_port_freed
 from homelab.serve.heal import Healer, attach_healer, ended_error
 from homelab.serve.model_ref import resolve_model
@@ -79,16 +79,16 @@ class ServeSession:
 
     # -- subscribing -------------------------------------------------------------------------
 
-    def subscribe(self, callback: Callable[[Any], None]) -> Callable[[], None]:
+    def subscribe(self, callback: Callable[[SessionEvent], None]) -> Callable[[], None]:
         """Every later event to ``callback``, in order, on a thread of its own."""
         return self.bus.subscribe(callback)
 
     @property
-    def events(self) -> list[Any]:
+    def events(self) -> list[SessionEvent]:
         """Every event so far."""
         return list(self.bus.history)
 
-    def emit(self, event: Any) -> None:
+    def emit(self, event: SessionEvent) -> None:
         """Publish ``event`` to every subscriber (the session's collaborators say theirs)."""
         self.bus.publish(event)
 

@@ -5,9 +5,10 @@ view of :class:`~homelab.serve.session.ServeSession`, so the heal never imports 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from homelab.serve import events as ev
+from homelab.serve.events import SessionEvent
 
 if TYPE_CHECKING:
     from homelab.engine.kinds import EngineKind, ServePlan
@@ -36,7 +37,7 @@ class SessionView(Protocol):
     plan: ServePlan | None
     adopted: EngineRecord | None
 
-    def emit(self, event: Any) -> None:
+    def emit(self, event: SessionEvent) -> None:
         """Say ``event`` to the session's subscribers."""
         ...
 

@@ -19,8 +19,8 @@ from homelab.errors import ExitCode
 from homelab.units import format_bytes
 
 if TYPE_CHECKING:
-    from homelab.hub.preset_fit import PresetFit
     from homelab.plan.budget import DeviceBudget
+    from homelab.serve.preset_fit import PresetFit
 
 VERDICT_WORDS = {
     "fits": "fits",
@@ -54,13 +54,13 @@ def run(args: argparse.Namespace) -> int:
     from homelab.hub.presets import load_presets, shipped_presets_dir, user_presets_dir
     from homelab.plan.budget import device_budget
     from homelab.plan.card import card_for
-    from homelab.serve.judge import judge_presets
+    from homelab.serve.preset_fit import fit_presets
 
     presets = load_presets()
     options = options_from_args(args)  # no --workload: each preset's own hint
     report = card_for(options)
     budget = device_budget(report, options.card.gpu)
-    fits = judge_presets(presets, report, options)
+    fits = fit_presets(presets, report, options)
     shipped = shipped_presets_dir()
     if args.json:
         print_json(

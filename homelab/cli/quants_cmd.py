@@ -1,6 +1,6 @@
 """``homelab quants REPO``: which quant to pick, every GGUF model of a repo planned on this card.
 
-Parses the shared plan options, asks :mod:`homelab.hub.quant_fit` to judge every quant
+Parses the shared plan options, asks :mod:`homelab.serve.quant_fit` to judge every quant
 (headers only, nothing downloaded) and pick the best, and renders the table or ``--json``.
 
 Exit codes: 0 when a best choice exists, 3 when no quant fits with a full slot.
@@ -18,8 +18,8 @@ from homelab.units import format_bytes
 
 if TYPE_CHECKING:
     from homelab.hub.model_ref import RepoListing
-    from homelab.hub.quant_fit import QuantFit
     from homelab.plan.workload import Workload
+    from homelab.serve.quant_fit import QuantFit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,11 +37,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from homelab.hub.model_ref import list_repo, parse_model_ref
-    from homelab.hub.quant_fit import explain, pick_best
     from homelab.plan.budget import device_budget
     from homelab.plan.card import card_for
     from homelab.plan.workload import AGENT
-    from homelab.serve.judge import judge_quants
+    from homelab.serve.quant_fit import explain, fit_quants, pick_best
 
     options = options_from_args(args)
     workload = options.workload.per_slot or AGENT
@@ -54,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     listing = list_repo(ref.repo or "", ref.revision)
     report = card_for(options)
     device = device_budget(report, options.card.gpu).name
-    fits = judge_quants(listing, report, options)
+    fits = fit_quants(listing, report, options)
     best = pick_best(fits)
     why = explain(fits, best, workload.name)
     if args.json:

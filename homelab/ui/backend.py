@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from homelab.gguf.header import GgufModel
     from homelab.gpu.report import GpuReport
     from homelab.gpu.telemetry import TelemetryPoller
-    from homelab.hub.preset_fit import PresetFit
     from homelab.hub.presets import Preset
     from homelab.plan.budget import DeviceBudget
     from homelab.plan.headroom import DesktopGrowth
@@ -32,6 +31,7 @@ if TYPE_CHECKING:
     from homelab.plan.workload import Workload
     from homelab.polling import Clock
     from homelab.serve.prepare import Prepared
+    from homelab.serve.preset_fit import PresetFit
     from homelab.serve.session import ServeSession
 
 
@@ -114,7 +114,7 @@ def judge_preset(preset: Preset, report: GpuReport, options: PlanOptions) -> Pre
     Our own running engine counts as freed (a switch stops it first), in each verdict here.
     """
     from homelab.plan.own_engine import without_own_engines
-    from homelab.serve.judge import judge_preset as judged
+    from homelab.serve.preset_fit import fit_preset as judged
 
     return judged(preset, without_own_engines(report), options)
 
@@ -122,7 +122,7 @@ def judge_preset(preset: Preset, report: GpuReport, options: PlanOptions) -> Pre
 def judge_preset_from_facts(preset: Preset, report: GpuReport, options: PlanOptions) -> PresetFit:
     """The preset's verdict from its own facts alone: instant, offline."""
     from homelab.plan.own_engine import without_own_engines
-    from homelab.serve.judge import judge_preset_from_facts as judged
+    from homelab.serve.preset_fit import fit_preset_from_facts as judged
 
     return judged(preset, without_own_engines(report), options)
 

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from homelab.gguf.header import GgufModel
     from homelab.gpu.report import GpuReport
-    from homelab.hub.preset_fit import PresetFit
     from homelab.hub.presets import Preset
     from homelab.plan.options import PlanOptions
+    from homelab.serve.preset_fit import PresetFit
 
 
 # -- getting a llama-server ----------------------------------------------------------------
@@ -95,7 +95,7 @@ def judge_preset_seeing_hub(
     from homelab.hub.errors import HubError
     from homelab.hub.model_ref import resolve_model_ref
     from homelab.plan.own_engine import without_own_engines
-    from homelab.serve.judge import judge_preset
+    from homelab.serve.preset_fit import fit_preset
 
     def resolve(ref: str) -> GgufModel:
         try:
@@ -106,4 +106,4 @@ def judge_preset_seeing_hub(
         seen(resolved.offline_reason)
         return resolved.model
 
-    return judge_preset(preset, without_own_engines(report), options, resolve=resolve)
+    return fit_preset(preset, without_own_engines(report), options, resolve=resolve)

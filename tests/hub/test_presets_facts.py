@@ -20,9 +20,9 @@ from homelab.gguf.header import GgufModel
 from homelab.gpu.report import synthetic_report
 from homelab.hub.preset_facts import stand_in
 from homelab.hub.preset_fields import PresetError
-from homelab.hub.preset_fit import fit_preset, fit_preset_from_facts
 from homelab.hub.presets import load_preset_file, load_presets
 from homelab.plan.judge import judge
+from homelab.serve.preset_fit import fit_preset, fit_preset_from_facts
 
 PRESETS = {p.key: p for p in load_presets(user_dir=None)}
 GIB = 1024**3

@@ -8,8 +8,8 @@ import pytest
 
 from homelab.engine.options import plan_options
 from homelab.gpu.probe import probe
-from homelab.hub.preset_fit import fit_preset_from_facts
 from homelab.hub.presets import load_presets
+from homelab.serve.preset_fit import fit_preset_from_facts
 from homelab.ui.app import make_app
 from homelab.ui.catalog import FROM_PRESET, FROM_PRESET_LEGEND
 from homelab.ui.widgets.models import ModelsMenu

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
+from homelab.engine.llamacpp.calibrate import current_engine_version
 from homelab.errors import HomelabError
 from homelab.gguf.header import GgufModel
 from homelab.gpu.report import GpuReport
@@ -61,7 +62,7 @@ def fit_preset(
     options: PlanOptions,
     *,
     resolve: Resolver | None = None,
-    engine_version: EngineVersion = None,
+    engine_version: EngineVersion = current_engine_version,
 ) -> PresetFit:
     """Judge ``preset``'s default quant on the card in ``report``.
 
@@ -83,7 +84,7 @@ def fit_presets(
     options: PlanOptions,
     *,
     resolve: Resolver | None = None,
-    engine_version: EngineVersion = None,
+    engine_version: EngineVersion = current_engine_version,
 ) -> list[PresetFit]:
     """``fit_preset`` for each preset, in order, on the same card.
 
@@ -109,7 +110,7 @@ def fit_preset_from_facts(
     report: GpuReport,
     options: PlanOptions,
     *,
-    engine_version: EngineVersion = None,
+    engine_version: EngineVersion = current_engine_version,
 ) -> PresetFit:
     """Judge ``preset`` from its ``[facts]`` alone (no file, no network): instant.
 

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from homelab.engine.llamacpp.calibrate import current_engine_version
 from homelab.errors import HomelabError
 from homelab.gpu.report import GpuReport
 from homelab.plan.calibration import EngineVersion
@@ -60,7 +61,7 @@ def fit_quants(
     *,
     cache: HeaderCache | None = None,
     workers: int = HEADER_WORKERS,
-    engine_version: EngineVersion = None,
+    engine_version: EngineVersion = current_engine_version,
 ) -> list[QuantFit]:
     """Judge every quant of ``listing`` on the card in ``report``; smallest file first.
 

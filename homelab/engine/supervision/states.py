@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
-from homelab.engine.kinds import DEFAULT_PORT
 from homelab.engine.supervision.facts import PlanFacts
 from homelab.engine.supervision.failure import EngineFailure
 from homelab.engine.supervision.ports import LOOPBACK
@@ -90,8 +89,9 @@ class EngineSpec:
     argv: tuple[str, ...]
     """The engine's command line (``--host``/``--port`` are set by the supervisor)."""
     model: str
+    port: int
+    """Where it listens (the engine kind's default, or the one a person chose)."""
     host: str = LOOPBACK
-    port: int = DEFAULT_PORT
     port_pinned: bool = False
     """True when the user chose the port: a taken port is an error, not a move."""
     detached: bool = False

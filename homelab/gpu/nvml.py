@@ -116,6 +116,11 @@ class NvmlBackend(Protocol):
         """
         ...
 
+    def compute_capability(self, handle: Any) -> tuple[int, int]:
+        """``nvmlDeviceGetCudaComputeCapability``: (8, 6) for a 3090, (8, 9) for a 40-series
+        card; what a CUDA build compiles device code for."""
+        ...
+
     def device_count(self) -> int:
         """``nvmlDeviceGetCount``: cards NVML sees (``CUDA_VISIBLE_DEVICES`` has no effect)."""
         ...
@@ -211,6 +216,10 @@ class RealNvml:
 
     def cuda_driver_version(self) -> int:
         return int(pynvml.nvmlSystemGetCudaDriverVersion())
+
+    def compute_capability(self, handle: Any) -> tuple[int, int]:
+        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+        return int(major), int(minor)
 
     def device_count(self) -> int:
         return int(pynvml.nvmlDeviceGetCount())

@@ -107,6 +107,7 @@ def _record_started(
         device["name"] = _ask(backend.device_name, handle)
         device["uuid"] = _ask(backend.device_uuid, handle)
         device["display_active"] = _ask(backend.display_active, handle)
+        device["compute_capability"] = _ask(backend.compute_capability, handle)
         for key in ("memory_v2", "memory_v1", "graphics_procs", "compute_procs"):
             device[key] = []
 

@@ -152,6 +152,15 @@ class ReplayNvml:
     def device_uuid(self, handle: ReplayHandle) -> str:
         return str(self._answer(self._device(handle)["uuid"]))
 
+    def compute_capability(self, handle: ReplayHandle) -> tuple[int, int]:
+        """The recorded capability; snapshots recorded before homelab asked for it hold none,
+        and replay that as NVML's own answer for a field a board does not report."""
+        device = self._device(handle)
+        if "compute_capability" not in device:
+            raise make_error("NotSupported")
+        major, minor = self._answer(device["compute_capability"])
+        return int(major), int(minor)
+
     def display_active(self, handle: ReplayHandle) -> int:
         return int(self._answer(self._device(handle)["display_active"]))
 

@@ -61,6 +61,9 @@ class GpuDevice:
     """How many samples the window held."""
     warnings: tuple[str, ...] = ()
     """Sentences about what could not be read (permission, not supported, ...)."""
+    compute_capability: tuple[int, int] | None = None
+    """CUDA compute capability, (8, 6) for a 3090: what a CUDA build compiles for; None when
+    NVML did not say (or a snapshot recorded before homelab asked)."""
 
     @property
     def homelab_bytes(self) -> int:

@@ -56,6 +56,7 @@ class DeviceSampler:
     warnings: list[str] = field(default_factory=list)
     samples: list[_Sample] = field(default_factory=list)
     use_v1: bool = False
+    compute_capability: tuple[int, int] | None = None
     lowest_free: int | None = None
     """Lowest free memory of every sample taken, trimmed ones included."""
 
@@ -84,6 +85,10 @@ class DeviceSampler:
         sampler.uuid = sampler._optional("UUID", "UUID", backend.device_uuid)
         active = sampler._optional("display state", "Display state", backend.display_active)
         sampler.display_active = None if active is None else bool(active)
+        try:  # only a CUDA build asks; unknown is no warning on the card
+            sampler.compute_capability = backend.compute_capability(handle)
+        except NVMLError:
+            sampler.compute_capability = None
         return sampler
 
     def sample(self, at: float = 0.0) -> None:
@@ -126,6 +131,7 @@ class DeviceSampler:
             processes=last.processes,
             samples=len(self.samples),
             warnings=tuple(self.warnings),
+            compute_capability=self.compute_capability,
         )
 
     # -- reading ------------------------------------------------------------------------

@@ -17,7 +17,6 @@ explains its failure.
 from __future__ import annotations
 
 import contextlib
-import ctypes.util
 import errno
 import fcntl
 import json
@@ -38,6 +37,7 @@ from homelab.engine.llamacpp.build_steps import (
     diagnose,
     run_step,
 )
+from homelab.engine.llamacpp.cuda_build import cuda_configuration, nvidia_driver_present
 from homelab.engine.llamacpp.source import (
     SDIST_FILE,
     SDIST_PACKAGE,
@@ -47,6 +47,7 @@ from homelab.engine.llamacpp.source import (
     fetch_sdist,
 )
 from homelab.errors import EngineError
+from homelab.gpu.report import GpuReport
 from homelab.paths import cache_dir, state_dir
 
 Variant = Literal["cpu", "cuda"]
@@ -63,38 +64,23 @@ def _no_progress(fraction: float | None, line: str) -> None:
 # --- pure parts -----------------------------------------------------------------
 
 
-def find_nvcc() -> str | None:
-    """The CUDA compiler: on PATH, else under $CUDA_HOME or /usr/local/cuda."""
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root and os.access(Path(root, "bin", "nvcc"), os.X_OK):
-            return str(Path(root, "bin", "nvcc"))
-    return None
-
-
-def nvidia_driver_present() -> bool:
-    """True when an NVIDIA kernel driver (or at least its user library) is installed."""
-    if Path("/proc/driver/nvidia/version").exists():
-        return True
-    return ctypes.util.find_library("cuda") is not None
-
-
-def resolve_variant(variant: str | None) -> Variant:
-    """``cpu``/``cuda`` as asked; None picks cuda when nvcc and an NVIDIA driver are both there
-    (a toolkit without a driver, as in CI containers, would build a binary that cannot start)."""
+def resolve_variant(variant: str | None, report: GpuReport | None = None) -> Variant:
+    """``cpu``/``cuda`` as asked; None picks cuda wherever an NVIDIA driver is (with the
+    system's toolkit, else NVIDIA's toolkit wheels: on a machine with a card, a CPU engine is
+    never built unasked), and cpu without one (a toolkit without a driver, as in CI
+    containers, would build a binary that cannot start). A ``report`` (a replayed card)
+    stands for the driver."""
     if variant is None:
-        return "cuda" if find_nvcc() and nvidia_driver_present() else "cpu"
+        cards = bool(report.devices) if report is not None else nvidia_driver_present()
+        return "cuda" if cards else "cpu"
     if variant not in ("cpu", "cuda"):
         raise EngineError(f"unknown engine variant {variant!r}", hint="use cpu or cuda")
     return variant  # type: ignore[return-value]
 
 
-def cmake_args(
-    variant: Variant, *, nvcc: str | None = None, cuda_architectures: str | None = None
-) -> list[str]:
-    """The ``-D`` options of the configure step for one variant."""
+def cmake_args(variant: Variant) -> list[str]:
+    """The ``-D`` options of the configure step for one variant (a CUDA build's toolkit and
+    cards: :func:`~homelab.engine.llamacpp.cuda_build.cuda_configuration`)."""
     args = [
         "-DCMAKE_BUILD_TYPE=Release",
         "-DBUILD_SHARED_LIBS=OFF",  # one self-contained binary
@@ -112,10 +98,6 @@ def cmake_args(
     ]
     if variant == "cuda":
         args.append("-DGGML_CUDA=ON")
-        if nvcc:
-            args.append(f"-DCMAKE_CUDA_COMPILER={nvcc}")
-        if cuda_architectures:
-            args.append(f"-DCMAKE_CUDA_ARCHITECTURES={cuda_architectures}")
     return args
 
 
@@ -178,8 +160,8 @@ def install_binary(
 # --- steps that touch the world ---------------------------------------------------
 
 
-def check_toolchain(variant: Variant) -> None:
-    """cmake, make and a C/C++ compiler (and nvcc for CUDA) must be there."""
+def check_toolchain() -> None:
+    """cmake, make and a C/C++ compiler must be there (CUDA's comes as wheels when missing)."""
     if not shutil.which("cmake"):
         raise EngineError("cmake not found", hint=APT_TOOLCHAIN, title="Build tools missing")
     if not (shutil.which("make") or shutil.which("ninja")):
@@ -192,12 +174,6 @@ def check_toolchain(variant: Variant) -> None:
                 hint=APT_TOOLCHAIN,
                 title="Build tools missing",
             )
-    if variant == "cuda" and not find_nvcc():
-        raise EngineError(
-            "a CUDA build needs nvcc, which was not found",
-            hint="install the CUDA toolkit (Debian: nvidia-cuda-toolkit), "
-            "or build the CPU engine: homelab engine build --cpu",
-        )
 
 
 def check_free_space(folder: Path, variant: Variant) -> None:
@@ -232,24 +208,28 @@ def build_llama_server(
     jobs: int | None = None,
     progress: ProgressFn | None = None,
     force: bool = False,
+    card: GpuReport | None = None,
 ) -> Path:
-    """Build (or find already built) the pinned llama-server; returns the binary's path."""
+    """Build (or find already built) the pinned llama-server; returns the binary's path.
+
+    ``card``: the machine's cards as NVML reports them (None: read them here when a CUDA
+    build needs to know); a replayed snapshot stands for the live driver."""
     report = progress or _no_progress
-    chosen = resolve_variant(variant)
+    chosen = resolve_variant(variant, card)
     name = locate.install_dir(chosen).name
     with _build_lock(name, report):
         existing = locate.cached_build(chosen)
         if existing is not None and not force:
             report(1.0, f"already built: {existing}")
             return existing
-        check_toolchain(chosen)
+        check_toolchain()
         work = cache_dir() / "build" / name
         work.mkdir(parents=True, exist_ok=True)
         check_free_space(work, chosen)
         log_path = state_dir() / "logs" / f"engine-build-{name}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            return _build(chosen, jobs or os.cpu_count() or 1, work, log_path, report)
+            return _build(chosen, jobs or os.cpu_count() or 1, work, log_path, report, card)
         except BuildStepFailed as failed:
             error = diagnose(*failed.args)
         except OSError as exc:
@@ -262,23 +242,28 @@ def build_llama_server(
         raise error
 
 
-def _build(variant: Variant, jobs: int, work: Path, log_path: Path, report: ProgressFn) -> Path:
+def _build(
+    variant: Variant,
+    jobs: int,
+    work: Path,
+    log_path: Path,
+    report: ProgressFn,
+    card: GpuReport | None,
+) -> Path:
     """The build proper, inside the lock: fetch, extract, configure, compile, check, install."""
+    cuda = cuda_configuration(card or _live_card(), report) if variant == "cuda" else None
     started = time.monotonic()
     archive = fetch_sdist(report)
     source = work / "src"
     if not (source / "CMakeLists.txt").exists():
         report(None, f"extracting llama.cpp {locate.LLAMA_CPP_VERSION} source")
         extract_source(archive, source)
-    nvcc = find_nvcc() if variant == "cuda" else None
-    archs = os.environ.get("HOMELAB_CUDA_ARCHITECTURES") or (
-        "native" if nvidia_driver_present() else None
-    )
-    args = cmake_args(variant, nvcc=nvcc, cuda_architectures=archs)
+    args = [*cmake_args(variant), *(cuda.args if cuda else [])]
     nice = ["nice", "-n", "10"] if shutil.which("nice") else []
     build_dir = work / "build"
     with log_path.open("w", encoding="utf-8") as log:
-        report(None, f"configuring llama.cpp {locate.LLAMA_CPP_VERSION} ({variant}) with cmake")
+        built_for = cuda.summary if cuda else "CPU"
+        report(None, f"configuring llama.cpp {locate.LLAMA_CPP_VERSION} ({built_for}) with cmake")
         run_step(
             "cmake configure",
             [*nice, "cmake", "-S", str(source), "-B", str(build_dir), *args],
@@ -302,7 +287,7 @@ def _build(variant: Variant, jobs: int, work: Path, log_path: Path, report: Prog
                 str(jobs),
             ],
             log,
-            report,
+            _with_time_left(report),
         )
     built = build_dir / "bin" / "llama-server"
     output = locate.run_version(built) or ""
@@ -324,9 +309,36 @@ def _build(variant: Variant, jobs: int, work: Path, log_path: Path, report: Prog
     manifest = build_manifest(
         variant=variant, args=args, seconds=time.monotonic() - started, version_output=output
     )
+    if cuda is not None:
+        manifest["cuda"] = cuda.manifest
     installed = install_binary(
         built, manifest, locate.install_dir(variant), companions={locate.RPC_SERVER: worker}
     )
     shutil.rmtree(work, ignore_errors=True)
     report(1.0, f"installed {installed} in {manifest['build_seconds']:.0f} s")
     return locate.binary_path(variant)
+
+
+def _live_card() -> GpuReport | None:
+    """The cards as NVML reports them now (one quick sample), or None when it cannot say."""
+    from homelab.errors import GpuProbeError
+    from homelab.gpu.probe import probe
+
+    try:
+        return probe(window_s=0.0)
+    except GpuProbeError:
+        return None
+
+
+def _with_time_left(report: ProgressFn) -> ProgressFn:
+    """``report`` with the time the compile has left, from its pace so far (a CUDA build's
+    length depends on the cards and the cores: measured, not guessed)."""
+    started = time.monotonic()
+
+    def progress(fraction: float | None, line: str) -> None:
+        if fraction is not None and fraction >= 0.05:
+            left = (time.monotonic() - started) * (1 - fraction) / fraction
+            line = f"{line} (about {max(1, round(left / 60))} min left)"
+        report(fraction, line)
+
+    return progress

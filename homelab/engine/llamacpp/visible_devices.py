@@ -14,16 +14,28 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
-_LINE = re.compile(r"^\s+(\S+): .*\(\d+ MiB, \d+ MiB free\)\s*$")
+_LINE = re.compile(r"^\s+((\S+): .*?)\s*\(\d+ MiB, \d+ MiB free\)\s*$")
+
+
+def parse_device_lines(text: str) -> tuple[str, ...]:
+    """``NAME: DESCRIPTION`` of each device in ``--list-devices`` output, in its order."""
+    return tuple(m.group(1) for line in text.splitlines() if (m := _LINE.match(line)))
 
 
 def parse_device_list(text: str) -> frozenset[str]:
     """Device names in ``--list-devices`` output."""
-    return frozenset(m.group(1) for line in text.splitlines() if (m := _LINE.match(line)))
+    return frozenset(line.split(":", 1)[0] for line in parse_device_lines(text))
 
 
 def visible_devices(executable: str, timeout: float = 30.0) -> frozenset[str] | None:
     """The names the binary lists; None when it could not be asked (then nothing is dropped)."""
+    listed = listed_devices(executable, timeout)
+    return None if listed is None else frozenset(line.split(":", 1)[0] for line in listed)
+
+
+def listed_devices(executable: str, timeout: float = 30.0) -> tuple[str, ...] | None:
+    """``NAME: DESCRIPTION`` of each device the binary lists; None when it could not be
+    asked. Asked once per binary file (its modification time keys the answer)."""
     path = Path(executable)
     try:
         stamp = path.stat().st_mtime_ns
@@ -33,7 +45,7 @@ def visible_devices(executable: str, timeout: float = 30.0) -> frozenset[str] | 
 
 
 @lru_cache(maxsize=8)
-def _listed(executable: str, _stamp: int, timeout: float) -> frozenset[str] | None:
+def _listed(executable: str, _stamp: int, timeout: float) -> tuple[str, ...] | None:
     try:
         done = subprocess.run(
             [executable, "--list-devices"],
@@ -46,4 +58,4 @@ def _listed(executable: str, _stamp: int, timeout: float) -> frozenset[str] | No
         return None
     if done.returncode != 0 or "Available devices" not in done.stdout + done.stderr:
         return None
-    return parse_device_list(done.stdout + done.stderr)
+    return parse_device_lines(done.stdout + done.stderr)

@@ -1,0 +1,98 @@
+"""The CUDA toolkit wheels for real: installed from the package registry into homelab's data
+folder (once, kept by version like the engine), llama.cpp's CUDA backend configured against
+them by CMake, and one CUDA source file compiled for one architecture. The whole CUDA build
+takes too long for two cores; bench/GPU_CHECK.md runs it first on a lent GPU machine."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from homelab.engine.llamacpp import cuda_kit
+from homelab.engine.llamacpp.build import cmake_args
+
+ROOT = Path(__file__).resolve().parents[2]
+REAL_CACHE = os.environ.get("HOMELAB_CACHE_DIR")  # read before the suite isolates it
+sys.path.insert(0, str(ROOT / "tools"))
+
+import trim_llama_source as trim  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def kit() -> cuda_kit.Kit:
+    lines: list[str] = []
+    installed = cuda_kit.ensure_kit(lambda fraction, line: lines.append(line))
+    assert installed == cuda_kit.installed_kit()
+    return installed
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from homelab.engine.llamacpp.source import fetch_sdist
+
+    saved = os.environ.get("HOMELAB_CACHE_DIR")
+    os.environ.pop("HOMELAB_CACHE_DIR", None)
+    if REAL_CACHE is not None:
+        os.environ["HOMELAB_CACHE_DIR"] = REAL_CACHE
+    try:
+        sdist = fetch_sdist()
+    finally:
+        os.environ.pop("HOMELAB_CACHE_DIR", None)
+        if saved is not None:
+            os.environ["HOMELAB_CACHE_DIR"] = saved
+    out = tmp_path_factory.mktemp("cuda-src") / "llama.cpp"
+    trim.trim(sdist, out)
+    return out
+
+
+def test_the_wheels_hold_a_whole_toolkit(kit: cuda_kit.Kit) -> None:
+    done = subprocess.run([str(kit.nvcc), "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and "release 13.5" in done.stdout, done.stdout + done.stderr
+    for tool in ("cudafe++", "fatbinary", "nvlink", "ptxas"):
+        assert os.access(kit.root / "bin" / tool, os.X_OK), tool
+    assert (kit.root / "include" / "cublas_v2.h").exists()
+    assert (kit.lib / "libcublas.so").resolve().name == "libcublas.so.13"
+
+
+def test_cmake_configures_and_nvcc_compiles_for_one_architecture(
+    kit: cuda_kit.Kit, source: Path, tmp_path: Path
+) -> None:
+    build = tmp_path / "build"
+    args = [*cmake_args("cuda"), *cuda_kit.cmake_kit_args(kit, None)]
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
+    env["PATH"] = os.pathsep.join(  # no system nvcc in the way: the kit's is named
+        p for p in env.get("PATH", "").split(os.pathsep) if not (Path(p) / "nvcc").exists()
+    )
+    configure = subprocess.run(
+        ["cmake", "-S", str(source), "-B", str(build), *args, "-DCMAKE_CUDA_ARCHITECTURES=86-real"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    said = configure.stdout + configure.stderr
+    assert configure.returncode == 0, said[-4000:]
+    assert f"Found CUDAToolkit: {kit.root}" in said and '"13.5.37"' in said
+    assert "CMAKE_CUDA_ARCHITECTURES=86-real" in said
+    cuda_dir = build / "ggml" / "src" / "ggml-cuda"
+    compiled = subprocess.run(
+        [shutil.which("make") or "make", "VERBOSE=1", "arange.o"],
+        cwd=cuda_dir,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        check=False,
+    )
+    said = compiled.stdout + compiled.stderr
+    assert compiled.returncode == 0, said[-4000:]
+    assert "arch=compute_86,code=[sm_86]" in said.replace('"', "")
+    obj = cuda_dir / "CMakeFiles" / "ggml-cuda.dir" / "arange.cu.o"
+    sections = subprocess.run(["readelf", "-S", str(obj)], capture_output=True, text=True)
+    assert ".nv_fatbin" in sections.stdout  # device code for the card is in it

@@ -42,8 +42,14 @@ else
   CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n1 | tr -d ' .')
   BUILD=$ROOT/.gpu_build/cuda-sm$CC
   SERVER=$BUILD/bin/llama-server
-  ARGS=$(python3 -c "from homelab.engine.llamacpp.build import cmake_args, find_nvcc
-print(' '.join(cmake_args('cuda', nvcc=find_nvcc(), cuda_architectures='$CC')))") || exit 2
+  # homelab's own CUDA configuration: the system toolkit when whole, else the wheels (not
+  # reachable offline: then this fails and says so), the architectures from NVML
+  ARGS=$(HOMELAB_CUDA_ARCHITECTURES=${CC}-real python3 -c "
+from homelab.engine.llamacpp.build import cmake_args
+from homelab.engine.llamacpp.cuda_build import cuda_configuration
+from homelab.gpu.probe import probe
+config = cuda_configuration(probe(window_s=0.0), lambda fraction, line: None)
+print(' '.join(cmake_args('cuda') + config.args))") || exit 2
   command -v ninja >/dev/null && ARGS="-G Ninja $ARGS"  # the image has it: less make overhead
   echo "== build: sm_$CC, -j$(nproc), at most ${BUILD_BOX} s: cmake $ARGS"
   T0=$SECONDS

@@ -75,17 +75,22 @@ def backend_of(executable: Path) -> Backend | None:
 
 
 def _built_for(executable: Path) -> str | None:
-    """What homelab's manifest beside the binary says it was built for, if it is ours."""
-    for variant in locate.VARIANTS:
-        if locate.binary_path(variant) == executable:
-            manifest = locate.read_manifest(variant) or {}
-            if variant == "cpu":
-                return "CPU"
-            cuda = manifest.get("cuda") if isinstance(manifest.get("cuda"), dict) else {}
-            archs = str(cuda.get("architectures") or "")
-            sms = ", ".join(f"sm_{a.split('-')[0]}" for a in archs.split(";") if a)
-            return ", ".join(p for p in (f"CUDA {cuda.get('version') or '?'}", sms) if p)
-    return None
+    """What homelab's manifest beside the binary says it is, when it is homelab's own."""
+    for flavour in locate.RELEASE_FLAVOURS:
+        if locate.cached_release(flavour) == executable:
+            return f"the official {flavour.replace('cuda-', 'CUDA ')} release"
+    if locate.binary_path("cpu") == executable:
+        return "CPU"
+    if locate.binary_path("cuda") != executable:
+        return None
+    manifest = locate.read_manifest("cuda") or {}
+    cuda = manifest.get("cuda")
+    cuda = cuda if isinstance(cuda, dict) else {}
+    archs = str(cuda.get("architectures") or "")
+    sms = ", ".join(f"sm_{a.split('-')[0]}" for a in archs.split(";") if a and a != "native")
+    toolkit = "toolkit wheels" if cuda.get("toolkit") == "wheels" else "system toolkit"
+    version = f"CUDA {cuda['version']}" if cuda.get("version") else "CUDA"
+    return ", ".join(p for p in (f"{version} ({toolkit})", sms) if p)
 
 
 def check_gpu_backend(executable: Path) -> None:

@@ -5,7 +5,8 @@ Resolution order of :func:`find_llama_server`:
 1. ``HOMELAB_LLAMA_SERVER`` (a path; it must exist and be executable),
 2. the binary a front-end was told to use (:func:`configure_llama_server`: the TUI's
    saved setting, after :func:`check_llama_server` accepted it),
-3. homelab's own build under ``data_dir()/engine`` (the CUDA build before the CPU one),
+3. homelab's own CUDA build under ``data_dir()/engine``, then the official prebuilt release
+   fetched there (``homelab engine fetch``: CUDA 13, CUDA 12, Vulkan), then the CPU build,
 4. ``llama-server`` on ``PATH``.
 
 :func:`locate_rpc_server` finds the RPC worker (``rpc-server``, run by ``homelab worker``)
@@ -47,6 +48,9 @@ _RPC_USAGE_OPTION = "--cache"  # only rpc-server's usage has it beside -H/--host
 
 ENV_VAR = "HOMELAB_LLAMA_SERVER"
 VARIANTS = ("cuda", "cpu")  # preference order of our own builds
+RELEASE_FLAVOURS = ("cuda-13.4", "cuda-12.8", "vulkan")
+"""The official Linux x64 release archives homelab fetches (``llama-bN-bin-ubuntu-F-x64``),
+in preference order: found after our CUDA build and before our CPU one."""
 MANIFEST_NAME = "manifest.json"
 BUILD_HINT = (
     "run `homelab engine build` (builds llama.cpp from source once, ~7 min on 2 cores), "
@@ -93,6 +97,11 @@ def install_dir(variant: str, version: str = LLAMA_CPP_VERSION) -> Path:
     return engine_root() / f"llama.cpp-{version}-{variant}-{BUILD_FEATURES}"
 
 
+def release_dir(flavour: str, version: str = LLAMA_CPP_VERSION) -> Path:
+    """Folder of one fetched release, e.g. ``.../engine/llama.cpp-b11312-release-cuda-13.4``."""
+    return engine_root() / f"llama.cpp-{version}-release-{flavour}"
+
+
 def binary_path(variant: str, version: str = LLAMA_CPP_VERSION) -> Path:
     """The llama-server inside one build folder."""
     return install_dir(variant, version) / "bin" / "llama-server"
@@ -118,6 +127,24 @@ def cached_build(variant: str) -> Path | None:
     if is_executable_file(path) and read_manifest(variant) is not None:
         return path
     return None
+
+
+def cached_release(flavour: str) -> Path | None:
+    """The complete fetched release of the pinned version for ``flavour``, if any."""
+    folder = release_dir(flavour)
+    path = folder / "bin" / "llama-server"
+    if is_executable_file(path) and (folder / MANIFEST_NAME).is_file():
+        return path
+    return None
+
+
+def _own_engines() -> list[tuple[str, Path | None]]:
+    """Our builds and fetched releases, in the order they are preferred (rule 3)."""
+    return [
+        ("build:cuda", cached_build("cuda")),
+        *((f"release:{f}", cached_release(f)) for f in RELEASE_FLAVOURS),
+        ("build:cpu", cached_build("cpu")),
+    ]
 
 
 @dataclass(frozen=True)
@@ -162,10 +189,9 @@ def locate_llama_server() -> Located:
     if _configured is not None:
         where = _configured.setting
         return Located(_usable(_configured.path, where, f"{where} points to"), "setting")
-    for variant in VARIANTS:
-        found = cached_build(variant)
+    for origin, found in _own_engines():
         if found is not None:
-            return Located(found, f"build:{variant}")
+            return Located(found, origin)
     on_path = shutil.which("llama-server")
     if on_path:
         return Located(Path(on_path).resolve(), "path")
@@ -222,10 +248,10 @@ def locate_rpc_server() -> Located:
         beside = server.path.parent / RPC_SERVER
         if is_executable_file(beside):
             return Located(beside, f"beside:{server.origin}")
-    for variant in VARIANTS:
-        path = install_dir(variant) / "bin" / RPC_SERVER
-        if is_executable_file(path) and read_manifest(variant) is not None:
-            return Located(path, f"build:{variant}")
+    for origin, found in _own_engines():
+        path = None if found is None else found.parent / RPC_SERVER
+        if path is not None and is_executable_file(path):
+            return Located(path, origin)
     for name in _RPC_PATH_NAMES:
         on_path = shutil.which(name)
         if on_path:

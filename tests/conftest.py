@@ -63,6 +63,9 @@ def _isolated_homelab_dirs(
     base = tmp_path_factory.mktemp("homelab-dirs")
     for kind in ("state", "config", "cache"):
         monkeypatch.setenv(f"HOMELAB_{kind.upper()}_DIR", str(base / kind))
+    # No machine of the suite has a GPU: the recorded cards' plans run on the CPU build on
+    # purpose. The refusal itself is tested with this unset (tests/engine/test_gpu_backend.py).
+    monkeypatch.setenv("HOMELAB_ALLOW_CPU_ENGINE", "1")
     yield base
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from homelab.cli import engine_cmd
-from homelab.engine.llamacpp import build, source
+from homelab.engine.llamacpp import build, cuda_build, source
 from homelab.engine.llamacpp.build import (
     build_llama_server,
     build_manifest,
@@ -35,6 +35,9 @@ from homelab.engine.llamacpp.source import (
     verify_sha256,
 )
 from homelab.errors import EngineError, ExitCode
+from homelab.gpu.probe import probe
+
+GPU_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
 
 
 def _script(path: Path, body: str) -> Path:
@@ -64,35 +67,50 @@ def test_cpu_args_are_release_static_offline_and_pinned() -> None:
     assert all(a.startswith("-D") and "=" in a for a in args)
 
 
-def test_cuda_args_add_cuda_compiler_and_architectures() -> None:
-    args = cmake_args("cuda", nvcc="/opt/cuda/bin/nvcc", cuda_architectures="86;89")
-    assert "-DGGML_CUDA=ON" in args
-    assert "-DCMAKE_CUDA_COMPILER=/opt/cuda/bin/nvcc" in args
-    assert "-DCMAKE_CUDA_ARCHITECTURES=86;89" in args
-    assert set(cmake_args("cpu")) < set(args)
-
-
-def test_cuda_args_leave_architectures_to_ggml_when_unknown() -> None:
+def test_cuda_args_add_the_cuda_backend_and_the_system_toolkit_names_its_cards(
+    monkeypatch, tmp_path: Path
+) -> None:
     args = cmake_args("cuda")
-    assert "-DGGML_CUDA=ON" in args
-    assert not any(a.startswith("-DCMAKE_CUDA_ARCHITECTURES") for a in args)
+    assert set(cmake_args("cpu")) | {"-DGGML_CUDA=ON"} == set(args)
+    toolkit = tmp_path / "cuda"  # a whole system toolkit: nvcc with cuBLAS's headers beside it
+    (toolkit / "bin").mkdir(parents=True)
+    (toolkit / "include").mkdir()
+    (toolkit / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    (toolkit / "include" / "cublas_v2.h").write_text("")
+    monkeypatch.setattr(cuda_build, "find_nvcc", lambda: str(toolkit / "bin" / "nvcc"))
+    monkeypatch.setenv(cuda_build.ARCH_ENV, "86-real;89-real")
+    config = cuda_build.cuda_configuration(None, lambda fraction, line: None)
+    assert config.args == [
+        f"-DCMAKE_CUDA_COMPILER={toolkit / 'bin' / 'nvcc'}",
+        "-DCMAKE_CUDA_ARCHITECTURES=86-real;89-real",
+    ]
+    assert config.summary == "CUDA (system toolkit) for sm_86, sm_89"
 
 
-@pytest.mark.parametrize(
-    ("nvcc", "driver", "expected"),
-    [
-        ("/x/nvcc", True, "cuda"),
-        ("/x/nvcc", False, "cpu"),
-        (None, True, "cpu"),
-        (None, False, "cpu"),
-    ],
-)
-def test_auto_variant_needs_nvcc_and_a_driver(monkeypatch, nvcc, driver, expected) -> None:
-    monkeypatch.setattr(build, "find_nvcc", lambda: nvcc)
+def test_a_system_nvcc_without_cublas_is_not_a_whole_toolkit(monkeypatch, tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvcc").write_text("#!/bin/sh\n")  # what the wheels' nvcc alone gives
+    monkeypatch.setattr(cuda_build, "find_nvcc", lambda: str(tmp_path / "bin" / "nvcc"))
+    assert cuda_build.system_toolkit() is None
+    monkeypatch.setattr(cuda_build, "find_nvcc", lambda: None)
+    assert cuda_build.system_toolkit() is None
+
+
+@pytest.mark.parametrize(("driver", "expected"), [(True, "cuda"), (False, "cpu")])
+def test_with_a_driver_the_engine_is_cuda_toolkit_or_not(monkeypatch, driver, expected) -> None:
+    """A machine with a card never gets a CPU engine unasked: no toolkit means the wheels."""
+    monkeypatch.setattr(cuda_build, "find_nvcc", lambda: None)
     monkeypatch.setattr(build, "nvidia_driver_present", lambda: driver)
     assert resolve_variant(None) == expected
     assert resolve_variant("cpu") == "cpu"
     assert resolve_variant("cuda") == "cuda"
+
+
+def test_a_replayed_card_stands_for_the_driver(monkeypatch) -> None:
+    monkeypatch.setattr(build, "nvidia_driver_present", lambda: False)
+    card = probe(snapshot=GPU_FIXTURES / "rtx3090_wayland.json", window_s=0.0)
+    assert resolve_variant(None, card) == "cuda"
+    assert resolve_variant(None, probe(snapshot=GPU_FIXTURES / "no_gpu.json")) == "cpu"
 
 
 def test_unknown_variant_is_an_engine_error() -> None:
@@ -345,18 +363,9 @@ def test_missing_build_tools_name_the_debian_packages(
 ) -> None:
     _only_on_path(monkeypatch, tmp_path, *tools)
     with pytest.raises(EngineError) as error:
-        check_toolchain("cpu")
+        check_toolchain()
     assert missing in error.value.message
     assert "apt-get install cmake build-essential" in error.value.hint
-
-
-def test_cuda_without_nvcc_suggests_the_cpu_build(monkeypatch, tmp_path) -> None:
-    _only_on_path(monkeypatch, tmp_path, "cmake", "make", "cc", "c++")
-    monkeypatch.setattr(build, "find_nvcc", lambda: None)
-    check_toolchain("cpu")
-    with pytest.raises(EngineError, match="nvcc") as error:
-        check_toolchain("cuda")
-    assert "--cpu" in error.value.hint
 
 
 def test_too_little_disk_space_is_an_engine_error(monkeypatch, tmp_path) -> None:

@@ -22,14 +22,9 @@ from types import SimpleNamespace
 import pytest
 
 from homelab.engine.llamacpp import release, release_fetch
-from homelab.engine.llamacpp.locate import LLAMA_CPP_COMMIT
-from homelab.engine.llamacpp.release import (
-    asset_names,
-    choose_flavour,
-    fetch_release,
-    installed_release,
-    release_dir,
-)
+from homelab.engine.llamacpp.locate import LLAMA_CPP_COMMIT, release_dir
+from homelab.engine.llamacpp.locate import cached_release as installed_release
+from homelab.engine.llamacpp.release import asset_names, choose_flavour, fetch_release
 from homelab.engine.llamacpp.release_fetch import API_ENV_VAR, ATTEMPTS
 from homelab.engine.llamacpp.release_unpack import unpack
 from homelab.errors import EngineError

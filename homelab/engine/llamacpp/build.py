@@ -16,15 +16,12 @@ explains its failure.
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import json
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,6 +35,7 @@ from homelab.engine.llamacpp.build_steps import (
     run_step,
 )
 from homelab.engine.llamacpp.cuda_build import cuda_configuration, nvidia_driver_present
+from homelab.engine.llamacpp.install import engine_lock, move_into_place
 from homelab.engine.llamacpp.source import (
     SDIST_FILE,
     SDIST_PACKAGE,
@@ -144,16 +142,10 @@ def install_binary(
             shutil.copy2(path, staging / "bin" / name)
             os.chmod(staging / "bin" / name, 0o755)
         (staging / locate.MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
-        old = None
-        if dest.exists():
-            old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-            os.replace(dest, old)
-        os.replace(staging, dest)
+        move_into_place(staging, dest)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
     return dest / "bin" / "llama-server"
 
 
@@ -188,20 +180,6 @@ def check_free_space(folder: Path, variant: Variant) -> None:
         )
 
 
-@contextlib.contextmanager
-def _build_lock(name: str, progress: ProgressFn) -> Iterator[None]:
-    """One build of a given engine at a time on this machine (others wait)."""
-    root = locate.engine_root()
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".{name}.lock", "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            progress(None, "waiting for another homelab engine build to finish")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
 def build_llama_server(
     *,
     variant: str | None = None,
@@ -217,7 +195,7 @@ def build_llama_server(
     report = progress or _no_progress
     chosen = resolve_variant(variant, card)
     name = locate.install_dir(chosen).name
-    with _build_lock(name, report):
+    with engine_lock(name, report, "waiting for another homelab engine build to finish"):
         existing = locate.cached_build(chosen)
         if existing is not None and not force:
             report(1.0, f"already built: {existing}")

@@ -41,12 +41,11 @@ class CudaConfiguration:
     def summary(self) -> str:
         """``CUDA 13.5.37 (toolkit wheels) for sm_86``, for the progress line."""
         archs = self.manifest["architectures"]
-        sms = (
-            archs
-            if archs == "native"
-            else ", ".join(f"sm_{a.split('-')[0]}" for a in archs.split(";"))
-        )
-        return f"CUDA {self.manifest['version']} ({self.manifest['toolkit']}) for {sms}"
+        if archs != "native":
+            archs = ", ".join(f"sm_{a.split('-')[0]}" for a in archs.split(";"))
+        version = self.manifest["version"]
+        toolkit = "toolkit wheels" if self.manifest["toolkit"] == "wheels" else "system toolkit"
+        return f"CUDA{f' {version}' if version else ''} ({toolkit}) for {archs}"
 
 
 def find_nvcc() -> str | None:

@@ -27,7 +27,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from homelab.errors import EngineError
 from homelab.paths import data_dir
@@ -48,7 +48,8 @@ _RPC_USAGE_OPTION = "--cache"  # only rpc-server's usage has it beside -H/--host
 
 ENV_VAR = "HOMELAB_LLAMA_SERVER"
 VARIANTS = ("cuda", "cpu")  # preference order of our own builds
-RELEASE_FLAVOURS = ("cuda-13.4", "cuda-12.8", "vulkan")
+ReleaseFlavour = Literal["cuda-13.4", "cuda-12.8", "vulkan"]
+RELEASE_FLAVOURS: tuple[ReleaseFlavour, ...] = ("cuda-13.4", "cuda-12.8", "vulkan")
 """The official Linux x64 release archives homelab fetches (``llama-bN-bin-ubuntu-F-x64``),
 in preference order: found after our CUDA build and before our CPU one."""
 MANIFEST_NAME = "manifest.json"
@@ -130,12 +131,16 @@ def cached_build(variant: str) -> Path | None:
 
 
 def cached_release(flavour: str) -> Path | None:
-    """The complete fetched release of the pinned version for ``flavour``, if any."""
+    """The llama-server of a complete fetch of ``flavour`` (binary, and a manifest that names
+    the flavour), if any."""
     folder = release_dir(flavour)
-    path = folder / "bin" / "llama-server"
-    if is_executable_file(path) and (folder / MANIFEST_NAME).is_file():
-        return path
-    return None
+    binary = folder / "bin" / "llama-server"
+    try:
+        manifest = json.loads((folder / MANIFEST_NAME).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    complete = isinstance(manifest, dict) and manifest.get("flavour") == flavour
+    return binary if complete and is_executable_file(binary) else None
 
 
 def _own_engines() -> list[tuple[str, Path | None]]:

@@ -17,29 +17,26 @@ A fetch: choose the flavour from the driver (:func:`choose_flavour`), list the r
 assets, download and verify each (:mod:`homelab.engine.llamacpp.release_fetch`, cached in
 ``cache_dir()/releases``), unpack them all into one staging folder's ``bin/`` (no member
 may leave it), check that the binary answers ``--version`` with the pinned build, write
-``manifest.json`` and rename the folder into place as :func:`release_dir`.
+``manifest.json`` and rename the folder into place as :func:`~homelab.engine.llamacpp.locate.release_dir`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes.util
 import errno
-import fcntl
 import json
-import os
 import platform
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from homelab import __version__
 from homelab.engine.llamacpp import locate
 from homelab.engine.llamacpp.build_steps import ProgressFn
+from homelab.engine.llamacpp.install import engine_lock, move_into_place
 from homelab.engine.llamacpp.release_fetch import (
     BUILD_INSTEAD,
     Asset,
@@ -53,8 +50,6 @@ from homelab.engine.llamacpp.release_unpack import unpack
 from homelab.errors import EngineError
 from homelab.paths import cache_dir
 
-Flavour = Literal["cuda-13.4", "cuda-12.8", "vulkan"]
-FLAVOURS: tuple[Flavour, ...] = ("cuda-13.4", "cuda-12.8", "vulkan")
 VULKAN_LOADER = "libvulkan.so.1"
 RPC_WORKER = "ggml-rpc-server"
 """The release's name for the RPC worker; homelab finds it as ``rpc-server`` (a link to it)."""
@@ -63,12 +58,7 @@ UNPACK_FACTOR = 3
 generous side for compiled libraries)."""
 
 
-def release_dir(flavour: Flavour) -> Path:
-    """Folder of one fetched release, e.g. ``.../engine/llama.cpp-b11312-release-cuda-12.8``."""
-    return locate.engine_root() / f"llama.cpp-{locate.LLAMA_CPP_VERSION}-release-{flavour}"
-
-
-def asset_names(flavour: Flavour) -> tuple[str, ...]:
+def asset_names(flavour: locate.ReleaseFlavour) -> tuple[str, ...]:
     """The release files one flavour needs: the engine's archive, and CUDA's runtime one."""
     tag = locate.LLAMA_CPP_VERSION
     if flavour == "vulkan":
@@ -90,7 +80,7 @@ def _cuda_version(text: str | None) -> tuple[int, int] | None:
 
 def choose_flavour(
     cuda_driver: str | None = None, *, has_card: bool = True, flavour: str | None = None
-) -> Flavour:
+) -> locate.ReleaseFlavour:
     """Which prebuilt engine suits this machine, or ``flavour`` when a person forces one.
 
     ``cuda_driver`` is the CUDA version the NVIDIA driver supports (NVML's, e.g. ``"13.1"``).
@@ -105,10 +95,10 @@ def choose_flavour(
         EngineError: an unknown forced flavour, or no card and none forced.
     """
     if flavour is not None:
-        if flavour not in FLAVOURS:
+        if flavour not in locate.RELEASE_FLAVOURS:
             raise EngineError(
                 f"unknown release flavour {flavour!r}",
-                hint=f"use one of {', '.join(FLAVOURS)}",
+                hint=f"use one of {', '.join(locate.RELEASE_FLAVOURS)}",
                 title="Unknown flavour",
             )
         return flavour
@@ -132,19 +122,7 @@ def vulkan_loader_present() -> bool:
     return ctypes.util.find_library("vulkan") is not None
 
 
-def installed_release(flavour: Flavour) -> Path | None:
-    """The llama-server of a complete fetch of ``flavour`` (binary and manifest), if any."""
-    folder = release_dir(flavour)
-    binary = folder / "bin" / "llama-server"
-    try:
-        manifest = json.loads((folder / locate.MANIFEST_NAME).read_text("utf-8"))
-    except (OSError, ValueError):
-        return None
-    complete = isinstance(manifest, dict) and manifest.get("flavour") == flavour
-    return binary if complete and locate.is_executable_file(binary) else None
-
-
-def release_manifest(flavour: Flavour, assets: list[Asset]) -> dict[str, Any]:
+def release_manifest(flavour: locate.ReleaseFlavour, assets: list[Asset]) -> dict[str, Any]:
     """What a fetched release records about itself (``manifest.json``)."""
     return {
         "engine": "llama.cpp",
@@ -178,8 +156,10 @@ def fetch_release(
     report: ProgressFn = progress or (lambda _fraction, _line: None)
     chosen = choose_flavour(cuda_driver, has_card=has_card, flavour=flavour)
     try:
-        with _fetch_lock(report):
-            existing = installed_release(chosen)
+        with engine_lock(
+            "release-fetch", report, "waiting for another homelab release fetch to finish"
+        ):
+            existing = locate.cached_release(chosen)
             if existing is not None and not force:
                 report(1.0, f"already fetched: {existing}")
                 return existing
@@ -189,7 +169,7 @@ def fetch_release(
         raise _disk_error(problem) from None
 
 
-def _check_machine(flavour: Flavour) -> None:
+def _check_machine(flavour: locate.ReleaseFlavour) -> None:
     """EngineError unless this machine can run the release's Linux x86-64 ``flavour`` build."""
     machine = platform.machine().lower()
     if not sys.platform.startswith("linux") or machine not in ("x86_64", "amd64"):
@@ -209,21 +189,7 @@ def _check_machine(flavour: Flavour) -> None:
         )
 
 
-@contextlib.contextmanager
-def _fetch_lock(progress: ProgressFn) -> Iterator[None]:
-    """One release fetch at a time on this machine (others wait): they share the cache."""
-    root = locate.engine_root()
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".release-fetch.lock", "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            progress(None, "waiting for another homelab release fetch to finish")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
-def _fetch(flavour: Flavour, report: ProgressFn) -> Path:
+def _fetch(flavour: locate.ReleaseFlavour, report: ProgressFn) -> Path:
     """The fetch proper, inside the lock: list, download, unpack, check, install."""
     tag = locate.LLAMA_CPP_VERSION
     folder = cache_dir() / "releases"
@@ -244,12 +210,12 @@ def _fetch(flavour: Flavour, report: ProgressFn) -> Path:
         for asset in wanted:
             archives.append(download(client, asset, folder, report, span=(before, total)))
             before += asset.size
-    dest = release_dir(flavour)
+    dest = locate.release_dir(flavour)
     report(None, f"unpacking into {dest}")
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.staging-", dir=dest.parent))
     try:
         _stage(staging, archives, flavour, wanted)
-        _move_into_place(staging, dest)
+        move_into_place(staging, dest)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -277,7 +243,9 @@ def _check_free_space(folder: Path, assets: list[Asset]) -> None:
             )
 
 
-def _stage(staging: Path, archives: list[Path], flavour: Flavour, assets: list[Asset]) -> None:
+def _stage(
+    staging: Path, archives: list[Path], flavour: locate.ReleaseFlavour, assets: list[Asset]
+) -> None:
     """Fill ``staging``: every archive into ``bin/``, the version checked, the manifest."""
     staging.chmod(0o755)  # mkdtemp makes it private; the engine is for every user
     bin_dir = staging / "bin"
@@ -320,18 +288,6 @@ def _check_version(binary: Path) -> None:
         hint=hint,
         title="Wrong engine version",
     )
-
-
-def _move_into_place(staging: Path, dest: Path) -> None:
-    """Rename ``staging`` to ``dest`` (an older ``dest`` set aside first, then removed), so
-    that the folder appears complete or not at all."""
-    old = None
-    if dest.exists():
-        old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-        os.replace(dest, old)
-    os.replace(staging, dest)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _disk_error(problem: OSError) -> EngineError:

@@ -28,11 +28,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 
-from homelab import __version__
 from homelab.hub import hf_cache
 from homelab.hub.errors import (
     ChecksumMismatchError,
@@ -43,6 +41,7 @@ from homelab.hub.errors import (
     translate,
 )
 from homelab.hub.quant_match import RemoteFile
+from homelab.hub.remote_source import for_host, hub_headers
 
 ATTEMPTS = 5
 """Connection drops in a row (without new bytes) before giving up; new bytes reset the count."""
@@ -64,11 +63,6 @@ class FetchTarget:
     cache_dir: Path
     endpoint: str
     token: str | None
-
-
-def _origin(url: str) -> tuple[str, str]:
-    parts = urlsplit(url)
-    return parts.scheme, parts.netloc
 
 
 def _new_hasher(file: RemoteFile) -> hashlib._Hash:
@@ -183,14 +177,12 @@ class _Dropped(Exception):
 def _locate(target: FetchTarget) -> tuple[str, dict[str, str]]:
     """HEAD the resolve URL at the pinned commit: where the bytes are, and the headers for there."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
-    from huggingface_hub.utils import build_hf_headers
 
     url = hf_hub_url(
         target.repo, target.file.path, revision=target.commit, endpoint=target.endpoint
     )
-    token: str | bool = target.token or False
     try:
-        meta = get_hf_file_metadata(url, token=token, endpoint=target.endpoint)
+        meta = get_hf_file_metadata(url, token=target.token or False, endpoint=target.endpoint)
     except Exception as error:
         if is_transport_error(error):
             raise _Dropped(f"{type(error).__name__}: {error}", 0) from None
@@ -202,11 +194,7 @@ def _locate(target: FetchTarget) -> tuple[str, dict[str, str]]:
             f"(ETag {meta.etag}, expected {expected})",
             hint="Run the same command again.",
         )
-    headers = build_hf_headers(token=token, library_name="homelab", library_version=__version__)
-    headers["Accept-Encoding"] = "identity"
-    if _origin(meta.location) != _origin(url):  # a CDN: the token is for the Hub only
-        headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-    return meta.location, headers
+    return meta.location, for_host(hub_headers(target.token), meta.location, url)
 
 
 def _stream_rest(

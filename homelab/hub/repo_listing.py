@@ -55,11 +55,7 @@ class HubUnreachableError(HubNetworkError):
 
 
 def list_repo(
-    repo: str,
-    revision: str = DEFAULT_REVISION,
-    *,
-    offline: bool | None = None,
-    cache: HeaderCache | None = None,
+    repo: str, revision: str = DEFAULT_REVISION, *, cache: HeaderCache | None = None
 ) -> RepoListing:
     """The repo's files at ``revision``: from the Hub (one API call), or from the HF cache and
     the header cache when offline or when the Hub cannot be reached.
@@ -70,7 +66,7 @@ def list_repo(
         HubOfflineError: offline and the caches know nothing of the repo.
     """
     cache = cache or HeaderCache()
-    if hf_env.offline() if offline is None else offline:
+    if hf_env.offline():
         return _require_cached(repo, revision, cache, "HF_HUB_OFFLINE is set")
     try:
         listing = remote_listing(repo, revision)

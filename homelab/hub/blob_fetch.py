@@ -73,7 +73,7 @@ def _new_hasher(file: RemoteFile) -> hashlib._Hash:
     return hasher
 
 
-def _hash_existing(path: Path, hasher: hashlib._Hash, on_bytes: BytesCallback) -> int:
+def _hash_existing(path: Path, hasher: hashlib._Hash, on_bytes: BytesCallback) -> None:
     """Feed the partial file to the hasher (so resuming costs one local read, not a refetch)."""
     done = 0
     with open(path, "rb") as handle:
@@ -81,13 +81,10 @@ def _hash_existing(path: Path, hasher: hashlib._Hash, on_bytes: BytesCallback) -
             hasher.update(chunk)
             done += len(chunk)
     on_bytes(done, 0)
-    return done
 
 
-def fetch_blob(
-    target: FetchTarget, on_bytes: BytesCallback, *, client: httpx.Client | None = None
-) -> int:
-    """Download ``target`` into ``blobs/<etag>`` (resuming a partial one); returns bytes fetched.
+def fetch_blob(target: FetchTarget, on_bytes: BytesCallback) -> None:
+    """Download ``target`` into ``blobs/<etag>`` (resuming a partial one).
 
     Raises:
         ChecksumMismatchError: the bytes do not hash to the listing's sha256 (partial deleted).
@@ -105,22 +102,16 @@ def fetch_blob(
     lock = hf_cache.lock_path(target.cache_dir, target.repo, etag)
     lock.parent.mkdir(parents=True, exist_ok=True)
     blob.parent.mkdir(parents=True, exist_ok=True)
-    own_client = client is None
-    client = client or httpx.Client(timeout=_TIMEOUT, follow_redirects=True)
-    try:
-        with WeakFileLock(lock):
-            if blob.is_file() and blob.stat().st_size == target.file.size:
-                on_bytes(target.file.size, 0)
-                return 0
-            return _fetch_locked(target, blob, on_bytes, client)
-    finally:
-        if own_client:
-            client.close()
+    with httpx.Client(timeout=_TIMEOUT, follow_redirects=True) as client, WeakFileLock(lock):
+        if blob.is_file() and blob.stat().st_size == target.file.size:
+            on_bytes(target.file.size, 0)
+        else:
+            _fetch_locked(target, blob, on_bytes, client)
 
 
 def _fetch_locked(
     target: FetchTarget, blob: Path, on_bytes: BytesCallback, client: httpx.Client
-) -> int:
+) -> None:
     partial = blob.with_name(blob.name + hf_cache.INCOMPLETE_SUFFIX)
     size = target.file.size
     assert size is not None
@@ -131,14 +122,12 @@ def _fetch_locked(
         _hash_existing(partial, hasher, on_bytes)
     else:
         on_bytes(0, 0)
-    fetched = 0
     failures = 0
     while True:
         try:
-            fetched += _stream_rest(target, partial, hasher, on_bytes, client)
+            _stream_rest(target, partial, hasher, on_bytes, client)
             break
         except _Dropped as dropped:
-            fetched += dropped.fetched
             failures = 0 if dropped.fetched else failures + 1
             if failures >= ATTEMPTS:
                 raise HubNetworkError(
@@ -163,7 +152,6 @@ def _fetch_locked(
             "file on the server (or a proxy in between) is damaged.",
         )
     os.replace(partial, blob)
-    return fetched
 
 
 class _Dropped(Exception):
@@ -203,8 +191,8 @@ def _stream_rest(
     hasher: hashlib._Hash,
     on_bytes: BytesCallback,
     client: httpx.Client,
-) -> int:
-    """GET the bytes after those in ``partial``, append and hash them; returns how many came.
+) -> None:
+    """GET the bytes after those in ``partial``, append and hash them.
 
     The hasher has seen exactly the bytes in ``partial`` (writes happen before hashing and
     a failed write raises), so a dropped connection leaves both in step for the next try.
@@ -213,7 +201,7 @@ def _stream_rest(
     assert size is not None
     have = partial.stat().st_size if partial.exists() else 0
     if have == size:
-        return 0
+        return
     location, headers = _locate(target)
     if have:
         headers["Range"] = f"bytes={have}-"
@@ -248,7 +236,6 @@ def _stream_rest(
         raise _Dropped(f"{type(error).__name__}: {error}", fetched) from None
     if have != size:
         raise _Dropped(f"the server sent {have:,} of {size:,} bytes", fetched)
-    return fetched
 
 
 def _write_failed(target: FetchTarget, partial: Path, error: OSError) -> HubError:

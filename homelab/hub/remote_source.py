@@ -169,7 +169,13 @@ class HttpRangeSource:
         Raises:
             HubAuthError, HubNotFoundError, HubNetworkError, HubError: as for ``read``.
         """
-        response = self._send("HEAD", self.url)
+        self.requests += 1
+        try:
+            response = self._client.head(self.url, headers=self._headers, follow_redirects=True)
+        except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+            raise self._network_error(exc) from None
+        except httpx.HTTPError as exc:
+            raise HubError(f"{self.label}: {_describe(exc)}") from None
         if response.status_code in (405, 501):  # no HEAD here: the size stays unknown
             self._headed = True
             return
@@ -262,17 +268,6 @@ class HttpRangeSource:
             raise _Retry(f"the connection closed after {got:,} of {length:,} bytes")
         self._size = length
         return True
-
-    def _send(self, method: str, url: str) -> httpx.Response:
-        self.requests += 1
-        try:
-            return self._client.request(
-                method, url, headers=for_host(self._headers, url, self.url), follow_redirects=True
-            )
-        except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-            raise self._network_error(exc) from None
-        except httpx.HTTPError as exc:
-            raise HubError(f"{self.label}: {_describe(exc)}") from None
 
     def _network_error(self, exc: Exception) -> HubNetworkError:
         host = urlsplit(self.url).netloc

@@ -2,9 +2,9 @@
 
 The record (:class:`~homelab.engine.supervision.record.EngineRecord`) says how the engine
 was planned (``facts``) and, when the gate stands in front, the gate's URL and per-request
-ceiling (``gate_url``, ``gate_budget_tokens``; read with ``getattr`` until every record
-has them). The gate's key is never in the record: it lives in ``state_dir()/gate.key``,
-read by :func:`homelab.gate.key_file.stored_key` (the one reader: 0600 or refused).
+ceiling (``gate_url``, ``gate_budget_tokens``). The gate's key is never in the record: it
+lives in ``state_dir()/gate.key``, read by :func:`homelab.gate.key_file.stored_key` (the
+one reader: 0600 or refused).
 The model id is what the server itself reports (``GET /v1/models``, asked at the URL the
 agent will use, so a target that is handed out is one that answered).
 """

@@ -22,6 +22,7 @@ from homelab.gpu.names import os_name_lookup
 from homelab.gpu.nvml import NvmlBackend, NVMLError, error_name
 from homelab.gpu.probe import sample_count
 from homelab.gpu.replay import NO_MIG, ReplayNvml
+from homelab.gpu.session import quiet_shutdown
 from homelab.gpu.snapshot import SCHEMA, is_fault
 
 
@@ -57,10 +58,7 @@ def record_snapshot(
     try:
         _record_started(backend, snapshot, samples, interval_s, replay is None, sleep, clock)
     finally:
-        try:
-            backend.shutdown()
-        except NVMLError:
-            pass
+        quiet_shutdown(backend)
     return snapshot
 
 

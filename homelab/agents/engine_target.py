@@ -45,7 +45,7 @@ def local_url(url: str) -> str:
     return url.rstrip("/")
 
 
-def served_model(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> str:
+def served_model(base_url: str, api_key: str | None = None) -> str:
     """The model id ``base_url`` serves (the first of ``GET /v1/models``).
 
     Raises:
@@ -53,7 +53,7 @@ def served_model(base_url: str, api_key: str | None = None, timeout_s: float = 5
         NotLoopbackError: ``base_url`` is not on this machine's loopback.
     """
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-    with loopback_client(base_url, timeout_s=timeout_s, headers=headers) as http:
+    with loopback_client(base_url, timeout_s=5.0, headers=headers) as http:
         try:
             response = http.get("/v1/models")
         except httpx.TransportError as error:

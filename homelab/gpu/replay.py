@@ -153,7 +153,6 @@ class ReplayNvml:
         self._v2_calls[handle.index] += 1
         entry = self._nth(device["memory_v2"], self._v2_calls[handle.index] - 1)
         return SimpleNamespace(
-            version=2,
             total=entry["total"],
             reserved=entry["reserved"],
             used=entry["used"],

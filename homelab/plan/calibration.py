@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from homelab.errors import HomelabError
 from homelab.gguf.header import GgufModel
@@ -44,9 +44,6 @@ from homelab.plan.calibration_key import (
 from homelab.plan.fit import Measurement, MeasurementFor
 from homelab.plan.kv import KvSettings
 from homelab.plan.record_store import locked, read_records, write_records
-
-if TYPE_CHECKING:  # the load-log parser is needed to record, not to plan (start-up time)
-    pass
 
 FILE_NAME = "calibration.json"
 SCHEMA = 1

@@ -19,11 +19,12 @@ if TYPE_CHECKING:
     from homelab.plan.planner import Plan
 
 
-def type_fraction(cache_type: str) -> str:
-    """Bytes per element of a cache type as a person writes it: ``34/32`` for q8_0, ``2`` for f16."""
+def type_fraction(cache_type: str) -> tuple[str, float]:
+    """Bytes per element of a cache type as a person writes it (``34/32`` for q8_0, ``2`` for
+    f16), and as a number."""
     kind = ggml_type(cache_type)
     block, size = kind.block_size, kind.type_size
-    return str(size) if block == 1 else f"{size}/{block}"
+    return (str(size) if block == 1 else f"{size}/{block}"), size / block
 
 
 def kv_per_token_lines(plan: Plan) -> list[Step]:
@@ -33,29 +34,22 @@ def kv_per_token_lines(plan: Plan) -> list[Step]:
         (layer.n_head_kv, layer.k_width, layer.v_width) for layer in plan.geometry.full_layers
     )
     tk, tv = settings.type_k, settings.type_v
-    fk, fv = type_fraction(tk), type_fraction(tv)
+    (fk, bk), (fv, bv) = type_fraction(tk), type_fraction(tv)
     rows = []
     for (heads, k_width, v_width), n in sorted(groups.items()):
         head_k = k_width // heads if heads else k_width
         if plan.geometry.is_mla:
-            value = n * k_width * _num(fk)
+            value = n * k_width * bk
             formula = f"{n} layers × K {k_width} (MLA: kv_lora_rank + rope dims, no V) × {fk} B"
         elif k_width == v_width and tk == tv:
-            value = 2 * n * k_width * _num(fk)
+            value = 2 * n * k_width * bk
             formula = f"2 × {n} layers × {heads} kv heads × {head_k} × {fk} B"
         else:
             head_v = v_width // heads if heads else v_width
-            value = n * (k_width * _num(fk) + v_width * _num(fv))
+            value = n * (k_width * bk + v_width * bv)
             formula = f"{n} layers × ({heads} × {head_k} × {fk} B for K + {heads} × {head_v} × {fv} B for V)"
         rows.append(Step("", f"{formula} = {value:,.0f} B", round(value), "B", level=1))
     return rows
-
-
-def _num(fraction: str) -> float:
-    if "/" in fraction:
-        a, b = fraction.split("/")
-        return int(a) / int(b)
-    return float(fraction)
 
 
 def _headroom_why(plan: Plan) -> str:

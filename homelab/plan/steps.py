@@ -11,7 +11,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from homelab.gguf.ggml_types import ggml_type
-from homelab.plan.device_steps import device_lines
+from homelab.plan.device_steps import budget_terms, device_lines
 from homelab.plan.working import Step, byte_figure
 from homelab.units import format_bytes
 
@@ -94,18 +94,10 @@ def _model_steps(plan: Plan) -> list[Step]:
 def _budget_steps(plan: Plan) -> list[Step]:
     """The device's memory, less what is not llama-server's to use."""
     b = plan.budget
-    steps = [Step("Memory", f"{b.name}, {byte_figure(b.total)} in all", b.total, "B")]
-    for label, value in (
-        ("reserved by the driver", b.reserved),
-        ("desktop (its peak while sampled)", b.desktop),
-        ("other processes", b.other),
-        (f"headroom ({_headroom_why(plan)})", b.headroom),
-    ):
-        steps.append(Step(label, byte_figure(value), value, "B", level=1, sign="−"))
-    steps.append(
-        Step("usable by llama-server", byte_figure(b.usable), b.usable, "B", level=1, sign="=")
-    )
-    return steps
+    return [
+        Step("Memory", f"{b.name}, {byte_figure(b.total)} in all", b.total, "B"),
+        *budget_terms(b, _headroom_why(plan), "usable by llama-server", level=1),
+    ]
 
 
 def _engine_steps(plan: Plan) -> list[Step]:

@@ -192,15 +192,13 @@ class MeasuredCompute:
         return measurement
 
 
-def measurements_for(
-    model: GgufModel, engine_version: EngineVersion, *, path: Path | None = None
-) -> MeasuredCompute | None:
+def measurements_for(model: GgufModel, engine_version: EngineVersion) -> MeasuredCompute | None:
     """What the store measured for ``model`` under ``engine_version``; None when nothing.
 
     ``engine_version`` may be a function: it is called only when the store holds a record
     of this model (finding the engine's version can mean running it).
     """
-    stored = _read(path or store_path())
+    stored = _read(store_path())
     if not stored:
         return None
     identity = model_identity(model)

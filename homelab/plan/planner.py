@@ -171,7 +171,7 @@ def _plan_for(
 
 def _whole(plan: Plan, request: PlanRequest, geometry: Geometry) -> bool:
     """The plan serves the request in full: all on the device, each slot its workload's tokens."""
-    wanted = _per_slot_wanted(request, geometry, [])
+    wanted = wanted_per_slot(request, geometry, [])
     return plan.verdict == "fits" and (
         request.ctx is not None or plan.candidate.allocation.ctx_per_slot >= wanted
     )
@@ -207,7 +207,7 @@ def _plan_on(
         flash_attn=request.flash_attn,
     )
     warnings: list[str] = []
-    per_slot_wanted = _per_slot_wanted(request, geometry, warnings)
+    per_slot_wanted = wanted_per_slot(request, geometry, warnings)
     if len(devices) > 1 or devices[0].remote:
         devices, notes = order_devices(geometry, devices, weights, base, MIN_CTX)
         warnings += notes
@@ -327,7 +327,7 @@ def _fitter(
     )
 
 
-def _per_slot_wanted(request: PlanRequest, geometry: Geometry, warnings: list[str]) -> int:
+def wanted_per_slot(request: PlanRequest, geometry: Geometry, warnings: list[str]) -> int:
     """Tokens each slot should hold: the workload's, capped at the trained context."""
     wanted = pad(request.workload.tokens_per_slot)
     trained_cap = geometry.trained_ctx // CTX_PAD * CTX_PAD

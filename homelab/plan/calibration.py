@@ -27,7 +27,7 @@ broken cache never stops a plan.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -115,12 +115,6 @@ def _read(path: Path) -> list[Calibration]:
     )
 
 
-def _write(path: Path, records: list[Calibration]) -> None:
-    """Replace the store atomically (temporary file in the same folder, fsync, rename)."""
-    items = [asdict(r) for r in records[-MAX_RECORDS:]]
-    write_records(path, items, schema=SCHEMA, field="records")
-
-
 def records(path: Path | None = None) -> list[Calibration]:
     """Every stored record, oldest first."""
     return _read(path or store_path())
@@ -136,7 +130,9 @@ def save(calibration: Calibration, path: Path | None = None) -> None:
     try:
         with locked(target):
             kept = [c for c in _read(target) if c.key != calibration.key]
-            _write(target, [*kept, calibration])
+            write_records(
+                target, [*kept, calibration], schema=SCHEMA, field="records", keep=MAX_RECORDS
+            )
     except OSError as error:
         raise CalibrationError(
             f"cannot write {target}: {error.strerror or error}",

@@ -149,11 +149,6 @@ def _read(path: Path) -> list[Miss]:
     )
 
 
-def _write(path: Path, misses: list[Miss]) -> None:
-    items = [asdict(m) for m in misses[-MAX_RECORDS:]]
-    write_records(path, items, schema=SCHEMA, field="misses")
-
-
 def misses() -> list[Miss]:
     """Every stored miss, oldest first."""
     return _read(store_path())
@@ -185,7 +180,8 @@ def record_miss(
             elif earlier:
                 worked = earlier[-1].worked
             miss = Miss(key, merged, worked, stage, said, time.strftime("%Y-%m-%dT%H:%M:%S"))
-            _write(target, [*(m for m in stored if m.key != key), miss])
+            kept = [m for m in stored if m.key != key]
+            write_records(target, [*kept, miss], schema=SCHEMA, field="misses", keep=MAX_RECORDS)
     except OSError as error:
         raise CalibrationError(
             f"cannot write {target}: {error.strerror or error}",

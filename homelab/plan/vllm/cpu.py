@@ -124,21 +124,12 @@ def _steps(plan: VllmPlan, kv: KvLayout, usable: int, room: int) -> list[Step]:
         ),
         Step("Backend", "vLLM's CPU backend (no NVIDIA GPU): weights and KV cache in system RAM"),
         Step("RAM usable (available − headroom)", format_bytes(usable), usable, "B"),
-        Step(
-            "weights (file sizes)",
-            format_bytes(m.weights.total),
-            m.weights.total,
-            "B",
-            level=1,
-            sign="−",
-        ),
-        Step(
-            "vLLM itself (est.)",
-            format_bytes(CPU_RUNTIME_BYTES),
-            CPU_RUNTIME_BYTES,
-            "B",
-            level=1,
-            sign="−",
+        *(
+            Step(what, format_bytes(value), value, "B", level=1, sign="−")
+            for what, value in (
+                ("weights (file sizes)", m.weights.total),
+                ("vLLM itself (est.)", CPU_RUNTIME_BYTES),
+            )
         ),
         Step("left for the KV pool", format_bytes(room), room, "B", level=1, sign="="),
         Step(

@@ -24,6 +24,11 @@ def _b(n: int) -> str:
     return f"{n:,} B" if abs(n) < 1024 else f"{n:,} B ({format_bytes(n)})"
 
 
+def _term(what: str, value: int, sign: str = "") -> Step:
+    """A byte figure that counts into the step above it (taken off, or what is left)."""
+    return Step(what, _b(value), value, "B", level=1, sign=sign)
+
+
 def describe(plan: VllmPlan) -> list[Step]:
     """Every step of the plan, in order: the model, the card's fraction for vLLM, the
     budget spent in vLLM's order, the KV cache's shape, and the flags that follow."""
@@ -88,13 +93,7 @@ def _utilization_steps(u: Utilization) -> list[Step]:
     desktop = "unknown" if u.desktop_peak is None else _b(u.desktop_peak)
     steps = [
         Step("Card", u.device),
-        Step(
-            f"CUDA-visible total (NVML total − reserved {_b(u.reserved)})",
-            _b(u.visible_total),
-            u.visible_total,
-            "B",
-            level=1,
-        ),
+        _term(f"CUDA-visible total (NVML total − reserved {_b(u.reserved)})", u.visible_total),
         Step(
             "free at its lowest while sampled",
             f"{_b(u.free_min)} (desktop at its peak: {desktop})",
@@ -111,10 +110,8 @@ def _utilization_steps(u: Utilization) -> list[Step]:
             u.headroom,
         ),
     ):
-        steps.append(Step(label, _b(value), value, "B", level=1, sign="−"))
-    steps.append(
-        Step("vLLM may ask for", _b(u.free_at_check), u.free_at_check, "B", level=1, sign="=")
-    )
+        steps.append(_term(label, value, "−"))
+    steps.append(_term("vLLM may ask for", u.free_at_check, "="))
     steps.append(
         Step(
             f"--gpu-memory-utilization {u.fraction:.3f}",
@@ -133,7 +130,7 @@ def _budget_steps(mem: MemoryPrice) -> list[Step]:
     act = mem.activation
     return [
         Step(f"Budget {_b(mem.requested)}, spent in vLLM's order", value=mem.requested),
-        Step("weights (file sizes)", _b(mem.weights), mem.weights, "B", level=1, sign="−"),
+        _term("weights (file sizes)", mem.weights, "−"),
         Step(
             "activation peak (est.)",
             f"{act.tokens:,} batched tokens × {act.bytes_per_token:,} B "
@@ -143,23 +140,9 @@ def _budget_steps(mem: MemoryPrice) -> list[Step]:
             level=1,
             sign="−",
         ),
-        Step("memory outside torch (est.)", _b(mem.non_torch), mem.non_torch, "B", 1, "−"),
-        Step(
-            f"CUDA graphs (est., {mem.graph_sizes} capture sizes)",
-            _b(mem.cuda_graphs),
-            mem.cuda_graphs,
-            "B",
-            level=1,
-            sign="−",
-        ),
-        Step(
-            "KV pool (vLLM logs it as 'Available KV cache memory')",
-            _b(mem.kv_pool),
-            mem.kv_pool,
-            "B",
-            level=1,
-            sign="=",
-        ),
+        _term("memory outside torch (est.)", mem.non_torch, "−"),
+        _term(f"CUDA graphs (est., {mem.graph_sizes} capture sizes)", mem.cuda_graphs, "−"),
+        _term("KV pool (vLLM logs it as 'Available KV cache memory')", mem.kv_pool, "="),
     ]
 
 

@@ -55,7 +55,7 @@ def sized_cache_ram(plan: Plan, options: PlanOptions) -> tuple[Plan, int | None]
     if asked is not None:
         mib = asked // MiB
         said = f"{mib:,} MiB" if mib else "off"
-        step = Step("prompt cache (--cache-ram), as set", said, mib * MiB, "B")
+        step = Step("prompt cache (--cache-ram), as set", said, mib * MiB)
     else:
         sized = cache_ram_mib(plan, limit)
         if sized is None or limit is None:
@@ -68,6 +68,5 @@ def sized_cache_ram(plan: Plan, options: PlanOptions) -> tuple[Plan, int | None]
             f"(limit {limit // MiB:,} MiB − load {load // MiB:,} MiB − engine address space "
             f"{ADDRESS_OVERHEAD // MiB:,} MiB) / 2 = {max(left, 0) // 2 // MiB:,} MiB → {said}",
             mib * MiB,
-            "B",
         )
     return replace(plan, steps=(*plan.steps, step)), mib

@@ -48,7 +48,7 @@ def kv_per_token_lines(plan: Plan) -> list[Step]:
             head_v = v_width // heads if heads else v_width
             value = n * (k_width * bk + v_width * bv)
             formula = f"{n} layers × ({heads} × {head_k} × {fk} B for K + {heads} × {head_v} × {fv} B for V)"
-        rows.append(Step("", f"{formula} = {value:,.0f} B", round(value), "B", level=1))
+        rows.append(Step("", f"{formula} = {value:,.0f} B", round(value), level=1))
     return rows
 
 
@@ -80,13 +80,11 @@ def _model_steps(plan: Plan) -> list[Step]:
             "Model",
             f"{g.arch}, {g.n_layer_all} layers, trained on {g.trained_ctx:,} tokens",
             g.trained_ctx,
-            "tokens",
         ),
         Step(
             "Layers that keep memory",
             f"{len(g.kv_layers)} of {g.n_layer_all} keep KV ({layout})",
             len(g.kv_layers),
-            "count",
         ),
     ]
 
@@ -95,7 +93,7 @@ def _budget_steps(plan: Plan) -> list[Step]:
     """The device's memory, less what is not llama-server's to use."""
     b = plan.budget
     return [
-        Step("Memory", f"{b.name}, {byte_figure(b.total)} in all", b.total, "B"),
+        Step("Memory", f"{b.name}, {byte_figure(b.total)} in all", b.total),
         *budget_terms(b, _headroom_why(plan), "usable by llama-server", level=1),
     ]
 
@@ -110,7 +108,6 @@ def _engine_steps(plan: Plan) -> list[Step]:
             f"Weights {where}",
             f"{byte_figure(plan.weights_on_device)} of {byte_figure(plan.weights.total)}{embd_note}",
             plan.weights_on_device,
-            "B",
         )
     ]
     if engine.cuda_context:
@@ -119,7 +116,6 @@ def _engine_steps(plan: Plan) -> list[Step]:
                 "Engine: CUDA context and cuBLAS",
                 f"{byte_figure(engine.cuda_context)} (not in llama.cpp's own figures)",
                 engine.cuda_context,
-                "B",
                 sep=" ",
             )
         )
@@ -132,12 +128,11 @@ def _engine_steps(plan: Plan) -> list[Step]:
             f"(logits 4 × {g.n_vocab or 'unknown'} vocab × {min(s.n_ubatch, s.n_seq)} output row(s) = {engine.logits:,} B, "
             f"attention mask {engine.attention_mask:,} B, activations ~{engine.activations:,} B)",
             compute,
-            "B",
             sep=" ",
         )
     )
     left = plan.left_for_conversations
-    steps.append(Step("Left for conversations", byte_figure(left), left, "B"))
+    steps.append(Step("Left for conversations", byte_figure(left), left))
     return steps
 
 
@@ -148,9 +143,7 @@ def _token_steps(plan: Plan) -> list[Step]:
     steps = [Step(f"KV per token at {s.type_k}/{s.type_v} (K/V cache types)")]
     steps.extend(kv_per_token_lines(plan))
     per_token = alloc.bytes_per_token
-    steps.append(
-        Step("", f"{per_token:,} B per token of context", per_token, "B", level=1, sign="=")
-    )
+    steps.append(Step("", f"{per_token:,} B per token of context", per_token, level=1, sign="="))
     if engine.fa_scratch:
         per_cell = engine.fa_scratch // max(alloc.ctx_per_seq * alloc.n_stream, 1)
         steps.append(
@@ -158,7 +151,6 @@ def _token_steps(plan: Plan) -> list[Step]:
                 "flash-attention F16 copy of the widest layer on CUDA",
                 f"{per_cell:,} B per token (2 B × its K+V width; llama.cpp PR #23907)",
                 per_cell,
-                "B",
                 level=1,
                 sign="+",
             )
@@ -170,7 +162,6 @@ def _token_steps(plan: Plan) -> list[Step]:
                 f"{alloc.swa_cells:,} cells × {alloc.n_stream} stream(s) = {byte_figure(alloc.swa_bytes)}, "
                 "whatever the context",
                 alloc.swa_bytes,
-                "B",
             )
         )
     if g.recurrent_layers:
@@ -180,7 +171,6 @@ def _token_steps(plan: Plan) -> list[Step]:
                 f"{len(g.recurrent_layers)} layers × 4 B × ({g.n_embd_r:,} + {g.n_embd_s:,}) "
                 f"× {max(1, s.n_seq)} sequence(s) = {byte_figure(alloc.recurrent_bytes)}",
                 alloc.recurrent_bytes,
-                "B",
             )
         )
     return steps
@@ -196,20 +186,17 @@ def _fit_steps(plan: Plan) -> list[Step]:
             f"Tokens that fit with {s.n_seq} slot(s)",
             f"{plan.tokens_fit:,}",
             plan.tokens_fit,
-            "tokens",
         ),
         Step(
             f"Slots for {plan.request.workload.describe()}",
             f"{s.n_seq} × {alloc.ctx_per_slot:,} tokens ({slot_note})",
             s.n_seq,
-            "count",
         ),
         Step(
             "KV allocated",
             f"{alloc.n_ctx:,} cells → {byte_figure(alloc.total)} "
             f"(full {alloc.full_bytes:,} + SWA {alloc.swa_bytes:,} + recurrent {alloc.recurrent_bytes:,} B)",
             alloc.total,
-            "B",
         ),
     ]
     if plan.n_gpu_layers is not None:
@@ -218,7 +205,6 @@ def _fit_steps(plan: Plan) -> list[Step]:
                 "Partial offload",
                 f"-ngl {plan.n_gpu_layers} (output layer + {plan.n_gpu_layers - 1} blocks)",
                 plan.n_gpu_layers,
-                "count",
             )
         )
     if plan.split:
@@ -229,7 +215,6 @@ def _fit_steps(plan: Plan) -> list[Step]:
             "Spare after the plan",
             f"{byte_figure(spare)} (plus the {format_bytes(b.headroom)} headroom)",
             spare,
-            "B",
         )
     )
     return steps

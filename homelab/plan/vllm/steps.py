@@ -26,7 +26,7 @@ def _b(n: int) -> str:
 
 def _term(what: str, value: int, sign: str = "") -> Step:
     """A byte figure that counts into the step above it (taken off, or what is left)."""
-    return Step(what, _b(value), value, "B", level=1, sign=sign)
+    return Step(what, _b(value), value, level=1, sign=sign)
 
 
 def describe(plan: VllmPlan) -> list[Step]:
@@ -56,7 +56,6 @@ def _model_steps(plan: VllmPlan) -> list[Step]:
             "Model",
             f"{m.name} ({arch}), {m.n_layers} layers: {layout}; {m.dtype or 'no dtype'}; {limit}",
             m.n_layers,
-            "count",
         )
     ]
     if plan.tensor_parallel is not None:
@@ -67,7 +66,6 @@ def _model_steps(plan: VllmPlan) -> list[Step]:
                 f"--tensor-parallel-size {tp.size} over {', '.join(tp.cards)}: every figure below "
                 f"is one card's (weights / {tp.size}, {tp.kv_heads_per_card} KV head(s) per card)",
                 tp.size,
-                "count",
             )
         )
     if m.mla is not None:
@@ -84,7 +82,7 @@ def _model_steps(plan: VllmPlan) -> list[Step]:
     else:
         what = "Weights"
         formula = f"{len(m.weights.files)} {m.weights.source} file(s), {_b(total)}"
-    steps.append(Step(what, formula, total, "B"))
+    steps.append(Step(what, formula, total))
     return steps
 
 
@@ -98,7 +96,6 @@ def _utilization_steps(u: Utilization) -> list[Step]:
             "free at its lowest while sampled",
             f"{_b(u.free_min)} (desktop at its peak: {desktop})",
             u.free_min,
-            "B",
             level=1,
         ),
     ]
@@ -118,7 +115,6 @@ def _utilization_steps(u: Utilization) -> list[Step]:
             f"= {_b(u.free_at_check)} / {_b(u.visible_total)}, floored; "
             f"vLLM asks ceil({u.fraction:.3f} × total) = {_b(u.requested)} ≤ free at its check: it starts",
             u.requested,
-            "B",
             sep=" ",
         )
     )
@@ -136,7 +132,6 @@ def _budget_steps(mem: MemoryPrice) -> list[Step]:
             f"{act.tokens:,} batched tokens × {act.bytes_per_token:,} B "
             f"+ logits {act.rows} row(s) × {act.vocab:,} vocab × 6 B = {_b(act.total)}",
             act.total,
-            "B",
             level=1,
             sign="−",
         ),
@@ -160,13 +155,11 @@ def _kv_steps(plan: VllmPlan, kv_pool: int) -> list[Step]:
             f"KV per token per layer at {dtype}",
             f"{per_layer} = {kv.token_layer_bytes:,} B",
             kv.token_layer_bytes,
-            "B",
         ),
         Step(
             "",
             f"{kv.full_layers} full-attention layers = {kv.kv_bytes_per_token:,} B per token of context",
             kv.kv_bytes_per_token,
-            "B",
             level=1,
             sign="×",
         ),
@@ -191,7 +184,6 @@ def _kv_steps(plan: VllmPlan, kv_pool: int) -> list[Step]:
                 f"{lin.temporal_elements:,} × {lin.ssm_dtype_bytes} B = {kv.linear_state_bytes:,} B, "
                 f"padded to one {kv.block_size}-token attention page; 2 per request",
                 kv.linear_state_bytes,
-                "B",
                 level=1,
             )
         )
@@ -205,7 +197,6 @@ def _kv_steps(plan: VllmPlan, kv_pool: int) -> list[Step]:
             f"{kv.group_size} × {kv.page_bytes:,} B page = {kv.bytes_per_block:,} B; "
             f"{blocks:,} blocks, one kept back",
             blocks,
-            "count",
         )
     )
     return steps
@@ -221,21 +212,18 @@ def _flag_steps(plan: VllmPlan) -> list[Step]:
             f"{_b(plan.request_bytes)} per request; fits (longest planned, {format_bytes(ESTIMATE_MARGIN_BYTES)} "
             f"of the pool kept for estimate error: {plan.longest_fitting:,}; vLLM's own limit ≈ {plan.vllm_longest:,})",
             plan.request_bytes,
-            "B",
         ),
         Step(
             "Expect at start-up",
             f"GPU KV cache size ≈ {plan.predicted_kv_tokens:,} tokens, maximum concurrency "
             f"≈ {plan.predicted_concurrency:.2f}x for {plan.max_model_len:,} tokens per request",
             plan.predicted_kv_tokens,
-            "tokens",
         ),
         Step(
             "",
             f"--max-num-seqs {plan.max_num_seqs} (full-length requests that fit at once, at most 16); "
             f"--max-num-batched-tokens {plan.max_num_batched_tokens:,} for {plan.workload.describe()}",
             plan.max_num_seqs,
-            "count",
         ),
         Step(
             "--enable-prefix-caching",

@@ -35,15 +35,16 @@ if TYPE_CHECKING:
 
 def plan_options(
     *,
-    workload: str | None,
-    ctx: int | None,
-    slots: int | None,
-    cache_type: str | None,
     vram: int | None,
     gpu_snapshot: Path | None,
     port: int | None,
+    workload: str | None = None,
+    ctx: int | None = None,
+    slots: int | None = None,
+    cache_type: str | None = None,
 ) -> PlanOptions:
-    """The typed plan request the plan panel's fields describe (``UsageError`` if one is bad)."""
+    """The typed plan request the plan panel's fields describe (``UsageError`` if one is
+    bad); without them, the request that reads the card."""
     from homelab.engine.options import plan_options as build
 
     return build(

@@ -74,11 +74,10 @@ def parse_size(text: str) -> int:
 
 
 def judge_preset(
-    preset: Preset, report: GpuReport, options: PlanOptions, resolve: Resolver | None = None
+    preset: Preset, report: GpuReport, options: PlanOptions, resolve: Resolver
 ) -> PresetFit:
-    """The preset's verdict from its header (read by ``resolve``, by default as ``homelab
-    plan`` reads it: a cached file, the header cache, or range reads; its facts when there
-    is none)."""
+    """The preset's verdict from its header as ``resolve`` reads it (its facts when there is
+    none)."""
     from homelab.plan.own_engine import without_own_engines
     from homelab.serve.preset_fit import fit_preset
 
@@ -91,8 +90,9 @@ def judge_preset_seeing_hub(
     options: PlanOptions,
     seen: Callable[[str | None], None],
 ) -> PresetFit:
-    """:func:`judge_preset`, telling ``seen`` how its header read went: ``seen(None)`` when
-    the Hub answered, ``seen(reason)`` when it could not be reached (or is not asked)."""
+    """The preset's verdict from its header as ``homelab plan`` reads it (its facts when
+    there is none), telling ``seen`` how the read went: ``seen(None)`` when the Hub
+    answered, ``seen(reason)`` when it could not be reached (or is not asked)."""
     from homelab.hub.errors import HubError
     from homelab.hub.model_ref import resolve_model_ref
 
@@ -171,12 +171,42 @@ def prepare(
     return prepare_model(model, card, options, default_workload=default_workload)
 
 
-def argv_for(plan: Plan, port: int | None, server: str = "llama-server") -> list[str]:
-    """llama-server's exact command line for the plan (on its default port when None)."""
+def plan_not_downloaded(
+    preset: Preset, report: GpuReport, options: PlanOptions
+) -> tuple[Plan, list[str]]:
+    """What ``homelab serve PRESET --dry-run`` plans for a preset not downloaded yet (the
+    same :func:`prepare`): its header read from the Hub, llama-server fetching the model
+    itself (``-hf``). While the Hub cannot be reached, the plan from the preset's own facts,
+    fetched the same way (``-hf REPO:QUANT``).
+
+    Raises:
+        HomelabError: the Hub's answer (a refusal, no such quant), nothing fits, or (the Hub
+            unreachable) no facts for the preset's quant.
+    """
     from homelab.engine.kinds import DEFAULT_PORT
     from homelab.engine.llamacpp.argv import llama_server_argv
+    from homelab.errors import HomelabError
 
-    return llama_server_argv(plan, server=server, port=port or DEFAULT_PORT)
+    try:
+        prepared = prepare(preset.ref, report, options, preset.workload)
+        return prepared.plan.plan, list(prepared.argv)
+    except HomelabError as error:
+        if hub_unreachable(error) is None:
+            raise
+        offline = error
+
+    def resolve(ref: str) -> GgufModel:
+        raise offline  # the header read that just failed: the Hub is not asked again
+
+    fit = judge_preset(preset, report, options, resolve).fit
+    if fit.plan is None:
+        raise HomelabError(
+            fit.reason or "its header could not be read",
+            title=fit.problem or "Cannot plan this preset",
+            hint="Download it first (`homelab pull`), or check the network.",
+        )
+    port = options.engine.port or DEFAULT_PORT
+    return fit.plan, llama_server_argv(fit.plan, port=port, model_args=["-hf", preset.ref])
 
 
 def measured(plan: Plan, model: GgufModel) -> tuple[str, ...]:

@@ -181,15 +181,8 @@ class ModelsFlow(AppFlow):
                     self._headers[path] = prepared.plan.model
             else:
                 assert entry.preset is not None  # only presets come without a path
-                fit = backend.judge_preset(entry.preset, report, options).fit
-                if fit.plan is None:
-                    raise HomelabError(
-                        fit.reason or "its header could not be read",
-                        title=fit.problem or "Cannot plan this preset",
-                        hint="Download it first (`homelab pull`), or check the network.",
-                    )
-                plan, preview = fit.plan, None
-                argv = backend.argv_for(plan, self.state.args.port)
+                plan, argv = backend.plan_not_downloaded(entry.preset, report, options)
+                preview = None
             measured = () if path is None else backend.measured(plan, self._header(path))
         except HomelabError as error:
             self.post_message(PlanFailed(entry.key, error))

@@ -3,7 +3,7 @@
 ``start()`` returns the gate's URL once it listens (or raises a :class:`GateError`:
 the port is taken, the settings are wrong); ``stop()`` closes the listener, the clients
 and the engine connections and joins the thread (idempotent); ``state()`` is a frozen
-:class:`GateState`, safe to call from any thread. Also a context manager.
+:class:`GateState`, safe to call from any thread.
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import threading
-from types import TracebackType
-from typing import Self
 
 from aiohttp import web
 
@@ -50,18 +48,6 @@ class GateRunner:
         self._error: BaseException | None = None
         self._lock = threading.Lock()
         self._stopped = False
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> str:
         """Listen; returns the gate's URL (``http://HOST:PORT``)."""

@@ -24,7 +24,7 @@ from aiohttp import web
 from homelab.gate.admission import Refusal
 from homelab.gate.core import Gate
 from homelab.gate.engine_wait import post_when_up
-from homelab.gate.errors import ClientError
+from homelab.gate.errors import BadRequest
 from homelab.gate.replies import error_reply, refusal_reply, sse_error
 from homelab.gate.requests import Asked, Route, completion_cap, forwarded_body, parse
 from homelab.gate.sse import Outcome, StreamTally, outcome_of
@@ -43,7 +43,7 @@ async def complete(gate: Gate, request: web.Request, route: Route) -> web.Stream
     anthropic = route.anthropic
     try:
         asked = parse(route, await request.read())
-    except ClientError as error:
+    except BadRequest as error:
         gate.metrics.bad_requests.inc()
         return error_reply(error.status, error.message, kind=error.kind, anthropic=anthropic)
     queue = await gate.ready_queue()

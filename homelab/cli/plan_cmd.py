@@ -70,19 +70,12 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         help="port for the argv (default: the engine's, 8080 for llama-server)",
     )
     add_gpu_options(parser)
-    add_memory_limit_argument(parser)
-
-
-def add_memory_limit_argument(parser: argparse.ArgumentParser) -> None:
-    """``--engine-memory-limit SIZE`` (every command that plans: a miss is kept per limit)
-    and ``--cache-ram SIZE`` (the prompt cache a limit leaves room for, or the person's)."""
-    parser.add_argument(
+    parser.add_argument(  # every command that plans takes it: a plan's miss is kept per limit
         "--engine-memory-limit",
         metavar="SIZE",
         help="cap the engine's memory (address space), e.g. 12GiB, so it cannot swap the "
         "desktop; an allocation past it fails in the engine and serve heals to a smaller plan",
     )
-
     parser.add_argument(
         "--cache-ram",
         metavar="SIZE",

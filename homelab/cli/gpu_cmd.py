@@ -62,7 +62,10 @@ def run(args: argparse.Namespace) -> int:
         return _record(args)
     if args.watch:
         return _watch(args)
-    _show(_probe(args), as_json=args.json)
+    report = probe(
+        snapshot=args.gpu_snapshot, window_s=max(args.sample_seconds, 0.0), interval_s=INTERVAL_S
+    )
+    _show(report, as_json=args.json)
     return int(ExitCode.OK)
 
 
@@ -132,14 +135,6 @@ def _short(name: str | None, width: int = 40) -> str:
     if name is None:
         return "n/a"
     return name if len(name) <= width else name[: width - 3] + "..."
-
-
-def _probe(args: argparse.Namespace) -> GpuReport:
-    return probe(
-        snapshot=args.gpu_snapshot,
-        window_s=max(args.sample_seconds, 0.0),
-        interval_s=INTERVAL_S,
-    )
 
 
 def _show(report: GpuReport, *, as_json: bool, compact: bool = False) -> None:

@@ -167,9 +167,6 @@ def gate_choices(args: argparse.Namespace):
 GATE_FLAGS = ("host", "max-concurrent", "budget", "queue-timeout")
 
 
-# -- serve -----------------------------------------------------------------------------
-
-
 def run_serve(args: argparse.Namespace) -> int:
     """``homelab serve``: a serve session, its events rendered as text."""
     from homelab.cli.plan_cmd import options_from_args

@@ -139,10 +139,6 @@ class EngineKind(Protocol):
         """The supervisor's view of this engine (failure hints from ``plan`` when given)."""
         ...
 
-    def read_log(self, lines: Sequence[str]) -> Any:
-        """The engine's start-up log, parsed."""
-        ...
-
     def status_client(self, url: str, timeout_s: float) -> Any:
         """A live-status client for the engine at ``url`` (a context manager), or None."""
         ...

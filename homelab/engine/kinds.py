@@ -63,10 +63,6 @@ class Measured:
     """Why it was not recorded."""
 
 
-DEFAULT_PORT = LlamaCpp.default_port
-"""Where llama.cpp listens unless told (and where ``serve``'s gate takes the public port)."""
-
-
 @dataclass(frozen=True, slots=True)
 class OomReading:
     """How an engine's log says it ran out of memory: what the heal and the proof read."""

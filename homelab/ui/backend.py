@@ -183,7 +183,7 @@ def plan_not_downloaded(
         HomelabError: the Hub's answer (a refusal, no such quant), nothing fits, or (the Hub
             unreachable) no facts for the preset's quant.
     """
-    from homelab.engine.kinds import DEFAULT_PORT
+    from homelab.engine.kinds import engine_kind
     from homelab.engine.llamacpp.argv import llama_server_argv
     from homelab.errors import HomelabError
 
@@ -205,7 +205,7 @@ def plan_not_downloaded(
             title=fit.problem or "Cannot plan this preset",
             hint="Download it first (`homelab pull`), or check the network.",
         )
-    port = options.engine.port or DEFAULT_PORT
+    port = options.engine.port or engine_kind(options.engine.name).default_port
     return fit.plan, llama_server_argv(fit.plan, port=port, model_args=["-hf", preset.ref])
 
 

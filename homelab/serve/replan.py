@@ -96,17 +96,3 @@ def replan(
         session.emit(ev.Actuals(measured))
     session.emit(ev.Replanned(why, new, restarted.argv, old_pid, ready.pid, ready.url or ""))
     return Replan(new, restarted, old_pid, ready.pid)
-
-
-def restart_same(
-    session: ServeSession, *, report: GpuReport | None = None, options: PlanOptions | None = None
-) -> Replan:
-    """Restart into the running plan again: its context and slots pinned (``options``, or
-    the session's, with them set), checked against the card as it is now."""
-    plan = session.plan
-    if plan is None:
-        raise EngineError("cannot restart the engine here: this session has no plan")
-    base = options if options is not None else session.request.options
-    alloc = plan.plan.candidate.allocation
-    same = base.pinned(ctx=alloc.n_ctx, slots=plan.plan.settings.n_seq)
-    return replan(session, same, report=report, why="restart")

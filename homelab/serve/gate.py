@@ -48,6 +48,8 @@ STOP_GRACE_S = 5.0
 """How long a gate process gets after SIGTERM before SIGKILL."""
 PORT_FREED_S = 10.0
 """How long a replaced engine's gate may take to give its port back."""
+GATE_FIELDS = ("gate_url", "gate_budget_tokens", "gate_pid", "gate_create_time")
+"""The engine record's fields that name its gate."""
 
 
 def internal_port(public: int) -> PortChoice:
@@ -145,12 +147,7 @@ class SessionGate:
             self.ceiling, budget = state.ceiling_tokens, state.budget_tokens
             limit = state.max_concurrent
             pid, created = os.getpid(), create_time_of(os.getpid())
-        self._fields = {
-            "gate_url": self.url,
-            "gate_budget_tokens": self.ceiling,
-            "gate_pid": pid,
-            "gate_create_time": created,
-        }
+        self._fields = dict(zip(GATE_FIELDS, (self.url, self.ceiling, pid, created), strict=True))
         self.stamp(engine_pid)
         self._emit(ev.GateStarted(self.url, budget, limit, engine_url, detached, self.ceiling))
 
@@ -162,12 +159,7 @@ class SessionGate:
             self.url, self.ceiling = record.gate_url, record.gate_budget_tokens
             self._adopted = (record.gate_pid, record.gate_create_time)
             self._facts = record.facts
-            self._fields = {
-                "gate_url": record.gate_url,
-                "gate_budget_tokens": record.gate_budget_tokens,
-                "gate_pid": record.gate_pid,
-                "gate_create_time": record.gate_create_time,
-            }
+            self._fields = {name: getattr(record, name) for name in GATE_FIELDS}
             self._emit(ev.GateAdopted(record.gate_url, record.gate_budget_tokens))
             return
         why = (
@@ -176,10 +168,7 @@ class SessionGate:
             else f"its gate at {record.gate_url} is gone"
         )
         if record.gate_url is not None:
-            self._store.update(
-                record.pid, gate_url=None, gate_budget_tokens=None, gate_pid=None,
-                gate_create_time=None,
-            )  # fmt: skip
+            self._store.update(record.pid, **dict.fromkeys(GATE_FIELDS))
         self._emit(ev.GateMissing(why))
 
     def stamp(self, engine_pid: int | None) -> None:
@@ -188,19 +177,15 @@ class SessionGate:
             with contextlib.suppress(OSError):
                 self._store.update(engine_pid, **self._fields)
 
-    def retarget(self, plan_or_facts: object) -> ev.GateRetargeted | None:
-        """The engine restarted on another plan (a ``Plan`` or its ``PlanFacts``; None: the
-        engine's ``/props`` say): the gate takes the new max_concurrent and token budget on
-        its live queue — queued requests keep their place, admitted ones their charge, and
-        a queued one now larger than a request may be is refused (413 ``too_large``). The
-        record's ceiling follows. A detached gate follows the record's facts by itself.
-        Says so (``GateRetargeted``, also returned; None when no gate runs yet)."""
-        from homelab.engine.supervision.facts import PlanFacts
+    def retarget(self, facts: PlanFacts | None) -> ev.GateRetargeted | None:
+        """The engine restarted on another plan (its ``facts``; None: the engine's ``/props``
+        say): the gate takes the new max_concurrent and token budget on its live queue —
+        queued requests keep their place, admitted ones their charge, and a queued one now
+        larger than a request may be is refused (413 ``too_large``). The record's ceiling
+        follows. A detached gate follows the record's facts by itself. Says so
+        (``GateRetargeted``, also returned; None when no gate runs yet)."""
         from homelab.gate.limits import resolve_limits
 
-        facts = getattr(plan_or_facts, "facts", plan_or_facts)
-        if facts is not None and not isinstance(facts, PlanFacts):
-            raise TypeError(f"retarget needs a plan or its facts, not {type(plan_or_facts)}")
         self._facts = facts
         runner = self._runner
         if runner is not None:

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
     from homelab.engine.kinds import Measured, ServePlan
-    from homelab.engine.supervision.identity import FoundEngine
     from homelab.engine.supervision.record import EngineRecord
     from homelab.engine.supervision.state_file import SetAside
     from homelab.engine.supervision.states import Transition
@@ -98,8 +97,6 @@ class Replacing:
     pid: int
     model: str | None
     url: str | None
-    record: EngineRecord | None = None
-    found: FoundEngine | None = None
 
 
 @dataclass(frozen=True, slots=True)

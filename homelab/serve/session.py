@@ -233,14 +233,12 @@ class ServeSession:
         if record is not None:
             known = KINDS.get(record.engine)
             program = record.engine if known is None else known.program
-            self.emit(
-                ev.Replacing(program, record.pid, record.model, record.public_url, record=record)
-            )
+            self.emit(ev.Replacing(program, record.pid, record.model, record.public_url))
             stop_recorded_gate(record)
             stop_engine(self.store, record)
             wait_port_freed(record)
         for found in now.unrecorded:
-            self.emit(ev.Replacing(Path(found.cmdline[0]).name, found.pid, None, None, found=found))
+            self.emit(ev.Replacing(Path(found.cmdline[0]).name, found.pid, None, None))
             stop_found(found)
 
     def _supervisor(self, spec: EngineSpec, profile: EngineProfile) -> Supervisor:

@@ -82,17 +82,17 @@ def replan(
     reason = why_not_in_place(session)
     if reason is not None:
         raise EngineError(f"cannot restart the engine into a new plan here: {reason}")
-    supervisor, old = session.supervisor, session.plan
-    assert supervisor is not None and old is not None
+    supervisor = session.supervisor
+    assert supervisor is not None
     new = session.prepare(options, report).plan
     old_pid, attempt = supervisor.pid, supervisor.events[-1].attempt
     if session.healer is not None:  # a later heal shrinks from this plan and these options
         session.healer.replanned(options)
-    session.emit(ev.Replanning(why, old, new, old_pid))
+    session.emit(ev.Replanning(why, old_pid))
     restarted = session.restart_into(new, now=True)
     ready = supervisor.wait_ready(ready_timeout_s, after=attempt)
     measured = session.kind.measure(new, supervisor.attempt_lines(), restarted.argv[0])
     if measured is not None:
         session.emit(ev.Actuals(measured))
-    session.emit(ev.Replanned(why, new, restarted.argv, old_pid, ready.pid, ready.url or ""))
+    session.emit(ev.Replanned(why, old_pid, ready.pid))
     return Replan(new, restarted, old_pid, ready.pid)

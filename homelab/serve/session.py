@@ -198,14 +198,8 @@ class ServeSession:
         self.emit(ev.Starting(kind.name, kind.program))
         supervisor.start()
         moved = supervisor.port_choice
-        self.emit(
-            ev.Started(
-                supervisor.pid,
-                None if supervisor.log_path is None else str(supervisor.log_path),
-                spec.port,
-                spec.port if moved is None else moved.port,
-            )
-        )
+        port = spec.port if moved is None else moved.port
+        self.emit(ev.Started(supervisor.pid, supervisor.log_path, spec.port, port))
         return supervisor
 
     def _adopt(self, record: EngineRecord) -> Supervisor:
@@ -372,8 +366,7 @@ class ServeSession:
         if self.gate is not None:
             self.gate.let_go()
         supervisor.release()
-        log = None if supervisor.log_path is None else str(supervisor.log_path)
-        self.emit(ev.LeftRunning(log, adopted=adopted))
+        self.emit(ev.LeftRunning(supervisor.log_path, adopted=adopted))
         self.emit(ev.Stopped("released"))
 
     def close(self) -> None:

@@ -69,7 +69,6 @@ def replan(
     *,
     report: GpuReport | None = None,
     why: str = "re-plan",
-    ready_timeout_s: float = READY_TIMEOUT_S,
 ) -> Replan:
     """Re-plan the running model with ``options`` (on ``report``, else the card read now),
     restart the engine into it under the same supervisor and gate, wait until it is ready.
@@ -90,7 +89,7 @@ def replan(
         session.healer.replanned(options)
     session.emit(ev.Replanning(why, old_pid))
     restarted = session.restart_into(new, now=True)
-    ready = supervisor.wait_ready(ready_timeout_s, after=attempt)
+    ready = supervisor.wait_ready(READY_TIMEOUT_S, after=attempt)
     measured = session.kind.measure(new, supervisor.attempt_lines(), restarted.argv[0])
     if measured is not None:
         session.emit(ev.Actuals(measured))

@@ -16,6 +16,9 @@ Pure llama-server HTTP (``/slots``, ``/tokenize``, ``/completion``): no front-en
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from homelab.engine.loopback import loopback_client
+from homelab.paths import state_dir
 
 if TYPE_CHECKING:
     from homelab.engine.supervision.supervisor import Supervisor
@@ -261,12 +265,6 @@ def save_launch(pid: int | None, **facts: object) -> None:
     """Merge ``facts`` (``proof=``, ``healed=``: JSON-able) into the launch file of ``pid``;
     a file of another pid is replaced. Best effort: a state folder that cannot be written
     costs the report, never the serve."""
-    import contextlib
-    import json
-    import os
-
-    from homelab.paths import state_dir
-
     path = state_dir() / LAUNCH_FILE
     data = launch_of(pid) or {}
     data.update({"pid": pid, **facts})
@@ -279,10 +277,6 @@ def save_launch(pid: int | None, **facts: object) -> None:
 
 def launch_of(pid: int | None) -> dict[str, object] | None:
     """The launch file's facts when they are ``pid``'s (the engine ``status`` shows); None."""
-    import json
-
-    from homelab.paths import state_dir
-
     try:
         data = json.loads((state_dir() / LAUNCH_FILE).read_text("utf-8"))
     except (OSError, ValueError):

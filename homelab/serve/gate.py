@@ -52,12 +52,6 @@ GATE_FIELDS = ("gate_url", "gate_budget_tokens", "gate_pid", "gate_create_time")
 """The engine record's fields that name its gate."""
 
 
-def internal_port(public: int) -> PortChoice:
-    """The engine's loopback port behind a gate on ``public``: the first free one above it."""
-    wanted = public + 1 if public < 65535 else 1024
-    return choose_port(LOOPBACK, wanted, pinned=False)
-
-
 class SessionGate:
     """One session's gate: its settings, its port, its runner or process, its record fields."""
 
@@ -99,15 +93,17 @@ class SessionGate:
             self._emit(ev.GateKeyCreated(str(resolved.key_created), resolved.settings.api_key))
 
     def reserve(self, wanted: int, *, pinned: bool) -> PortChoice:
-        """The public port (looked at now, taken when the gate starts); the engine's port.
+        """The public port (looked at now, taken when the gate starts); the engine's loopback
+        port behind it (the first free one above it).
 
         Raises:
             EngineError: a pinned public port is taken (nothing was started).
         """
         settings = self._need()
         self.public = choose_port(settings.host, wanted, pinned=pinned)
-        self.settings = replace(settings, port=self.public.port)
-        return internal_port(self.public.port)
+        public = self.public.port
+        self.settings = replace(settings, port=public)
+        return choose_port(LOOPBACK, public + 1 if public < 65535 else 1024, pinned=False)
 
     # -- after the engine is ready ----------------------------------------------------------
 
@@ -120,36 +116,31 @@ class SessionGate:
             HomelabError: it could not listen (its port was taken meanwhile).
         """
         with self._life:
-            if not self._stopped:  # a stop came first: no gate for a stopped engine
-                self._start(engine_url, facts, engine_pid, detached=detached)
+            if self._stopped:  # a stop came first: no gate for a stopped engine
+                return
+            settings = self._need()
+            self._facts = facts
+            if detached:
+                from homelab.serve.gate_process import spawn_gate
 
-    def _start(
-        self, engine_url: str, facts: PlanFacts | None, engine_pid: int | None, *, detached: bool
-    ) -> None:
-        settings = self._need()
-        self._facts = facts
-        if self.public is None:  # an adopted engine without a record of its gate: not here
-            raise RuntimeError("the gate's port was not reserved")
-        if detached:
-            from homelab.serve.gate_process import spawn_gate
+                child = spawn_gate(settings, engine_url, facts, self._store.path)
+                self._child = child
+                self.url, self.ceiling, budget = child.url, child.ceiling, child.budget
+                limit, pid, created = child.max_concurrent, child.pid, child.create_time
+            else:
+                from homelab.gate.runner import GateRunner
 
-            child = spawn_gate(settings, engine_url, facts, self._store.path)
-            self._child = child
-            self.url, self.ceiling, budget = child.url, child.ceiling, child.budget
-            limit, pid, created = child.max_concurrent, child.pid, child.create_time
-        else:
-            from homelab.gate.runner import GateRunner
-
-            runner = GateRunner(settings, engine_url, facts)
-            self.url = runner.start()
-            self._runner = runner
-            state = runner.state()
-            self.ceiling, budget = state.ceiling_tokens, state.budget_tokens
-            limit = state.max_concurrent
-            pid, created = os.getpid(), create_time_of(os.getpid())
-        self._fields = dict(zip(GATE_FIELDS, (self.url, self.ceiling, pid, created), strict=True))
-        self.stamp(engine_pid)
-        self._emit(ev.GateStarted(self.url, budget, limit, engine_url, detached, self.ceiling))
+                runner = GateRunner(settings, engine_url, facts)
+                self.url = runner.start()
+                self._runner = runner
+                state = runner.state()
+                self.ceiling, budget = state.ceiling_tokens, state.budget_tokens
+                limit = state.max_concurrent
+                pid, created = os.getpid(), create_time_of(os.getpid())
+            fields = (self.url, self.ceiling, pid, created)
+            self._fields = dict(zip(GATE_FIELDS, fields, strict=True))
+            self.stamp(engine_pid)
+            self._emit(ev.GateStarted(self.url, budget, limit, engine_url, detached, self.ceiling))
 
     def adopt(self, record: EngineRecord) -> None:
         """Take the adopted engine's gate as it runs, or say it has none."""
@@ -238,7 +229,8 @@ class SessionGate:
         if runner is not None:
             runner.stop()
         if child is not None:
-            child.stop(STOP_GRACE_S)
+            stop_gate_process(child.pid, child.create_time)
+            child.proc.wait()  # reaped: it is this process's child
         if adopted is not None:
             stop_gate_process(*adopted)
         if (runner or child or adopted) and self.url is not None:
@@ -259,9 +251,9 @@ class SessionGate:
         return self.settings
 
 
-def stop_gate_process(pid: int, create_time: float, grace_s: float = STOP_GRACE_S) -> bool:
-    """SIGTERM a detached gate process (verified by its start time), SIGKILL after
-    ``grace_s``; True when it was running."""
+def stop_gate_process(pid: int, create_time: float | None, grace_s: float = STOP_GRACE_S) -> bool:
+    """SIGTERM a detached gate process (verified by its start time, when known), SIGKILL
+    after ``grace_s``; True when it was running."""
     if not alive(pid, create_time):
         return False
     for signum, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):

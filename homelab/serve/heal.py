@@ -103,8 +103,6 @@ class Healer:
         self.said: str | None = None
         self.gave_up: HealError | None = None
         self.proving = False
-        self.proof: ProofResult | None = None
-        """What the last launch proof saw."""
         self._healed_attempts: set[int] = set()
         self._serving: set[int] = set()
         """Attempts announced (ready, and proved when the proof is on): their out-of-memory
@@ -310,7 +308,6 @@ class Healer:
             )
         finally:
             self.proving = False
-        self.proof = result
         save_launch(ready.pid, proof=result.as_dict())
         session.emit(ev.Proved(result))
         return result

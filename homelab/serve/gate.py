@@ -196,22 +196,16 @@ class SessionGate:
 
     def changed(self, state: str, engine_pid: int | None) -> None:
         """The engine's state changed: a (re)start writes a new record, which must name the
-        gate; a restart that is ready may run on another plan (:meth:`follow`)."""
+        gate; a restart that is ready may run on another plan: when its record names other
+        plan facts than the gate has, :meth:`retarget` to them, then re-stamp."""
         if state == "starting":
             self.stamp(engine_pid)
-        elif state == "ready":
-            self.follow(engine_pid)
-
-    def follow(self, engine_pid: int | None) -> None:
-        """Engine ``engine_pid`` is ready: when its record names other plan facts than the
-        gate has (a restart on another plan), :meth:`retarget` to them; then re-stamp."""
-        if engine_pid is None or not self.running:
-            return
-        with contextlib.suppress(OSError):
-            record = self._store.read()
-            if record is not None and record.pid == engine_pid and record.facts != self._facts:
-                self.retarget(record.facts)
-                self.stamp(engine_pid)
+        elif state == "ready" and engine_pid is not None and self.running:
+            with contextlib.suppress(OSError):
+                record = self._store.read()
+                if record is not None and record.pid == engine_pid and record.facts != self._facts:
+                    self.retarget(record.facts)
+                    self.stamp(engine_pid)
 
     @property
     def running(self) -> bool:

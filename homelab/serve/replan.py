@@ -53,8 +53,7 @@ class Replan:
 def why_not_in_place(session: ServeSession) -> str | None:
     """Why this session's engine cannot be restarted into a new plan in place (a front-end
     then stops and starts it); None when it can."""
-    supervisor = session.supervisor
-    if supervisor is None or not session.live:
+    if not session.live:
         return "no engine of this session runs"
     if session.adopted is not None or session.plan is None:
         return "the engine was adopted (homelab did not plan it)"

@@ -33,9 +33,8 @@ class FileTooLargeError(OSError):
 
 
 def file_kind(mode: int) -> str:
-    """What a ``st_mode`` is, for a message: ``"a FIFO (named pipe)"``, ``"a directory"``."""
+    """What a non-regular ``st_mode`` is, for a message: ``"a FIFO (named pipe)"``, ``"a directory"``."""
     kinds = (
-        (stat.S_ISREG, "a regular file"),
         (stat.S_ISDIR, "a directory"),
         (stat.S_ISFIFO, "a FIFO (named pipe)"),
         (stat.S_ISCHR, "a character device"),

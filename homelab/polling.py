@@ -116,10 +116,6 @@ class PollThread:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_s)
 
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
-
     def _run(self) -> None:
         k = 1
         try:

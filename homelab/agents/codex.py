@@ -17,20 +17,13 @@ compacted turn's prompt and its answer both fit under the ceiling.
 
 from __future__ import annotations
 
-import json
-
-from homelab.agents.setup import AgentSetup
+from homelab.agents.setup import AgentSetup, quoted
 from homelab.agents.target import AgentTarget
 
 NAME = "codex"
 PROGRAM = "codex"
 PROVIDER_ID = "homelab"
 KEY_VARIABLE = "HOMELAB_API_KEY"
-
-
-def _toml_string(text: str) -> str:
-    """A TOML basic string (JSON's escapes are TOML's for these characters)."""
-    return json.dumps(text, ensure_ascii=False)
 
 
 def auto_compact_limit(target: AgentTarget) -> int:
@@ -43,15 +36,15 @@ def overrides(target: AgentTarget) -> dict[str, str]:
     """``-c`` keys and their TOML values."""
     provider = f"model_providers.{PROVIDER_ID}"
     values = {
-        f"{provider}.name": _toml_string("homelab"),
-        f"{provider}.base_url": _toml_string(target.openai_base),
-        f"{provider}.wire_api": _toml_string("responses"),
+        f"{provider}.name": quoted("homelab"),
+        f"{provider}.base_url": quoted(target.openai_base),
+        f"{provider}.wire_api": quoted("responses"),
     }
     if target.api_key:
-        values[f"{provider}.env_key"] = _toml_string(KEY_VARIABLE)
+        values[f"{provider}.env_key"] = quoted(KEY_VARIABLE)
     values |= {
-        "model_provider": _toml_string(PROVIDER_ID),
-        "model": _toml_string(target.model),
+        "model_provider": quoted(PROVIDER_ID),
+        "model": quoted(target.model),
         "model_context_window": str(target.context_tokens),
         "model_auto_compact_token_limit": str(auto_compact_limit(target)),
     }

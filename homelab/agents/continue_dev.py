@@ -12,9 +12,7 @@ person can save it as ``.continue/models/homelab.yaml`` without touching their
 
 from __future__ import annotations
 
-import json
-
-from homelab.agents.setup import AgentSetup, PrivateFile
+from homelab.agents.setup import AgentSetup, PrivateFile, quoted
 from homelab.agents.target import AgentTarget
 
 NAME = "continue"
@@ -22,11 +20,6 @@ PROGRAM = "cn"
 CONFIG_FILE = "agents/continue.yaml"
 PLACEHOLDER_KEY = "homelab"
 ROLES = ("chat", "edit", "apply")
-
-
-def _q(text: str) -> str:
-    """A YAML double-quoted scalar (JSON strings are valid YAML)."""
-    return json.dumps(text, ensure_ascii=False)
 
 
 def config_yaml(target: AgentTarget) -> str:
@@ -37,11 +30,11 @@ def config_yaml(target: AgentTarget) -> str:
         'version: "1.0.0"',
         "schema: v1",
         "models:",
-        f"  - name: {_q('homelab ' + target.model)}",
+        f"  - name: {quoted('homelab ' + target.model)}",
         "    provider: openai",
-        f"    model: {_q(target.model)}",
-        f"    apiBase: {_q(target.openai_base)}",
-        f"    apiKey: {_q(target.api_key or PLACEHOLDER_KEY)}",
+        f"    model: {quoted(target.model)}",
+        f"    apiBase: {quoted(target.openai_base)}",
+        f"    apiKey: {quoted(target.api_key or PLACEHOLDER_KEY)}",
         "    roles:",
         *(f"      - {role}" for role in ROLES),
         "    defaultCompletionOptions:",

@@ -2,25 +2,23 @@
 
 The record (:class:`~homelab.engine.supervision.record.EngineRecord`) says how the engine
 was planned (``facts``) and, when the gate stands in front, the gate's URL and per-request
-ceiling (``gate_url``, ``gate_budget_tokens``; read with ``getattr`` until every record
-has them). The gate's key is never in the record: it lives in ``state_dir()/gate.key``,
-read by :func:`homelab.gate.key_file.stored_key` (the one reader: 0600 or refused).
+ceiling (``gate_url``, ``gate_budget_tokens``). The gate's key is never in the record: it
+lives in ``state_dir()/gate.key``, read by :func:`homelab.gate.key_file.stored_key` (the
+one reader: 0600 or refused).
 The model id is what the server itself reports (``GET /v1/models``, asked at the URL the
 agent will use, so a target that is handed out is one that answered).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import httpx
 
-from homelab.agents.target import DEFAULT_MAX_OUTPUT_TOKENS, AgentTarget, target_for
+from homelab.agents.target import AgentTarget, target_for
 from homelab.engine.loopback import loopback_client
 from homelab.engine.supervision.record import EngineRecord
 from homelab.engine.supervision.state_file import StateFile
 from homelab.errors import EngineError
-from homelab.gate.key_file import KEY_NAME, key_path, stored_key
+from homelab.gate.key_file import key_path, stored_key
 
 _ANY_ADDRESS = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}
 
@@ -47,7 +45,7 @@ def local_url(url: str) -> str:
     return url.rstrip("/")
 
 
-def served_model(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> str:
+def served_model(base_url: str, api_key: str | None = None) -> str:
     """The model id ``base_url`` serves (the first of ``GET /v1/models``).
 
     Raises:
@@ -55,7 +53,7 @@ def served_model(base_url: str, api_key: str | None = None, timeout_s: float = 5
         NotLoopbackError: ``base_url`` is not on this machine's loopback.
     """
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-    with loopback_client(base_url, timeout_s=timeout_s, headers=headers) as http:
+    with loopback_client(base_url, timeout_s=5.0, headers=headers) as http:
         try:
             response = http.get("/v1/models")
         except httpx.TransportError as error:
@@ -91,13 +89,7 @@ def served_model(base_url: str, api_key: str | None = None, timeout_s: float = 5
     return model
 
 
-def engine_target(
-    record: EngineRecord,
-    *,
-    max_output_cap: int = DEFAULT_MAX_OUTPUT_TOKENS,
-    timeout_s: float = 5.0,
-    state: Path | None = None,
-) -> AgentTarget:
+def engine_target(record: EngineRecord) -> AgentTarget:
     """The target of the engine ``record`` describes (the gate when it has one).
 
     Raises:
@@ -120,8 +112,8 @@ def engine_target(
         )
     gate_url, budget = record.gate_url, record.gate_budget_tokens
     base = local_url(gate_url) if gate_url else record.url
-    key = stored_key(None if state is None else state / KEY_NAME) if gate_url else None
-    model = served_model(base, key, timeout_s)
+    key = stored_key() if gate_url else None
+    model = served_model(base, key)
     return target_for(
         facts,
         base_url=base,
@@ -129,17 +121,11 @@ def engine_target(
         gated=gate_url is not None,
         gate_budget_tokens=budget,
         api_key=key,
-        max_output_cap=max_output_cap,
         engine=record.engine,
     )
 
 
-def running_target(
-    store: StateFile | None = None,
-    *,
-    max_output_cap: int = DEFAULT_MAX_OUTPUT_TOKENS,
-    timeout_s: float = 5.0,
-) -> AgentTarget:
+def running_target(store: StateFile | None = None) -> AgentTarget:
     """The target of the engine homelab runs now (see :func:`engine_target`).
 
     Raises:
@@ -153,4 +139,4 @@ def running_target(
             hint="start one with `homelab serve MODEL` (`detach` keeps it running), "
             "then run this again",
         )
-    return engine_target(record, max_output_cap=max_output_cap, timeout_s=timeout_s)
+    return engine_target(record)

@@ -24,14 +24,13 @@ class AgentNotInstalledError(HomelabError):
     exit_code = ExitCode.FAILURE
 
 
-def find_program(kind: AgentKind, path: str | None = None) -> str:
-    """The full path of ``kind``'s program (``path``: a PATH to search instead of the
-    environment's).
+def find_program(kind: AgentKind) -> str:
+    """The full path of ``kind``'s program.
 
     Raises:
         AgentNotInstalledError: it is not on PATH.
     """
-    found = shutil.which(kind.program, path=path)
+    found = shutil.which(kind.program)
     if found is None:
         raise AgentNotInstalledError(
             f"{kind.title} is not installed here: no `{kind.program}` command on PATH",

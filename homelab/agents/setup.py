@@ -8,6 +8,7 @@ homelab's state folder, never the user's agent config) and the front-end prints 
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,12 @@ class AgentSetup:
         env = {k: v for k, v in base.items() if k not in self.unset}
         env.update(self.env)
         return env
+
+
+def quoted(text: str) -> str:
+    """``text`` as a JSON string: also a TOML basic string (Codex's ``-c`` values) and a YAML
+    double-quoted scalar (Continue's config), since JSON's escapes are valid in both."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def shell_lines(setup: AgentSetup, state: Path) -> list[str]:

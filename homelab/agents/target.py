@@ -138,7 +138,6 @@ def target_for(
     gated: bool,
     gate_budget_tokens: int | None = None,
     api_key: str | None = None,
-    max_output_cap: int = DEFAULT_MAX_OUTPUT_TOKENS,
     engine: str = DEFAULT_ENGINE,
 ) -> AgentTarget:
     """The target of an engine planned as ``facts`` (see :func:`request_context`)."""
@@ -147,7 +146,7 @@ def target_for(
         base_url=base_url.rstrip("/"),
         model=model,
         context=context,
-        max_output_tokens=output_tokens(context.tokens, max_output_cap),
+        max_output_tokens=output_tokens(context.tokens),
         api_key=api_key,
         gated=gated,
         engine=engine,

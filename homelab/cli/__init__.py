@@ -37,18 +37,6 @@ COMMAND_MODULES = tuple(dict.fromkeys(COMMAND_OWNERS.values()))
 """Subcommand modules in help order; each has ``register(subparsers)``."""
 
 
-def _command_modules(names: Sequence[str] = COMMAND_MODULES) -> list[object]:
-    modules: list[object] = []
-    for name in names:
-        qualified = f"homelab.cli.{name}"
-        try:
-            modules.append(importlib.import_module(qualified))
-        except ModuleNotFoundError as error:
-            if error.name != qualified:  # a real import error inside the module: surface it
-                raise
-    return modules
-
-
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole command tree, or only ``command``'s branch when one is named."""
     parser = argparse.ArgumentParser(
@@ -58,8 +46,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"homelab {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     owner = COMMAND_OWNERS.get(command or "")
-    for module in _command_modules((owner,) if owner else COMMAND_MODULES):
-        module.register(subparsers)  # type: ignore[attr-defined]
+    for name in (owner,) if owner else COMMAND_MODULES:
+        importlib.import_module(f"homelab.cli.{name}").register(subparsers)
     return parser
 
 

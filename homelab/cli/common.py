@@ -8,6 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+VERDICT_WORDS = {
+    "fits": "fits",
+    "partial": "partial",
+    "does_not_fit": "does not fit",
+    "unknown": "unknown",
+}
+"""A fit verdict as the tables of ``presets`` and ``quants`` word it."""
+
 
 def add_gpu_options(parser: argparse.ArgumentParser) -> None:
     """``--gpu-snapshot FILE`` (replay a recorded card) and ``--sample-seconds S``."""

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from homelab.cli import report_error
 from homelab.cli.common import add_gpu_options, print_json
 from homelab.errors import ExitCode, HomelabError
 from homelab.gpu.nvml import RealNvml
@@ -58,17 +57,16 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``homelab gpu``; errors become one titled paragraph and their exit code."""
-    try:
-        if args.record is not None:
-            return _record(args)
-        if args.watch:
-            return _watch(args)
-        _show(_probe(args), as_json=args.json)
-        return int(ExitCode.OK)
-    except HomelabError as error:
-        report_error(error)
-        return int(error.exit_code)
+    """Run ``homelab gpu`` (an error is reported by :func:`homelab.cli.main`)."""
+    if args.record is not None:
+        return _record(args)
+    if args.watch:
+        return _watch(args)
+    report = probe(
+        snapshot=args.gpu_snapshot, window_s=max(args.sample_seconds, 0.0), interval_s=INTERVAL_S
+    )
+    _show(report, as_json=args.json)
+    return int(ExitCode.OK)
 
 
 def report_dict(report: GpuReport) -> dict[str, Any]:
@@ -137,14 +135,6 @@ def _short(name: str | None, width: int = 40) -> str:
     if name is None:
         return "n/a"
     return name if len(name) <= width else name[: width - 3] + "..."
-
-
-def _probe(args: argparse.Namespace) -> GpuReport:
-    return probe(
-        snapshot=args.gpu_snapshot,
-        window_s=max(args.sample_seconds, 0.0),
-        interval_s=INTERVAL_S,
-    )
 
 
 def _show(report: GpuReport, *, as_json: bool, compact: bool = False) -> None:

@@ -70,19 +70,12 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         help="port for the argv (default: the engine's, 8080 for llama-server)",
     )
     add_gpu_options(parser)
-    add_memory_limit_argument(parser)
-
-
-def add_memory_limit_argument(parser: argparse.ArgumentParser) -> None:
-    """``--engine-memory-limit SIZE`` (every command that plans: a miss is kept per limit)
-    and ``--cache-ram SIZE`` (the prompt cache a limit leaves room for, or the person's)."""
-    parser.add_argument(
+    parser.add_argument(  # every command that plans takes it: a plan's miss is kept per limit
         "--engine-memory-limit",
         metavar="SIZE",
         help="cap the engine's memory (address space), e.g. 12GiB, so it cannot swap the "
         "desktop; an allocation past it fails in the engine and serve heals to a smaller plan",
     )
-
     parser.add_argument(
         "--cache-ram",
         metavar="SIZE",
@@ -217,46 +210,38 @@ def _measured(prepared) -> list[str]:
     return [measured_line(r, plan.settings.n_seq) for r in benches(plan, prepared.plan.model)]
 
 
-def print_plan(plan, argv: list[str]) -> None:
-    """The working, the warnings, the verdict and the command line, for a person."""
+def print_engine_plan(plan, argv: list[str]) -> None:
+    """Whichever engine's plan it is, for a person: the working, the warnings, the verdict
+    (llama.cpp plans; a vLLM plan that was made fits) and the command line."""
+    from homelab.plan.planner import Plan
     from homelab.plan.working import render_steps
 
     for line in render_steps(plan.steps):
         print(line)
     for warning in plan.warnings:
         print(f"! {warning}")
-    verdict = {
-        "fits": "Fits.",
-        "partial": "Does not fit on the card as a whole: partial offload below.",
-        "does_not_fit": "Does not fit.",
-    }[plan.verdict]
-    alloc = plan.candidate.allocation
-    print(
-        f"{verdict} {plan.settings.n_seq} slot(s) × {alloc.ctx_per_slot:,} tokens, "
-        f"KV {format_bytes(alloc.total)}"
-    )
-    print(shlex.join(argv))
-
-
-def print_engine_plan(plan, argv: list[str]) -> None:
-    """Whichever engine's plan it is, its working and command line for a person."""
-    from homelab.cli.vllm_cmd import print_vllm_plan
-    from homelab.plan.planner import Plan
-
     if isinstance(plan, Plan):
-        print_plan(plan, argv)
-    else:
-        print_vllm_plan(plan, argv)
+        verdict = {
+            "fits": "Fits.",
+            "partial": "Does not fit on the card as a whole: partial offload below.",
+            "does_not_fit": "Does not fit.",
+        }[plan.verdict]
+        alloc = plan.candidate.allocation
+        print(
+            f"{verdict} {plan.settings.n_seq} slot(s) × {alloc.ctx_per_slot:,} tokens, "
+            f"KV {format_bytes(alloc.total)}"
+        )
+    print(shlex.join(argv))
 
 
 def run(args: argparse.Namespace) -> int:
     prepared = prepared_from_args(args)
     if args.json:
         print_json(plan_data(prepared))
-        return exit_code(prepared)
-    print_engine_plan(prepared.plan.plan, list(prepared.argv))
-    for line in _measured(prepared):
-        print(line)
+    else:
+        print_engine_plan(prepared.plan.plan, list(prepared.argv))
+        for line in _measured(prepared):
+            print(line)
     return exit_code(prepared)
 
 

@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from homelab.cli.common import print_json
+from homelab.cli.common import VERDICT_WORDS, print_json
 from homelab.cli.plan_cmd import add_plan_arguments, options_from_args
 from homelab.errors import ExitCode
 from homelab.units import format_bytes
@@ -21,13 +21,6 @@ from homelab.units import format_bytes
 if TYPE_CHECKING:
     from homelab.plan.budget import DeviceBudget
     from homelab.serve.preset_fit import PresetFit
-
-VERDICT_WORDS = {
-    "fits": "fits",
-    "partial": "partial",
-    "does_not_fit": "does not fit",
-    "unknown": "unknown",
-}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,7 +35,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_plan_arguments(parser)
     for action in parser._actions:
         if action.dest == "workload":
-            action.default = None
             action.help = (
                 "agent, chat or a token count for every preset (default: each preset's own hint)"
             )

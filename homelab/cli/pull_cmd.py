@@ -16,9 +16,8 @@ import time
 from collections import deque
 from typing import Any, TextIO
 
-from homelab.cli import report_error
 from homelab.cli.common import print_json
-from homelab.errors import ExitCode, HomelabError
+from homelab.errors import ExitCode
 from homelab.hub.download import PulledModel, PullProgress, pull
 from homelab.units import format_bytes
 
@@ -55,17 +54,13 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``homelab pull``; errors become one titled paragraph and their exit code."""
+    """Run ``homelab pull`` (an error is reported by :func:`homelab.cli.main`, after the bar
+    has ended its line)."""
     bar = None if args.quiet else ProgressBar(sys.stderr)
     try:
         model = pull(
             args.ref, progress=bar, offline=True if args.offline else None, mmproj=args.mmproj
         )
-    except HomelabError as error:
-        if bar:
-            bar.finish()
-        report_error(error)
-        return int(error.exit_code)
     except KeyboardInterrupt:
         if bar:
             bar.finish()
@@ -74,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
-    if bar:
-        bar.finish()
+    finally:
+        if bar:
+            bar.finish()
     if model.note:
         print(f"homelab: {model.note}", file=sys.stderr)
     if args.json:

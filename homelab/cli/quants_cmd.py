@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from homelab.cli.common import print_json
+from homelab.cli.common import VERDICT_WORDS, print_json
 from homelab.cli.plan_cmd import add_plan_arguments, options_from_args
 from homelab.errors import ExitCode, UsageError
 from homelab.units import format_bytes
@@ -63,14 +63,6 @@ def run(args: argparse.Namespace) -> int:
     return int(ExitCode.OK if best is not None else ExitCode.DOES_NOT_FIT)
 
 
-_VERDICT_WORDS = {
-    "fits": "fits",
-    "partial": "partial",
-    "does_not_fit": "does not fit",
-    "unknown": "unknown",
-}
-
-
 def _print_table(
     listing: RepoListing,
     fits: list[QuantFit],
@@ -94,7 +86,7 @@ def _print_table(
                 quant.label
                 + (f" ({len(quant.choice.files)} parts)" if len(quant.choice.files) > 1 else ""),
                 format_bytes(quant.size),
-                _VERDICT_WORDS[fit.verdict],
+                VERDICT_WORDS[fit.verdict],
                 str(fit.full_slots) if plan else "-",
                 f"{plan.candidate.allocation.ctx_per_slot:,}" if plan else "-",
                 f"{plan.tokens_fit:,}" if plan else "-",

@@ -59,13 +59,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_plan_arguments(serve)
     add_rpc_argument(serve)
     add_engine_option(serve)
-    from homelab.engine.kinds import DEFAULT_PORT
+    from homelab.engine.kinds import DEFAULT_ENGINE, engine_kind
 
     for action in serve._actions:
         if action.dest == "port":
             action.help = (
                 f"the public port: the gate's, or the engine's with --no-gate (default "
-                f"{DEFAULT_PORT}, or the next free one; a port given here is never moved)"
+                f"{engine_kind(DEFAULT_ENGINE).default_port}, or the next free one; a port given here is never moved)"
             )
     serve.add_argument(
         "--detach",
@@ -165,9 +165,6 @@ def gate_choices(args: argparse.Namespace):
 
 
 GATE_FLAGS = ("host", "max-concurrent", "budget", "queue-timeout")
-
-
-# -- serve -----------------------------------------------------------------------------
 
 
 def run_serve(args: argparse.Namespace) -> int:

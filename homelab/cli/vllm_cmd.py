@@ -50,18 +50,6 @@ def vllm_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return {"kv_cache_memory": size, "force": bool(getattr(args, "force", False))}
 
 
-def print_vllm_plan(plan, argv: list[str]) -> None:
-    import shlex
-
-    from homelab.plan.working import render_steps
-
-    for line in render_steps(plan.steps):
-        print(line)
-    for warning in plan.warnings:
-        print(f"! {warning}")
-    print(shlex.join(argv))
-
-
 def vllm_plan_dict(plan, argv: list[str]) -> dict[str, Any]:
     """The vLLM plan for ``--json``: flags, the budget figures (bytes) and the working."""
     from homelab.plan.working import render_steps

@@ -63,10 +63,6 @@ class Measured:
     """Why it was not recorded."""
 
 
-DEFAULT_PORT = LlamaCpp.default_port
-"""Where llama.cpp listens unless told (and where ``serve``'s gate takes the public port)."""
-
-
 @dataclass(frozen=True, slots=True)
 class OomReading:
     """How an engine's log says it ran out of memory: what the heal and the proof read."""
@@ -137,10 +133,6 @@ class EngineKind(Protocol):
 
     def profile(self, plan: ServePlan | None, model: str) -> EngineProfile:
         """The supervisor's view of this engine (failure hints from ``plan`` when given)."""
-        ...
-
-    def read_log(self, lines: Sequence[str]) -> Any:
-        """The engine's start-up log, parsed."""
         ...
 
     def status_client(self, url: str, timeout_s: float) -> Any:

@@ -77,13 +77,10 @@ def loopback_client(
         NotLoopbackError: ``base_url`` is not a loopback URL (requests elsewhere raise it too).
     """
     timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S))
-    hooks = {"request": [_check_request]}
-    if base_url is None:
-        return httpx.Client(timeout=timeout, trust_env=False, headers=headers, event_hooks=hooks)
     return httpx.Client(
-        base_url=require_loopback(base_url.rstrip("/")),
+        base_url="" if base_url is None else require_loopback(base_url.rstrip("/")),
         timeout=timeout,
         trust_env=False,
         headers=headers,
-        event_hooks=hooks,
+        event_hooks={"request": [_check_request]},
     )

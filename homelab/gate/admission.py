@@ -3,8 +3,8 @@
 The rule is TGI's (``router/src/infer/v3/queue.rs`` ``State::next_batch``): entries are
 admitted in strict FIFO order while they fit both the token budget and the concurrency
 limit; admission stops at the first entry that does not fit (nothing overtakes it, so a
-large request is never starved by a stream of small ones); entries whose client is gone
-are skipped. A request whose charge exceeds the per-request ceiling could never be
+large request is never starved by a stream of small ones); an entry whose client is gone
+leaves the queue (:meth:`AdmissionState.abandon`). A request whose charge exceeds the per-request ceiling could never be
 admitted and is refused at once; a full queue refuses the newcomer.
 
 Every operation that can free room returns the ids it admitted, so the caller (the asyncio
@@ -32,7 +32,6 @@ class Entry:
     id: int
     charge: int
     places: int = 1
-    gone: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +62,8 @@ class AdmissionState:
         per prompt, at most ``max_concurrent`` (the engine defers the rest)."""
         self._busy = 0
         self._charged = 0
-        self.skipped_gone = 0
         self.dropped: tuple[int, ...] = ()
         """Queued ids the last :meth:`set_limits` removed: too large for the new limits."""
-        """Entries dropped at the head because their client had left (see :meth:`mark_gone`)."""
 
     # -- what is there ----------------------------------------------------------------
 
@@ -82,24 +79,7 @@ class AdmissionState:
 
     @property
     def queued(self) -> int:
-        return sum(1 for e in self._queue.values() if not e.gone)
-
-    def is_running(self, id: int) -> bool:
-        return id in self._running
-
-    def is_queued(self, id: int) -> bool:
-        entry = self._queue.get(id)
-        return entry is not None and not entry.gone
-
-    def position(self, id: int) -> int | None:
-        """1 for the head of the queue; None when ``id`` is not waiting."""
-        n = 0
-        for entry in self._queue.values():
-            if not entry.gone:
-                n += 1
-                if entry.id == id:
-                    return n
-        return None
+        return len(self._queue)
 
     # -- changes ----------------------------------------------------------------------
 
@@ -115,12 +95,6 @@ class AdmissionState:
             return Offer(Refusal.QUEUE_FULL, ())
         self._queue[id] = Entry(id, max(0, charge), places)
         return Offer(None, self._admit())
-
-    def mark_gone(self, id: int) -> None:
-        """The client of a queued entry left: it is skipped when it reaches the head."""
-        entry = self._queue.get(id)
-        if entry is not None:
-            entry.gone = True
 
     def abandon(self, id: int) -> tuple[int, ...]:
         """Remove a queued entry (timeout, client gone); returns ids this admitted (the
@@ -157,7 +131,7 @@ class AdmissionState:
         self.budget, self.max_concurrent = budget, max_concurrent
         self.ceiling = budget if ceiling is None else min(ceiling, budget)
         self.dropped = tuple(
-            e.id for e in self._queue.values() if not e.gone and self._too_large(e.charge, e.places)
+            e.id for e in self._queue.values() if self._too_large(e.charge, e.places)
         )
         for id in self.dropped:
             del self._queue[id]
@@ -179,10 +153,6 @@ class AdmissionState:
         admitted: list[int] = []
         while self._queue:
             head = next(iter(self._queue.values()))
-            if head.gone:
-                self._queue.popitem(last=False)
-                self.skipped_gone += 1
-                continue
             if not self._fits(head.charge, head.places):
                 break
             self._queue.popitem(last=False)

@@ -36,14 +36,9 @@ class SlotBook:
         self._owner: OrderedDict[str, int] = OrderedDict()
         self._used_at: dict[int, int] = {}
         self._tick = 0
-        self.hits = 0
-        self.misses = 0
 
     def slot_of(self, conversation: str | None) -> int | None:
         return None if conversation is None else self._owner.get(conversation)
-
-    def known(self, conversation: str | None) -> bool:
-        return conversation is not None and conversation in self._owner
 
     def take(self, conversation: str | None) -> int | None:
         """A free slot for this request, marked busy; None when none is free."""
@@ -52,11 +47,8 @@ class SlotBook:
             return None
         mine = self.slot_of(conversation)
         if mine is not None and mine in free:
-            self.hits += 1
             slot = mine
         else:
-            if mine is not None:
-                self.misses += 1
             owned = set(self._owner.values())
             slot = min(free, key=lambda s: (s in owned, self._used_at.get(s, -1)))
         self.busy.add(slot)

@@ -1,5 +1,5 @@
 """The gate's errors: what a person sees (HomelabError subclasses) and what a client is
-answered (:class:`ClientError`, turned into an HTTP reply by :mod:`homelab.gate.replies`)."""
+answered (:class:`BadRequest`, turned into an HTTP reply by :mod:`homelab.gate.replies`)."""
 
 from __future__ import annotations
 
@@ -19,17 +19,12 @@ class GatePortInUseError(GateError):
     title = "Gate port in use"
 
 
-class ClientError(Exception):
-    """A request the gate answers itself with ``status`` (never sent to the engine)."""
+class BadRequest(Exception):
+    """A malformed request: the gate answers it ``status`` itself (never sent to the engine)."""
 
     status = 400
     kind = "invalid_request_error"
 
-    def __init__(self, message: str, *, code: str | None = None) -> None:
+    def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
-        self.code = code
-
-
-class BadRequest(ClientError):
-    status = 400

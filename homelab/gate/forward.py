@@ -24,7 +24,7 @@ from aiohttp import web
 from homelab.gate.admission import Refusal
 from homelab.gate.core import Gate
 from homelab.gate.engine_wait import post_when_up
-from homelab.gate.errors import ClientError
+from homelab.gate.errors import BadRequest
 from homelab.gate.replies import error_reply, refusal_reply, sse_error
 from homelab.gate.requests import Asked, Route, completion_cap, forwarded_body, parse
 from homelab.gate.sse import Outcome, StreamTally, outcome_of
@@ -43,7 +43,7 @@ async def complete(gate: Gate, request: web.Request, route: Route) -> web.Stream
     anthropic = route.anthropic
     try:
         asked = parse(route, await request.read())
-    except ClientError as error:
+    except BadRequest as error:
         gate.metrics.bad_requests.inc()
         return error_reply(error.status, error.message, kind=error.kind, anthropic=anthropic)
     queue = await gate.ready_queue()
@@ -118,31 +118,32 @@ async def _wait(
         if await queue.wait(ticket, until - now):
             if ticket.refused is not None and response is not None:
                 message = "The engine restarted with limits this request can never fit."
-                await response.write(
-                    sse_error(
-                        message, "invalid_request_error", ticket.refused.value,
-                        anthropic=asked.route.anthropic,
-                    )
-                )  # fmt: skip
-                await response.write_eof()
+                await _end_stream(
+                    response, asked, message, "invalid_request_error", ticket.refused.value
+                )
             return response
         now = time.monotonic()
         if now >= deadline:
             queue.leave(ticket, Refusal.TIMEOUT)
             if response is not None:
-                message = _timeout_message(gate)
-                await response.write(
-                    sse_error(
-                        message, "unavailable_error", "timeout", anthropic=asked.route.anthropic
-                    )
+                await _end_stream(
+                    response, asked, _timeout_message(gate), "unavailable_error", "timeout"
                 )
-                await response.write_eof()
             return response
         if response is None:
             response = web.StreamResponse(status=200, headers=SSE_HEADERS)
             await response.prepare(request)
         await response.write(KEEPALIVE)
         next_tick = now + keepalive
+
+
+async def _end_stream(
+    response: web.StreamResponse, asked: Asked, message: str, kind: str, code: str
+) -> web.StreamResponse:
+    """End a stream already answered 200 with an error event."""
+    await response.write(sse_error(message, kind, code, anthropic=asked.route.anthropic))
+    await response.write_eof()
+    return response
 
 
 def estimate_if_it_runs_now(
@@ -276,12 +277,7 @@ async def _forward(
         gate.metrics.upstream_errors.labels(kind="unreachable").inc()
         message = f"The engine did not answer: {error}"
         if started is not None:
-            await started.write(
-                sse_error(
-                    message, "server_error", "engine_unreachable", anthropic=asked.route.anthropic
-                )
-            )
-            return started
+            return await _end_stream(started, asked, message, "server_error", "engine_unreachable")
         return error_reply(
             502,
             message,

@@ -3,7 +3,7 @@
 ``start()`` returns the gate's URL once it listens (or raises a :class:`GateError`:
 the port is taken, the settings are wrong); ``stop()`` closes the listener, the clients
 and the engine connections and joins the thread (idempotent); ``state()`` is a frozen
-:class:`GateState`, safe to call from any thread. Also a context manager.
+:class:`GateState`, safe to call from any thread.
 """
 
 from __future__ import annotations
@@ -11,14 +11,11 @@ from __future__ import annotations
 import asyncio
 import errno
 import threading
-from types import TracebackType
-from typing import Self
 
 from aiohttp import web
 
 from homelab.engine.supervision.facts import PlanFacts
 from homelab.engine.supervision.ports import port_holder
-from homelab.gate.admission import Refusal
 from homelab.gate.core import Gate
 from homelab.gate.errors import GateError, GatePortInUseError
 from homelab.gate.limits import Limits
@@ -51,18 +48,6 @@ class GateRunner:
         self._error: BaseException | None = None
         self._lock = threading.Lock()
         self._stopped = False
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> str:
         """Listen; returns the gate's URL (``http://HOST:PORT``)."""
@@ -104,7 +89,7 @@ class GateRunner:
         """The gate's numbers now (read on the gate's loop; usable from any thread)."""
         gate, loop = self._gate, self._loop
         if gate is None or loop is None or loop.is_closed():
-            return _idle_state(self)
+            return GateState(url=self.url, engine_url=self.engine_url)
         if threading.current_thread() is self._thread:  # called on the gate's own loop
             return gate.state()
         try:
@@ -193,18 +178,3 @@ def _bound_port(runner: web.AppRunner, asked: int) -> int:
         if isinstance(address, tuple) and len(address) >= 2:
             return int(address[1])
     return asked
-
-
-def _idle_state(runner: GateRunner) -> GateState:
-    return GateState(
-        url=runner.url,
-        engine_url=runner.engine_url,
-        budget_tokens=None,
-        ceiling_tokens=None,
-        max_concurrent=None,
-        charged_tokens=0,
-        running=0,
-        queued=0,
-        admitted=0,
-        refused={r.value: 0 for r in Refusal},
-    )

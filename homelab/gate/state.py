@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+
+from homelab.gate.admission import Refusal
 
 STATE_PATH = "/homelab/gate"
 """Where a gate serves its own state as JSON (:meth:`GateState.to_json`)."""
@@ -20,15 +22,6 @@ class ReprefillAlarm:
     cached_tokens: int
     slot: int | None
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "at": self.at,
-            "conversation": self.conversation,
-            "prompt_tokens": self.prompt_tokens,
-            "cached_tokens": self.cached_tokens,
-            "slot": self.slot,
-        }
-
     def describe(self) -> str:
         share = 0 if self.prompt_tokens == 0 else 100 * self.cached_tokens // self.prompt_tokens
         where = "" if self.slot is None else f" on slot {self.slot}"
@@ -40,20 +33,21 @@ class ReprefillAlarm:
 
 @dataclass(frozen=True, slots=True)
 class GateState:
-    """The gate's numbers at one moment. None: not known yet (the engine has not said)."""
+    """The gate's numbers at one moment. None: not known yet (the engine has not said);
+    the defaults are a gate that has admitted nothing."""
 
     url: str | None
     engine_url: str
-    budget_tokens: int | None
+    budget_tokens: int | None = None
     """Tokens admitted at once."""
-    ceiling_tokens: int | None
+    ceiling_tokens: int | None = None
     """The most one request may be charged (prompt + completion cap)."""
-    max_concurrent: int | None
-    charged_tokens: int
-    running: int
-    queued: int
-    admitted: int
-    refused: dict[str, int] = field(default_factory=dict)
+    max_concurrent: int | None = None
+    charged_tokens: int = 0
+    running: int = 0
+    queued: int = 0
+    admitted: int = 0
+    refused: dict[str, int] = field(default_factory=lambda: {r.value: 0 for r in Refusal})
     """Refusals by reason: queue_full, timeout, too_large, client_gone."""
     cache_hit_rate: float | None = None
     """Prompt tokens reused from the engine's cache over prompt tokens, since start."""
@@ -62,19 +56,5 @@ class GateState:
     upstream_errors: int = 0
 
     def to_json(self) -> dict[str, object]:
-        """The state as JSON values (``status --json``)."""
-        return {
-            "url": self.url,
-            "engine_url": self.engine_url,
-            "budget_tokens": self.budget_tokens,
-            "ceiling_tokens": self.ceiling_tokens,
-            "max_concurrent": self.max_concurrent,
-            "charged_tokens": self.charged_tokens,
-            "running": self.running,
-            "queued": self.queued,
-            "admitted": self.admitted,
-            "refused": dict(self.refused),
-            "cache_hit_rate": self.cache_hit_rate,
-            "alarms": [alarm.to_json() for alarm in self.alarms],
-            "upstream_errors": self.upstream_errors,
-        }
+        """The state as JSON values (``status --json``): every field, the alarms a list."""
+        return {**asdict(self), "alarms": [asdict(alarm) for alarm in self.alarms]}

@@ -34,10 +34,8 @@ class Ticket:
     """One request's place: queued, then running, then released."""
 
     id: int
-    charge: int
     arrived: float
     event: asyncio.Event = field(default_factory=asyncio.Event)
-    places: int = 1
     admitted_at: float | None = None
     released: bool = False
     refused: Refusal | None = None
@@ -90,7 +88,7 @@ class AdmissionQueue:
         Raises:
             Refused: too large for the ceiling, or the queue is full.
         """
-        ticket = Ticket(next(self._ids), charge, self.clock(), places=places)
+        ticket = Ticket(next(self._ids), self.clock())
         self._tickets[ticket.id] = ticket
         offer = self.state.offer(ticket.id, charge, places)
         if offer.refused is not None:
@@ -125,7 +123,6 @@ class AdmissionQueue:
     def reconcile(self, ticket: Ticket, charge: int) -> None:
         """Correct a running ticket's charge from the engine's own count."""
         if ticket.admitted and not ticket.released:
-            ticket.charge = charge
             self._wake(self.state.reconcile(ticket.id, charge))
 
     def release(self, ticket: Ticket) -> None:

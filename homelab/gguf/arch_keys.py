@@ -11,7 +11,7 @@ from typing import Any
 
 from homelab.errors import ModelFileError
 from homelab.gguf.header import GgufHeader, LazyArray
-from homelab.gguf.plausible import MAX_COUNT
+from homelab.gguf.plausible import MAX_COUNT, REDOWNLOAD_HINT
 
 
 class ArchKeys:
@@ -24,10 +24,8 @@ class ArchKeys:
 
     def fail(self, key: str, why: str) -> ModelFileError:
         """The error for the full key name ``key``, naming the file and what is wrong."""
-        return ModelFileError(
-            f"{self.header.source_name}: metadata {key!r} {why}",
-            hint="The file may be from a newer or broken converter; re-download or re-convert it.",
-        )
+        message = f"{self.header.source_name}: metadata {key!r} {why}"
+        return ModelFileError(message, hint=REDOWNLOAD_HINT)
 
     def get(self, suffix: str, default: Any = None) -> Any:
         return self.values.get(f"{self.arch}.{suffix}", default)

@@ -58,6 +58,10 @@ class ArchRule:
 
 _DENSE = ArchRule()
 _DENSE_VERIFIED = ArchRule(verified=True)
+_QWEN_HYBRID = ArchRule(memory="hybrid", recurrent="interval", hybrid_filter="qwen", verified=True)
+_NEMOTRON_HYBRID = ArchRule(
+    memory="hybrid", recurrent="no_kv_heads_no_ff", hybrid_filter="nemotron", verified=True
+)
 
 RULES: dict[str, ArchRule] = {
     # plain full attention
@@ -92,20 +96,12 @@ RULES: dict[str, ArchRule] = {
     # MLA: K only
     "deepseek2": ArchRule(mla=True, verified=True),
     # hybrid attention + recurrent
-    "qwen3next": ArchRule(
-        memory="hybrid", recurrent="interval", hybrid_filter="qwen", verified=True
-    ),
-    "qwen35": ArchRule(memory="hybrid", recurrent="interval", hybrid_filter="qwen", verified=True),
-    "qwen35moe": ArchRule(
-        memory="hybrid", recurrent="interval", hybrid_filter="qwen", verified=True
-    ),
+    "qwen3next": _QWEN_HYBRID,
+    "qwen35": _QWEN_HYBRID,
+    "qwen35moe": _QWEN_HYBRID,
     "granitehybrid": ArchRule(memory="hybrid", recurrent="no_kv_heads", verified=True),
-    "nemotron_h": ArchRule(
-        memory="hybrid", recurrent="no_kv_heads_no_ff", hybrid_filter="nemotron", verified=True
-    ),
-    "nemotron_h_moe": ArchRule(
-        memory="hybrid", recurrent="no_kv_heads_no_ff", hybrid_filter="nemotron", verified=True
-    ),
+    "nemotron_h": _NEMOTRON_HYBRID,
+    "nemotron_h_moe": _NEMOTRON_HYBRID,
     "lfm2": ArchRule(
         memory="hybrid",
         recurrent="no_kv_heads",

@@ -100,10 +100,9 @@ class Geometry:
         )
 
 
-def _swa_flags(
-    meta: ArchKeys, rule: ArchRule, n_layer: int, n_layer_all: int
-) -> tuple[int, list[bool]]:
+def _swa_flags(meta: ArchKeys, rule: ArchRule, hp: _Hparams) -> tuple[int, list[bool]]:
     """(n_swa, per-layer is_swa), as llama.cpp's load_swa_pattern / set_swa_pattern do."""
+    n_layer, n_layer_all = hp.n_layer, hp.n_layer_all
     none = [False] * n_layer_all
     if rule.swa is None:
         return 0, none
@@ -120,14 +119,8 @@ def _swa_flags(
     return n_swa, pattern + [False] * (n_layer_all - n_layer)
 
 
-def _recurrent_flags(
-    meta: ArchKeys,
-    rule: ArchRule,
-    n_layer: int,
-    n_layer_all: int,
-    n_head_kv: list[int],
-    n_ff: list[int],
-) -> list[bool]:
+def _recurrent_flags(meta: ArchKeys, rule: ArchRule, hp: _Hparams) -> list[bool]:
+    n_layer, n_layer_all, n_head_kv, n_ff = hp.n_layer, hp.n_layer_all, hp.n_head_kv, hp.n_ff
     if rule.memory == "recurrent":
         return [True] * n_layer_all
     if rule.recurrent == "interval":
@@ -191,8 +184,8 @@ def geometry_of(model: GgufModel | GgufHeader) -> Geometry:
         f"{arch}.attention.key_length_mla" in meta.values
         and f"{arch}.attention.value_length_mla" in meta.values
     )
-    n_swa, is_swa = _swa_flags(meta, rule, hp.n_layer, hp.n_layer_all)
-    is_recr = _recurrent_flags(meta, rule, hp.n_layer, hp.n_layer_all, hp.n_head_kv, hp.n_ff)
+    n_swa, is_swa = _swa_flags(meta, rule, hp)
+    is_recr = _recurrent_flags(meta, rule, hp)
     kv_from_start = rule.kv_from_start(meta.values, arch, hp.n_layer_all)
     if kv_from_start is not None and kv_from_start <= 0:
         key = f"{arch}.attention.shared_kv_layers"

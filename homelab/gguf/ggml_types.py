@@ -34,29 +34,11 @@ class GgmlType:
     type_size: int
     """Bytes per block."""
 
-    @property
-    def bytes_per_value(self) -> float:
-        """Average bytes per value, for people (``Q8_0`` -> 1.0625)."""
-        return self.type_size / self.block_size
-
 
 GGML_TYPES: dict[int, GgmlType] = {row[0]: GgmlType(*row) for row in GGML_TYPE_ROWS}
 """Every ggml type the ``gguf`` package the table was generated from knows, by id."""
 
 _BY_NAME: dict[str, GgmlType] = {t.name.lower(): t for t in GGML_TYPES.values()}
-
-KV_CACHE_TYPES: tuple[str, ...] = (
-    "f32",
-    "f16",
-    "bf16",
-    "q8_0",
-    "q4_0",
-    "q4_1",
-    "iq4_nl",
-    "q5_0",
-    "q5_1",
-)
-"""The spellings llama.cpp accepts for ``--cache-type-k/-v`` (``common/arg.cpp``)."""
 
 
 def type_name(type_id: int) -> str:
@@ -82,15 +64,6 @@ def ggml_type(name_or_id: str | int) -> GgmlType:
         known = ", ".join(sorted(_BY_NAME))
         raise ValueError(f"unknown ggml type {name_or_id!r}; known types: {known}")
     return found
-
-
-def type_id(name: str) -> int:
-    """The id of a type name in any case (``"f16"`` -> 1, ``"q8_0"`` -> 8).
-
-    Raises:
-        ValueError: see :func:`ggml_type`.
-    """
-    return ggml_type(name).type_id
 
 
 def row_bytes(name_or_id: str | int, n: int) -> int:

@@ -39,10 +39,10 @@ MAX_EXPERTS = 1 << 16
 MAX_VOCAB = 1 << 24
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
-_REDOWNLOAD = "The file may be from a newer or broken converter; re-download or re-convert it."
+REDOWNLOAD_HINT = "The file may be from a newer or broken converter; re-download or re-convert it."
 
 
-def _fail(source: str, message: str, hint: str = _REDOWNLOAD) -> ModelFileError:
+def _fail(source: str, message: str, hint: str = REDOWNLOAD_HINT) -> ModelFileError:
     return ModelFileError(f"{source}: {message}", hint=hint)
 
 

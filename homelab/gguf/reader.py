@@ -87,9 +87,7 @@ _PREAMBLE = struct.Struct("<4sIQQ")
 def read_header(source: ByteSource) -> GgufHeader:
     """Read the header of the GGUF file behind ``source``.
 
-    ``extra["read_stats"]`` tells what the parse fetched (a ``ReadStats``);
-    ``extra["data_end"]`` is where the last tensor's data ends (``None`` when a tensor's
-    type is unknown), so a caller can tell a complete file from a truncated download.
+    ``extra["read_stats"]`` tells what the parse fetched (a ``ReadStats``).
 
     Raises:
         ModelFileError: the bytes are not a GGUF file (empty, another format, a Git LFS
@@ -175,8 +173,6 @@ class _HeaderParser:
         tensors = self.tensor_infos(n_tensors, alignment)
         header_bytes = self.cur.pos
         data_offset = -(-header_bytes // alignment) * alignment
-        ends = [t.offset + t.n_bytes for t in tensors if t.n_bytes is not None]
-        data_end = data_offset + max(ends, default=0) if len(ends) == len(tensors) else None
         return GgufHeader(
             source_name=self.name,
             version=version,
@@ -186,7 +182,7 @@ class _HeaderParser:
             header_bytes=header_bytes,
             data_offset=data_offset,
             file_size=self.cur.size,
-            extra={"read_stats": self.cur.stats, "data_end": data_end},
+            extra={"read_stats": self.cur.stats},
         )
 
     def preamble(self) -> tuple[int, int, int]:

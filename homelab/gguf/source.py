@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import BinaryIO, Protocol, Self, runtime_checkable
 
 from homelab.errors import ModelFileError
@@ -133,12 +132,7 @@ class LocalFileSource:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -163,7 +157,7 @@ class ByteCursor:
     after asking :meth:`fill` for the bytes it needs. ``pos`` may move past the buffer
     (:meth:`skip` over array data nobody needs); the skipped bytes are then never fetched.
 
-    Chunk sizes: a read asks for what is needed, but at least ``first_chunk``. The reader's
+    Chunk sizes: a read asks for what is needed, but at least ``FIRST_CHUNK``. The reader's
     latest ``expect`` hint says where it expects to stop reading soon; a read goes up to
     there, so a header is fetched in a few reads ending near its end. Past the hinted end
     (the hint was short) a read grows with what was read so far (half of it), so even
@@ -173,8 +167,6 @@ class ByteCursor:
     __slots__ = (
         "_ends_before",
         "_expect_end",
-        "_first_chunk",
-        "_max_chunk",
         "buf",
         "buf_start",
         "bytes_read",
@@ -186,9 +178,7 @@ class ByteCursor:
         "what",
     )
 
-    def __init__(
-        self, source: ByteSource, *, first_chunk: int = FIRST_CHUNK, max_chunk: int = MAX_CHUNK
-    ) -> None:
+    def __init__(self, source: ByteSource) -> None:
         self.source = source
         self.name = source.name
         self.size = source.size()
@@ -201,8 +191,6 @@ class ByteCursor:
         self.reads = 0
         self._expect_end = 0
         self._ends_before = 0
-        self._first_chunk = first_chunk
-        self._max_chunk = max_chunk
 
     @property
     def stats(self) -> ReadStats:
@@ -236,7 +224,7 @@ class ByteCursor:
         else:
             keep, have, start = b"", 0, self.pos
         chunk = self._expect_end - start if self._expect_end > start else self.bytes_read // 2
-        length = max(need - have, min(max(chunk, self._first_chunk), self._max_chunk))
+        length = max(need - have, min(max(chunk, FIRST_CHUNK), MAX_CHUNK))
         if size is not None:
             length = min(length, size - start)
         data = self.source.read(start, length)

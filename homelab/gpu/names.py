@@ -38,15 +38,10 @@ def os_name_lookup(backend: Any) -> NameLookup:
     return psutil_name
 
 
-def nvml_name(backend: Any, pid: int) -> str | None:
-    """NVML's name for ``pid``, or ``None`` when NVML cannot give one."""
+def resolve_name(backend: Any, pid: int, os_lookup: NameLookup) -> str | None:
+    """NVML's name for ``pid``, then ``os_lookup``'s (the OS's), else ``None``."""
     try:
         name = backend.process_name(pid)
     except NVMLError:
-        return None
-    return name or None
-
-
-def resolve_name(backend: Any, pid: int, os_lookup: NameLookup | None = None) -> str | None:
-    """NVML's name for ``pid``, then the OS's, else ``None``."""
-    return nvml_name(backend, pid) or (os_lookup or os_name_lookup(backend))(pid)
+        name = None
+    return name or os_lookup(pid)

@@ -21,10 +21,9 @@ from typing import Any
 from homelab.gpu.names import os_name_lookup
 from homelab.gpu.nvml import NvmlBackend, NVMLError, error_name
 from homelab.gpu.probe import sample_count
-from homelab.gpu.replay import ReplayNvml
-from homelab.gpu.snapshot import SCHEMA
-
-_NO_MIG = 0xFFFFFFFF
+from homelab.gpu.replay import NO_MIG, ReplayNvml
+from homelab.gpu.session import quiet_shutdown
+from homelab.gpu.snapshot import SCHEMA, is_fault
 
 
 def record_snapshot(
@@ -59,10 +58,7 @@ def record_snapshot(
     try:
         _record_started(backend, snapshot, samples, interval_s, replay is None, sleep, clock)
     finally:
-        try:
-            backend.shutdown()
-        except NVMLError:
-            pass
+        quiet_shutdown(backend)
     return snapshot
 
 
@@ -100,7 +96,7 @@ def _record_started(
         device: dict[str, Any] = {"index": index}
         devices.append(device)
         handle = _ask(backend.device_handle, index)
-        if isinstance(handle, dict) and "error" in handle:
+        if is_fault(handle):
             device["handle"] = handle
             continue
         handles[index] = handle
@@ -165,9 +161,9 @@ def _procs(call: Callable[[Any], Any], handle: Any) -> Any:
     procs = []
     for entry in entries:
         proc: dict[str, Any] = {"pid": int(entry.pid), "used": entry.usedGpuMemory}
-        gi = getattr(entry, "gpuInstanceId", _NO_MIG)
-        ci = getattr(entry, "computeInstanceId", _NO_MIG)
-        if gi not in (None, _NO_MIG) or ci not in (None, _NO_MIG):
+        gi = getattr(entry, "gpuInstanceId", NO_MIG)
+        ci = getattr(entry, "computeInstanceId", NO_MIG)
+        if gi not in (None, NO_MIG) or ci not in (None, NO_MIG):
             proc["gi"], proc["ci"] = gi, ci
         procs.append(proc)
     return procs
@@ -190,11 +186,8 @@ def _add_names(backend: NvmlBackend, devices: list[dict[str, Any]]) -> None:
 def _collapse(series: list[Any], *, memory: bool) -> Any:
     """Write a series that never changed as one value (easier to read and edit)."""
     first = series[0]
-    if all(entry == first for entry in series):
-        if isinstance(first, dict) and "error" in first:
-            return first
-        if not memory:
-            return first
+    if (is_fault(first) or not memory) and all(entry == first for entry in series):
+        return first
     return series
 
 

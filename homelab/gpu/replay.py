@@ -24,7 +24,8 @@ from typing import Any
 from homelab.gpu.nvml import ProcessInfo, make_error
 from homelab.gpu.snapshot import is_fault, is_series, load_snapshot
 
-_NO_MIG = 0xFFFFFFFF
+NO_MIG = 0xFFFFFFFF
+"""NVML's GPU/compute instance id of a process outside any MIG instance."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +41,8 @@ class ReplayProcess:
 
     pid: int
     usedGpuMemory: int | None
-    gpuInstanceId: int = _NO_MIG
-    computeInstanceId: int = _NO_MIG
+    gpuInstanceId: int = NO_MIG
+    computeInstanceId: int = NO_MIG
 
 
 class ReplayNvml:
@@ -80,15 +81,7 @@ class ReplayNvml:
     @property
     def window_s(self) -> float:
         """Seconds the recording spans: the latest ``t`` of any memory sample (0 if none)."""
-        latest = 0.0
-        for device in self._devices:
-            for key in ("memory_v2", "memory_v1"):
-                value = device.get(key)
-                for entry in value if isinstance(value, list) else ():
-                    t = entry.get("t") if isinstance(entry, dict) else None
-                    if isinstance(t, (int, float)) and not isinstance(t, bool):
-                        latest = max(latest, float(t))
-        return latest
+        return max([0.0, *(t for t in self.sample_times if t is not None)])
 
     @property
     def sample_times(self) -> tuple[float | None, ...]:
@@ -169,7 +162,6 @@ class ReplayNvml:
         self._v2_calls[handle.index] += 1
         entry = self._nth(device["memory_v2"], self._v2_calls[handle.index] - 1)
         return SimpleNamespace(
-            version=2,
             total=entry["total"],
             reserved=entry["reserved"],
             used=entry["used"],
@@ -234,7 +226,7 @@ class ReplayNvml:
         if is_series(value):
             value = self._answer(value[min(self._sample_index(handle), len(value) - 1)])
         return [
-            ReplayProcess(p["pid"], p["used"], p.get("gi", _NO_MIG), p.get("ci", _NO_MIG))
+            ReplayProcess(p["pid"], p["used"], p.get("gi", NO_MIG), p.get("ci", NO_MIG))
             for p in value
         ]
 

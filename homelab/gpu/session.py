@@ -52,10 +52,10 @@ def open_session(backend: NvmlBackend, own_pids: frozenset[int]) -> CardSession 
     try:
         session = CardSession(backend, own_pids)
     except GpuProbeError:
-        _shutdown(backend)
+        quiet_shutdown(backend)
         raise
     if not session.counted:
-        _shutdown(backend)
+        quiet_shutdown(backend)
         return cpu_report(faults.NO_DEVICE_NOTE, tuple(session.warnings))
     return session
 
@@ -133,7 +133,7 @@ class CardSession:
 
     def close(self) -> None:
         """``shutdown`` the backend (once)."""
-        _shutdown(self.backend)
+        quiet_shutdown(self.backend)
 
     def _system(self, call: Callable[[], Any], label: str) -> Any:
         try:
@@ -143,7 +143,8 @@ class CardSession:
             return None
 
 
-def _shutdown(backend: NvmlBackend) -> None:
+def quiet_shutdown(backend: NvmlBackend) -> None:
+    """``shutdown`` the backend, ignoring an NVML error."""
     try:
         backend.shutdown()
     except NVMLError:

@@ -119,7 +119,9 @@ class _Checker:
         if init["error"] is not None:
             self.error_name("init.error", init["error"])
             return
-        system = self.obj(data, "system", "system")
+        system = data.get("system")
+        if not isinstance(system, dict):
+            raise self.fail("system", "should be an object")
         for key in ("driver", "cuda_driver"):
             self.value(system, key, f"system.{key}", str if key == "driver" else int)
         if "device_count" in data:
@@ -216,12 +218,6 @@ class _Checker:
             self.value(proc, "name", f"{where}.name", str)
         if proc.get("os_name") is not None and not isinstance(proc["os_name"], str):
             raise self.fail(f"{where}.os_name", "should be a string or null")
-
-    def obj(self, parent: dict[str, Any], key: str, where: str) -> dict[str, Any]:
-        value = parent.get(key)
-        if not isinstance(value, dict):
-            raise self.fail(where, "should be an object")
-        return value
 
     def value(self, parent: dict[str, Any], key: str, where: str, kind: type) -> None:
         if key not in parent:

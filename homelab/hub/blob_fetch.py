@@ -28,11 +28,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 
-from homelab import __version__
 from homelab.hub import hf_cache
 from homelab.hub.errors import (
     ChecksumMismatchError,
@@ -43,6 +41,7 @@ from homelab.hub.errors import (
     translate,
 )
 from homelab.hub.quant_match import RemoteFile
+from homelab.hub.remote_source import for_host, hub_headers
 
 ATTEMPTS = 5
 """Connection drops in a row (without new bytes) before giving up; new bytes reset the count."""
@@ -66,11 +65,6 @@ class FetchTarget:
     token: str | None
 
 
-def _origin(url: str) -> tuple[str, str]:
-    parts = urlsplit(url)
-    return parts.scheme, parts.netloc
-
-
 def _new_hasher(file: RemoteFile) -> hashlib._Hash:
     if file.sha256:
         return hashlib.sha256()
@@ -79,7 +73,7 @@ def _new_hasher(file: RemoteFile) -> hashlib._Hash:
     return hasher
 
 
-def _hash_existing(path: Path, hasher: hashlib._Hash, on_bytes: BytesCallback) -> int:
+def _hash_existing(path: Path, hasher: hashlib._Hash, on_bytes: BytesCallback) -> None:
     """Feed the partial file to the hasher (so resuming costs one local read, not a refetch)."""
     done = 0
     with open(path, "rb") as handle:
@@ -87,13 +81,10 @@ def _hash_existing(path: Path, hasher: hashlib._Hash, on_bytes: BytesCallback) -
             hasher.update(chunk)
             done += len(chunk)
     on_bytes(done, 0)
-    return done
 
 
-def fetch_blob(
-    target: FetchTarget, on_bytes: BytesCallback, *, client: httpx.Client | None = None
-) -> int:
-    """Download ``target`` into ``blobs/<etag>`` (resuming a partial one); returns bytes fetched.
+def fetch_blob(target: FetchTarget, on_bytes: BytesCallback) -> None:
+    """Download ``target`` into ``blobs/<etag>`` (resuming a partial one).
 
     Raises:
         ChecksumMismatchError: the bytes do not hash to the listing's sha256 (partial deleted).
@@ -111,22 +102,16 @@ def fetch_blob(
     lock = hf_cache.lock_path(target.cache_dir, target.repo, etag)
     lock.parent.mkdir(parents=True, exist_ok=True)
     blob.parent.mkdir(parents=True, exist_ok=True)
-    own_client = client is None
-    client = client or httpx.Client(timeout=_TIMEOUT, follow_redirects=True)
-    try:
-        with WeakFileLock(lock):
-            if blob.is_file() and blob.stat().st_size == target.file.size:
-                on_bytes(target.file.size, 0)
-                return 0
-            return _fetch_locked(target, blob, on_bytes, client)
-    finally:
-        if own_client:
-            client.close()
+    with httpx.Client(timeout=_TIMEOUT, follow_redirects=True) as client, WeakFileLock(lock):
+        if blob.is_file() and blob.stat().st_size == target.file.size:
+            on_bytes(target.file.size, 0)
+        else:
+            _fetch_locked(target, blob, on_bytes, client)
 
 
 def _fetch_locked(
     target: FetchTarget, blob: Path, on_bytes: BytesCallback, client: httpx.Client
-) -> int:
+) -> None:
     partial = blob.with_name(blob.name + hf_cache.INCOMPLETE_SUFFIX)
     size = target.file.size
     assert size is not None
@@ -137,14 +122,12 @@ def _fetch_locked(
         _hash_existing(partial, hasher, on_bytes)
     else:
         on_bytes(0, 0)
-    fetched = 0
     failures = 0
     while True:
         try:
-            fetched += _stream_rest(target, partial, hasher, on_bytes, client)
+            _stream_rest(target, partial, hasher, on_bytes, client)
             break
         except _Dropped as dropped:
-            fetched += dropped.fetched
             failures = 0 if dropped.fetched else failures + 1
             if failures >= ATTEMPTS:
                 raise HubNetworkError(
@@ -169,7 +152,6 @@ def _fetch_locked(
             "file on the server (or a proxy in between) is damaged.",
         )
     os.replace(partial, blob)
-    return fetched
 
 
 class _Dropped(Exception):
@@ -183,14 +165,12 @@ class _Dropped(Exception):
 def _locate(target: FetchTarget) -> tuple[str, dict[str, str]]:
     """HEAD the resolve URL at the pinned commit: where the bytes are, and the headers for there."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
-    from huggingface_hub.utils import build_hf_headers
 
     url = hf_hub_url(
         target.repo, target.file.path, revision=target.commit, endpoint=target.endpoint
     )
-    token: str | bool = target.token or False
     try:
-        meta = get_hf_file_metadata(url, token=token, endpoint=target.endpoint)
+        meta = get_hf_file_metadata(url, token=target.token or False, endpoint=target.endpoint)
     except Exception as error:
         if is_transport_error(error):
             raise _Dropped(f"{type(error).__name__}: {error}", 0) from None
@@ -202,11 +182,7 @@ def _locate(target: FetchTarget) -> tuple[str, dict[str, str]]:
             f"(ETag {meta.etag}, expected {expected})",
             hint="Run the same command again.",
         )
-    headers = build_hf_headers(token=token, library_name="homelab", library_version=__version__)
-    headers["Accept-Encoding"] = "identity"
-    if _origin(meta.location) != _origin(url):  # a CDN: the token is for the Hub only
-        headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-    return meta.location, headers
+    return meta.location, for_host(hub_headers(target.token), meta.location, url)
 
 
 def _stream_rest(
@@ -215,8 +191,8 @@ def _stream_rest(
     hasher: hashlib._Hash,
     on_bytes: BytesCallback,
     client: httpx.Client,
-) -> int:
-    """GET the bytes after those in ``partial``, append and hash them; returns how many came.
+) -> None:
+    """GET the bytes after those in ``partial``, append and hash them.
 
     The hasher has seen exactly the bytes in ``partial`` (writes happen before hashing and
     a failed write raises), so a dropped connection leaves both in step for the next try.
@@ -225,7 +201,7 @@ def _stream_rest(
     assert size is not None
     have = partial.stat().st_size if partial.exists() else 0
     if have == size:
-        return 0
+        return
     location, headers = _locate(target)
     if have:
         headers["Range"] = f"bytes={have}-"
@@ -260,7 +236,6 @@ def _stream_rest(
         raise _Dropped(f"{type(error).__name__}: {error}", fetched) from None
     if have != size:
         raise _Dropped(f"the server sent {have:,} of {size:,} bytes", fetched)
-    return fetched
 
 
 def _write_failed(target: FetchTarget, partial: Path, error: OSError) -> HubError:

@@ -21,21 +21,6 @@ from homelab.units import format_bytes
 if TYPE_CHECKING:
     import httpx
 
-__all__ = [
-    "BadModelRefError",
-    "ChecksumMismatchError",
-    "HubAuthError",
-    "HubError",
-    "HubNetworkError",
-    "HubNotFoundError",
-    "HubOfflineError",
-    "NotEnoughDiskError",
-    "QuantNotFoundError",
-    "auth_hint",
-    "status_error",
-    "translate",
-]
-
 
 class HubError(HomelabError):
     """Talking to the Hugging Face Hub (or the server behind ``HF_ENDPOINT``) failed."""

@@ -32,6 +32,7 @@ from homelab.errors import ModelFileError
 from homelab.gguf.header import GgufHeader
 from homelab.gguf.reader import read_header
 from homelab.gguf.source import ByteSource, BytesSource
+from homelab.hub import hf_cache
 from homelab.paths import cache_dir
 from homelab.units import KiB, MiB
 
@@ -65,12 +66,18 @@ class CachedHeader:
     url: str
 
     def parse(self) -> GgufHeader:
-        """The header these bytes hold, with the file's real size.
+        """The header these bytes hold, with the whole file's size (the prefix is shorter).
 
         Raises:
-            ModelFileError: the bytes do not parse (the entry is damaged).
+            ModelFileError: the bytes are not a complete GGUF header (the entry is damaged).
         """
-        return header_from_bytes(self.data, self.url, self.file_size)
+        header = read_header(BytesSource(self.data, name=self.url))
+        if header.header_bytes != len(self.data):
+            raise ModelFileError(
+                f"{self.url}: the cached header holds {len(self.data):,} bytes, but the "
+                f"header it holds is {header.header_bytes:,} bytes"
+            )
+        return replace(header, file_size=self.file_size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,27 +137,9 @@ class HeaderCache:
             for name, meta in sorted(newest.items())
         ]
 
-    def filenames(self, repo_id: str, revision: str) -> list[str]:
-        """Names of the files of ``repo_id`` at ``revision`` whose headers are stored."""
-        return [entry.filename for entry in self.stored(repo_id, revision)]
-
     def commit_for(self, repo_id: str, revision: str) -> str | None:
         """``revision`` itself when it is a commit sha, else the sha a listing resolved it to."""
-        if _SHA.match(revision):
-            return revision
-        try:
-            text = self._ref_path(repo_id, revision).read_text()
-        except OSError:
-            return None
-        text = text.strip()
-        return text if _SHA.match(text) else None
-
-    def ref_time(self, repo_id: str, revision: str) -> float | None:
-        """When ``revision`` was last resolved to a commit (``None``: never, or it is a sha)."""
-        try:
-            return self._ref_path(repo_id, revision).stat().st_mtime
-        except OSError:
-            return None
+        return hf_cache.cached_commit(revision, self.ref_path(repo_id, revision))
 
     # -- stores -------------------------------------------------------------------------
 
@@ -182,7 +171,7 @@ class HeaderCache:
         """Note that ``ref`` (e.g. ``main``) pointed at ``commit`` (best effort)."""
         if ref == commit or not _SHA.match(commit):
             return
-        path = self._ref_path(repo_id, ref)
+        path = self.ref_path(repo_id, ref)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             _write_atomic(path, commit.encode())
@@ -191,12 +180,7 @@ class HeaderCache:
 
     def discard(self, key: HeaderKey) -> None:
         """Remove an entry (e.g. one that no longer parses)."""
-        path = self._entry_path(key)
-        for suffix in (".json", ".hdr"):
-            _unlink(path.with_suffix(suffix))
-
-    def total_bytes(self) -> int:
-        return sum(size for _, size, _ in self._all_data_files())
+        _remove(self._entry_path(key))
 
     def prune(self, keep: Path | None = None) -> None:
         """Delete least recently used headers until the total is within ``limit_bytes``."""
@@ -207,24 +191,21 @@ class HeaderCache:
                 break
             if keep is not None and path.with_suffix("") == keep.with_suffix(""):
                 continue
-            _unlink(path.with_suffix(".json"))
-            _unlink(path)
+            _remove(path)
             total -= size
 
     # -- layout -------------------------------------------------------------------------
 
-    def _repo_dir(self, repo_id: str) -> Path:
-        return self.root / ("models--" + repo_id.replace("/", "--"))
-
-    def _ref_path(self, repo_id: str, ref: str) -> Path:
-        return self._repo_dir(repo_id) / "refs" / quote(ref, safe="")
+    def ref_path(self, repo_id: str, ref: str) -> Path:
+        """The file noting the commit ``ref`` was last resolved to (written when it was)."""
+        return hf_cache.repo_dir(self.root, repo_id) / "refs" / quote(ref, safe="")
 
     def _entry_path(self, key: HeaderKey) -> Path:
         digest = hashlib.sha256(f"{key.filename}\0{key.etag or ''}".encode()).hexdigest()[:32]
-        return self._repo_dir(key.repo_id) / key.revision / digest
+        return hf_cache.repo_dir(self.root, key.repo_id) / key.revision / digest
 
     def _entries(self, repo_id: str, commit: str) -> list[tuple[Path, dict]]:
-        folder = self._repo_dir(repo_id) / commit
+        folder = hf_cache.repo_dir(self.root, repo_id) / commit
         entries = []
         for meta_path in folder.glob("*.json") if folder.is_dir() else ():
             meta = _read_meta(meta_path)
@@ -251,8 +232,7 @@ class HeaderCache:
         except OSError:
             return None
         if len(data) != meta.get("header_bytes"):
-            for suffix in (".json", ".hdr"):
-                _unlink(path.with_suffix(suffix))
+            _remove(path)
             return None
         try:
             os.utime(path.with_suffix(".hdr"))  # recently used: pruned last
@@ -260,21 +240,6 @@ class HeaderCache:
             pass
         key = HeaderKey(meta["repo_id"], meta["revision"], meta["filename"], meta.get("etag"))
         return CachedHeader(key, data, _int_or_none(meta.get("file_size")), str(meta["url"]))
-
-
-def header_from_bytes(data: bytes, name: str, file_size: int | None) -> GgufHeader:
-    """Parse a stored header prefix; ``file_size`` is the whole file's (the prefix is shorter).
-
-    Raises:
-        ModelFileError: the bytes are not a complete GGUF header.
-    """
-    header = read_header(BytesSource(data, name=name))
-    if header.header_bytes != len(data):
-        raise ModelFileError(
-            f"{name}: the cached header holds {len(data):,} bytes, but the "
-            f"header it holds is {header.header_bytes:,} bytes"
-        )
-    return replace(header, file_size=file_size)
 
 
 def read_header_capturing(source: ByteSource) -> tuple[GgufHeader, bytes]:
@@ -368,6 +333,12 @@ def _write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         _unlink(Path(tmp))
         raise
+
+
+def _remove(entry: Path) -> None:
+    """Delete an entry's two files (``entry`` without its suffix, or either file)."""
+    for suffix in (".json", ".hdr"):
+        _unlink(entry.with_suffix(suffix))
 
 
 def _unlink(path: Path) -> None:

@@ -55,12 +55,13 @@ def etag_for(file: RemoteFile) -> str | None:
     return file.sha256 or file.git_oid
 
 
-def cached_commit(cache_dir: Path, repo: str, revision: str = "main") -> str | None:
-    """The commit ``refs/<revision>`` records (a commit hash names itself), or None."""
+def cached_commit(revision: str, ref_file: Path) -> str | None:
+    """The commit the file ``ref_file`` (a cache's ``refs/<revision>``) records, or None;
+    a commit hash names itself."""
     if _SHA1.fullmatch(revision):
         return revision
     try:
-        commit = (repo_dir(cache_dir, repo) / "refs" / revision).read_text().strip()
+        commit = ref_file.read_text().strip()
     except OSError:
         return None
     return commit if _SHA1.fullmatch(commit) else None
@@ -101,7 +102,7 @@ def cached_listing(
 
     Sizes are the blobs' sizes; ``sha256`` / ``git_oid`` come from the blob names.
     """
-    commit = cached_commit(cache_dir, repo, revision)
+    commit = cached_commit(revision, repo_dir(cache_dir, repo) / "refs" / revision)
     if commit is None:
         return None
     root = repo_dir(cache_dir, repo) / "snapshots" / commit

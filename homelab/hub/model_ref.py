@@ -158,15 +158,9 @@ def _looks_like_path(text: str) -> bool:
     return written_as_path(text) or "/" not in text or gguf_file_name(text)
 
 
-def resolve_model_ref(
-    ref: str | ModelRef, *, cache: HeaderCache | None = None, offline: bool | None = None
-) -> ResolvedModel:
-    """The model ``ref`` names, its headers read without downloading weights.
-
-    Args:
-        ref: a reference (see the module) or a parsed ``ModelRef``.
-        cache: the header cache (default: ``cache_dir()/headers``).
-        offline: True: caches only; None: ``HF_HUB_OFFLINE`` decides.
+def resolve_model_ref(ref: str | ModelRef) -> ResolvedModel:
+    """The model ``ref`` (see the module, or a parsed ``ModelRef``) names, its headers read
+    without downloading weights; offline (``HF_HUB_OFFLINE``) from the caches only.
 
     Raises:
         BadModelRefError: the reference cannot be read.
@@ -180,8 +174,8 @@ def resolve_model_ref(
         model = read_model(ref.path)
         parts = tuple(PartOrigin(p.source_name, "local", p.source_name) for p in model.parts)
         return ResolvedModel(model, ref.text.strip(), ref, parts=parts)
-    cache = cache or HeaderCache()
-    listing = list_repo(ref.repo or "", ref.revision, offline=offline, cache=cache)
+    cache = HeaderCache()
+    listing = list_repo(ref.repo or "", ref.revision, cache=cache)
     try:
         selection = select(
             listing.repo, listing.files, quant=ref.quant, filename=ref.filename, mmproj=False

@@ -117,14 +117,10 @@ def user_presets_dir() -> Path:
     return config_dir() / "presets"
 
 
-def load_presets(
-    shipped_dir: Path | None | Literal["default"] = "default",
-    user_dir: Path | None | Literal["default"] = "default",
-) -> list[Preset]:
+def load_presets(user_dir: Path | None | Literal["default"] = "default") -> list[Preset]:
     """Every preset, shipped and user, sorted by key; user files override by name.
 
     Args:
-        shipped_dir: folder of shipped presets; ``"default"`` finds it, None skips it.
         user_dir: folder of user presets; ``"default"`` is ``user_presets_dir()``, None skips it.
 
     Raises:
@@ -132,12 +128,10 @@ def load_presets(
             message names the file and the field. One bad file stops the listing, so
             a typo is never silently dropped.
     """
-    if shipped_dir == "default":
-        shipped_dir = shipped_presets_dir()
     if user_dir == "default":
         user_dir = user_presets_dir()
     presets: dict[str, Preset] = {}
-    for path in _toml_files(shipped_dir):
+    for path in _toml_files(shipped_presets_dir()):
         presets[path.stem] = load_preset_file(path, origin="shipped")
     for path in _toml_files(user_dir):
         presets[path.stem] = load_preset_file(path, origin="user", base=presets.get(path.stem))
@@ -202,7 +196,7 @@ def load_preset_file(path: Path, *, origin: Origin, base: Preset | None = None) 
             f"{where}: unknown field {unknown[0]!r}",
             hint=f"A preset has: {', '.join(FIELDS)}.",
         )
-    fields = _base_fields(base) if base is not None else {}
+    fields = {name: getattr(base, name) for name in FIELDS} if base is not None else {}
     fields.update(checked_fields(data, where))
     missing = [name for name in REQUIRED if name not in fields]
     if missing:
@@ -261,7 +255,3 @@ def _missing_hint(missing: list[str], base: Preset | None) -> str:
     if base is None:
         return f"A new preset needs {', '.join(REQUIRED)}{also}."
     return f"Every field is required{also}."
-
-
-def _base_fields(base: Preset) -> dict[str, Any]:
-    return {name: getattr(base, name) for name in FIELDS}

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 from urllib.parse import urlsplit
@@ -37,13 +35,6 @@ from homelab.hub.errors import (
     status_error,
 )
 
-__all__ = [
-    "HttpRangeSource",
-    "RangeNotSupportedError",
-    "RemoteFileInfo",
-    "hub_headers",
-]
-
 RETRIES = 2
 """Extra attempts for a dropped connection or a 5xx/429 answer (each resumes where it stopped)."""
 RETRY_WAIT_S = 0.5
@@ -56,14 +47,12 @@ class RangeNotSupportedError(HubError):
     title = "Range requests not supported"
 
 
-def hub_headers(token: str | None = None) -> dict[str, str]:
+def hub_headers(token: str | None) -> dict[str, str]:
     """Request headers huggingface_hub would send (its user agent; ``Authorization`` with
-    ``token``, default the one ``HF_TOKEN`` or ``hf auth login`` gives, read now), plus
-    ``Accept-Encoding: identity`` so sizes and byte ranges refer to the file itself, not
-    a compressed body."""
+    ``token``), plus ``Accept-Encoding: identity`` so sizes and byte ranges refer to the
+    file itself, not a compressed body."""
     from huggingface_hub.utils import build_hf_headers
 
-    token = token or hf_env.token()
     headers = build_hf_headers(
         token=token or False, library_name="homelab", library_version=__version__
     )
@@ -71,16 +60,13 @@ def hub_headers(token: str | None = None) -> dict[str, str]:
     return headers
 
 
-@dataclass(frozen=True, slots=True)
-class RemoteFileInfo:
-    """What a ``HEAD`` on a resolve URL tells (after following redirects)."""
-
-    size: int | None
-    etag: str | None
-    """The Hub's ``X-Linked-Etag`` (an LFS file's sha256) or ``ETag``, unquoted."""
-    commit: str | None
-    """``X-Repo-Commit``: the revision the name resolved to."""
-    final_url: str
+def for_host(headers: dict[str, str], url: str, hub_url: str) -> dict[str, str]:
+    """``headers`` for a request to ``url``, without ``Authorization`` when ``url`` is on
+    another host than ``hub_url`` (a CDN address the Hub redirected to): the token is for
+    the Hub only."""
+    if _origin(url) == _origin(hub_url):
+        return headers
+    return {k: v for k, v in headers.items() if k.lower() != "authorization"}
 
 
 class HttpRangeSource:
@@ -95,18 +81,14 @@ class HttpRangeSource:
         url: str,
         *,
         size: int | None = None,
-        headers: Mapping[str, str] | None = None,
         client: httpx.Client | None = None,
         label: str | None = None,
         repo_id: str | None = None,
-        timeout_s: float = 30.0,
-        retries: int = RETRIES,
     ) -> None:
         """
         Args:
             url: the file's URL (a Hub resolve URL, a CDN URL, any range-capable server).
             size: the file's size when already known (from the repo listing): saves the HEAD.
-            headers: request headers; default ``hub_headers()``.
             client: an ``httpx.Client`` to share between files; default: one of its own.
             label: how messages name the file (default: the URL).
             repo_id: the repo the file belongs to, for the gated-repo hint.
@@ -116,15 +98,14 @@ class HttpRangeSource:
         self.label = label or url
         self.repo_id = repo_id
         self._size = size
-        self._headers = dict(hub_headers() if headers is None else headers)
+        self._headers = hub_headers(hf_env.token())
         self._own_client = client is None
         self._client = client or httpx.Client(
-            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)), follow_redirects=True
+            timeout=httpx.Timeout(30.0, connect=10.0), follow_redirects=True
         )
-        self._retries = retries
         self._read_url = url
         """Where reads go: the URL the first answer was redirected to (skips a round trip)."""
-        self.info: RemoteFileInfo | None = None
+        self._headed = False
         self.requests = 0
         self.bytes_received = 0
 
@@ -134,10 +115,10 @@ class HttpRangeSource:
         """The file's size; a ``HEAD`` (following redirects) the first time if not given.
 
         Raises:
-            HubError: see ``head``.
+            HubError: see ``_head``.
         """
-        if self._size is None and self.info is None:
-            self.head()
+        if self._size is None and not self._headed:
+            self._head()
         return self._size
 
     def read(self, offset: int, length: int) -> bytes:
@@ -167,7 +148,7 @@ class HttpRangeSource:
                 at_end = self._get_range(start, offset + length - 1, out)
             except _Retry as retry:
                 failures += 1
-                if failures > self._retries:
+                if failures > RETRIES:
                     raise HubNetworkError(
                         f"reading {self.label} at byte {start:,} failed {failures} times: {retry}",
                         hint="Check the connection and try again, or set HF_HUB_OFFLINE=1 "
@@ -182,38 +163,36 @@ class HttpRangeSource:
 
     # -- HTTP ---------------------------------------------------------------------------
 
-    def head(self) -> RemoteFileInfo:
-        """``HEAD`` the URL, following redirects; remembers size, ETag and commit.
+    def _head(self) -> None:
+        """``HEAD`` the URL, following redirects; remembers the size and where reads go.
 
         Raises:
             HubAuthError, HubNotFoundError, HubNetworkError, HubError: as for ``read``.
         """
-        response = self._send("HEAD", self.url)
+        self.requests += 1
+        try:
+            response = self._client.head(self.url, headers=self._headers, follow_redirects=True)
+        except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+            raise self._network_error(exc) from None
+        except httpx.HTTPError as exc:
+            raise HubError(f"{self.label}: {_describe(exc)}") from None
         if response.status_code in (405, 501):  # no HEAD here: the size stays unknown
-            self.info = RemoteFileInfo(None, None, None, str(response.url))
-            return self.info
+            self._headed = True
+            return
         if response.status_code != 200:
             raise status_error(response, self.label, self.repo_id)
         first = response.history[0] if response.history else response
         size = _int_header(first, "X-Linked-Size")
         if size is None and response.headers.get("Content-Encoding", "identity") == "identity":
             size = _int_header(response, "Content-Length")
-        etag = first.headers.get("X-Linked-Etag") or response.headers.get("ETag")
-        self.info = RemoteFileInfo(
-            size=size,
-            etag=_unquote_etag(etag),
-            commit=first.headers.get("X-Repo-Commit"),
-            final_url=str(response.url),
-        )
-        if self._size is None:
-            self._size = size
-        self._read_url = self.info.final_url
-        return self.info
+        self._headed = True
+        self._size = size
+        self._read_url = str(response.url)
 
     def _get_range(self, start: int, end: int, out: bytearray) -> bool:
         """GET bytes ``start..end`` (inclusive), appending to ``out``; True at the file's end."""
         url = self._read_url
-        headers = {**self._headers_for(url), "Range": f"bytes={start}-{end}"}
+        headers = {**for_host(self._headers, url, self.url), "Range": f"bytes={start}-{end}"}
         self.requests += 1
         try:
             with self._client.stream(
@@ -290,24 +269,6 @@ class HttpRangeSource:
         self._size = length
         return True
 
-    def _send(self, method: str, url: str) -> httpx.Response:
-        self.requests += 1
-        try:
-            return self._client.request(
-                method, url, headers=self._headers_for(url), follow_redirects=True
-            )
-        except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-            raise self._network_error(exc) from None
-        except httpx.HTTPError as exc:
-            raise HubError(f"{self.label}: {_describe(exc)}") from None
-
-    def _headers_for(self, url: str) -> dict[str, str]:
-        """The request headers, without ``Authorization`` for another host (a CDN address
-        that an earlier answer redirected to): the token is for the Hub only."""
-        if _origin(url) == _origin(self.url):
-            return self._headers
-        return {k: v for k, v in self._headers.items() if k.lower() != "authorization"}
-
     def _network_error(self, exc: Exception) -> HubNetworkError:
         host = urlsplit(self.url).netloc
         return HubNetworkError(
@@ -359,13 +320,6 @@ def _origin(url: str) -> tuple[str, str]:
 def _int_header(response: httpx.Response, name: str) -> int | None:
     value = response.headers.get(name)
     return int(value) if value is not None and value.strip().isdigit() else None
-
-
-def _unquote_etag(etag: str | None) -> str | None:
-    if etag is None:
-        return None
-    etag = etag.strip().removeprefix("W/")
-    return etag.strip('"') or None
 
 
 def _describe(exc: Exception) -> str:

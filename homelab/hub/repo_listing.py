@@ -55,11 +55,7 @@ class HubUnreachableError(HubNetworkError):
 
 
 def list_repo(
-    repo: str,
-    revision: str = DEFAULT_REVISION,
-    *,
-    offline: bool | None = None,
-    cache: HeaderCache | None = None,
+    repo: str, revision: str = DEFAULT_REVISION, *, cache: HeaderCache | None = None
 ) -> RepoListing:
     """The repo's files at ``revision``: from the Hub (one API call), or from the HF cache and
     the header cache when offline or when the Hub cannot be reached.
@@ -70,7 +66,7 @@ def list_repo(
         HubOfflineError: offline and the caches know nothing of the repo.
     """
     cache = cache or HeaderCache()
-    if hf_env.offline() if offline is None else offline:
+    if hf_env.offline():
         return _require_cached(repo, revision, cache, "HF_HUB_OFFLINE is set")
     try:
         listing = remote_listing(repo, revision)
@@ -143,8 +139,8 @@ def cached_listing(
         return None
     commit = commits[0]
     if headers is not None and len(commits) == 2 and commits[0] != commits[1]:
-        header_ref_time = headers.ref_time(repo, revision) or 0.0
-        download_ref_time = _hf_ref_time(hub_cache, repo, revision)
+        header_ref_time = _written_at(headers.ref_path(repo, revision))
+        download_ref_time = _written_at(hf_cache.repo_dir(hub_cache, repo) / "refs" / revision)
         commit = commits[1] if header_ref_time > download_ref_time else commits[0]
     files: dict[str, RemoteFile] = {}
     if headers is not None and header_commit == commit:
@@ -184,9 +180,9 @@ def _require_cached(repo: str, revision: str, cache: HeaderCache, why: str) -> R
     return listing
 
 
-def _hf_ref_time(hub_cache: Path, repo: str, revision: str) -> float:
-    """When the HF cache's ``refs/<revision>`` was written (0 when it was not)."""
+def _written_at(ref_file: Path) -> float:
+    """When a cache's ``refs/<revision>`` file was written (0 when it was not)."""
     try:
-        return (hf_cache.repo_dir(hub_cache, repo) / "refs" / revision).stat().st_mtime
+        return ref_file.stat().st_mtime
     except OSError:
         return 0.0

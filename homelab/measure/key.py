@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from homelab.errors import GpuProbeError, HomelabError
 from homelab.plan.calibration_key import CalibrationKey, key_for, key_of, model_identity
 from homelab.plan.kv import KvSettings
 
@@ -93,7 +94,6 @@ def argv_flags(argv: tuple[str, ...] | list[str]) -> dict[str, str | bool]:
 def _gpu_card(pid: int) -> str | None:
     """The name of the card the engine process ``pid`` holds memory on (the only card when
     NVML cannot say); None without a readable card."""
-    from homelab.errors import GpuProbeError
     from homelab.gpu.probe import probe
 
     try:
@@ -111,7 +111,6 @@ def key_for_engine(
 ) -> BenchKey | None:
     """The key of the engine ``record`` describes (its argv as homelab wrote it); None when
     its model, version or card cannot be known."""
-    from homelab.errors import HomelabError
     from homelab.gguf.model_file import read_model
 
     flags = argv_flags(record.argv)

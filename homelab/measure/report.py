@@ -80,36 +80,29 @@ class BenchReport:
         }
 
     def _result(self, level: LevelResult) -> dict[str, Any]:
-        data = level_dict(level)
+        """One level in the ``--json`` shape, with the same level through the gate."""
         gate = self.gate_level(level.concurrency)
-        data["gate"] = (
-            None
+        return {
+            "concurrency": level.concurrency,
+            "requests": level.requests,
+            "ttft_s": level.ttft_s.pick("p50", "p90", "p99"),
+            "prefill_tps": level.prefill_tps.pick("p50"),
+            "decode_tps": level.decode_tps.pick("p50"),
+            "itl_s": level.itl_s.pick("p50", "p99"),
+            "cache_reuse": level.cache_reuse,
+            "complete": level.complete,
+            "planned": level.planned,
+            "wall_s": level.wall_s,
+            "prompt_tokens": level.prompt_tokens,
+            "prefill_s": level.prefill_s.pick("p50", "p90", "p99"),
+            "decode_tps_aggregate": level.decode_tps_aggregate,
+            "deferred": level.deferred,
+            "ttft_by_turn": list(level.ttft_by_turn),
+            "gate": None
             if gate is None
             else {
                 "requests": gate.requests,
                 "complete": gate.complete,
                 "ttft_s": gate.ttft_s.pick("p50", "p90", "p99"),
-            }
-        )
-        return data
-
-
-def level_dict(level: LevelResult) -> dict[str, Any]:
-    """One level in the ``--json`` shape."""
-    return {
-        "concurrency": level.concurrency,
-        "requests": level.requests,
-        "ttft_s": level.ttft_s.pick("p50", "p90", "p99"),
-        "prefill_tps": level.prefill_tps.pick("p50"),
-        "decode_tps": level.decode_tps.pick("p50"),
-        "itl_s": level.itl_s.pick("p50", "p99"),
-        "cache_reuse": level.cache_reuse,
-        "complete": level.complete,
-        "planned": level.planned,
-        "wall_s": level.wall_s,
-        "prompt_tokens": level.prompt_tokens,
-        "prefill_s": level.prefill_s.pick("p50", "p90", "p99"),
-        "decode_tps_aggregate": level.decode_tps_aggregate,
-        "deferred": level.deferred,
-        "ttft_by_turn": list(level.ttft_by_turn),
-    }
+            },
+        }

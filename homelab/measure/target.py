@@ -31,22 +31,16 @@ class Target:
     """homelab's record of the engine; None: not an engine homelab runs."""
 
 
-def _gate_key() -> str | None:
-    """The gate's key, from the one reader of it (a bad key file is the UsageError it says)."""
-    from homelab.gate.key_file import stored_key
-
-    return stored_key()
-
-
 def find_target(url: str | None = None) -> Target:
     """The engine (and gate) to measure.
 
     Raises:
         NoEngineError: no ``url`` and homelab runs no engine.
-        UsageError: the engine homelab runs is not llama.cpp.
+        UsageError: the engine homelab runs is not llama.cpp, or the gate's key file is bad.
         NotLoopbackError: ``url`` is not on this machine.
     """
     from homelab.engine.supervision.state_file import StateFile
+    from homelab.gate.key_file import stored_key
 
     record = StateFile().live()
     if url is None:
@@ -62,10 +56,10 @@ def find_target(url: str | None = None) -> Target:
                 hint="Serve the model with llama.cpp (`engine`) to measure it.",
             )
         gate = record.gate_url if record.gate_alive() else None
-        return Target(record.url, gate, _gate_key() if gate else None, record)
+        return Target(record.url, gate, stored_key() if gate else None, record)
     asked = require_loopback(url).rstrip("/")
     if record is not None and asked == record.url:
         return Target(record.url, None, None, record)
     if record is not None and asked == record.gate_url:
-        return Target(record.url, asked, _gate_key(), record)
+        return Target(record.url, asked, stored_key(), record)
     return Target(asked, None, None, None)

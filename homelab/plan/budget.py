@@ -122,8 +122,6 @@ class WeightPlacement:
     """Where llama.cpp puts the model's tensors, in bytes."""
 
     total: int
-    input_embedding: int
-    """token_embd: always kept in host memory."""
     output: int
     """Output head and final norm (the tied embedding's copy when there is no output tensor)."""
     per_block: tuple[int, ...]
@@ -142,7 +140,7 @@ class WeightPlacement:
 
 
 def place_weights(model: GgufModel) -> WeightPlacement:
-    """Split the model's exact tensor bytes into input, output and per-block parts."""
+    """Split the model's exact tensor bytes into the output and per-block parts."""
     total = model.weights_bytes
     if total is None:
         unknown = sorted({t.type_name for t in model.tensors if t.n_bytes is None})
@@ -167,4 +165,4 @@ def place_weights(model: GgufModel) -> WeightPlacement:
             output += size
     if not has_output:
         output += embedding  # tied embeddings: llama.cpp loads a device copy for the output head
-    return WeightPlacement(total, embedding, output, tuple(per_block))
+    return WeightPlacement(total, output, tuple(per_block))

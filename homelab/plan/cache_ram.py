@@ -48,32 +48,25 @@ def cache_ram_mib(plan: Plan, memory_limit: int | None) -> int | None:
     return mib if mib >= MIN_CACHE_MIB else 0
 
 
-def with_cache_ram(plan: Plan, memory_limit: int | None) -> Plan:
-    """``plan`` with the working of its ``--cache-ram`` (unchanged without a limit)."""
-    mib = cache_ram_mib(plan, memory_limit)
-    if mib is None or memory_limit is None:
-        return plan
-    load = host_load(plan)
-    left = memory_limit - load - ADDRESS_OVERHEAD
-    said = f"{mib:,} MiB" if mib else f"off (under {MIN_CACHE_MIB} MiB)"
-    step = Step(
-        "prompt cache (--cache-ram) under the engine memory limit",
-        f"(limit {memory_limit // MiB:,} MiB − load {load // MiB:,} MiB − engine address space "
-        f"{ADDRESS_OVERHEAD // MiB:,} MiB) / 2 = {max(left, 0) // 2 // MiB:,} MiB → {said}",
-        mib * MiB,
-        "B",
-    )
-    return replace(plan, steps=(*plan.steps, step))
-
-
 def sized_cache_ram(plan: Plan, options: PlanOptions) -> tuple[Plan, int | None]:
     """``plan`` with the working of its ``--cache-ram``, and that MiB (None: not passed, the
     engine's default): the person's setting when given, else sized under the limit."""
-    asked = options.engine.cache_ram
-    if asked is None:
-        limit = options.engine.memory_limit
-        return with_cache_ram(plan, limit), cache_ram_mib(plan, limit)
-    mib = asked // MiB
-    said = f"{mib:,} MiB" if mib else "off"
-    step = Step("prompt cache (--cache-ram), as set", f"{said}", mib * MiB, "B")
+    asked, limit = options.engine.cache_ram, options.engine.memory_limit
+    if asked is not None:
+        mib = asked // MiB
+        said = f"{mib:,} MiB" if mib else "off"
+        step = Step("prompt cache (--cache-ram), as set", said, mib * MiB)
+    else:
+        sized = cache_ram_mib(plan, limit)
+        if sized is None or limit is None:
+            return plan, None
+        mib, load = sized, host_load(plan)
+        left = limit - load - ADDRESS_OVERHEAD
+        said = f"{mib:,} MiB" if mib else f"off (under {MIN_CACHE_MIB} MiB)"
+        step = Step(
+            "prompt cache (--cache-ram) under the engine memory limit",
+            f"(limit {limit // MiB:,} MiB − load {load // MiB:,} MiB − engine address space "
+            f"{ADDRESS_OVERHEAD // MiB:,} MiB) / 2 = {max(left, 0) // 2 // MiB:,} MiB → {said}",
+            mib * MiB,
+        )
     return replace(plan, steps=(*plan.steps, step)), mib

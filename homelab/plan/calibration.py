@@ -27,9 +27,9 @@ broken cache never stops a plan.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from homelab.errors import HomelabError
 from homelab.gguf.header import GgufModel
@@ -44,9 +44,6 @@ from homelab.plan.calibration_key import (
 from homelab.plan.fit import Measurement, MeasurementFor
 from homelab.plan.kv import KvSettings
 from homelab.plan.record_store import locked, read_records, write_records
-
-if TYPE_CHECKING:  # the load-log parser is needed to record, not to plan (start-up time)
-    pass
 
 FILE_NAME = "calibration.json"
 SCHEMA = 1
@@ -118,12 +115,6 @@ def _read(path: Path) -> list[Calibration]:
     )
 
 
-def _write(path: Path, records: list[Calibration]) -> None:
-    """Replace the store atomically (temporary file in the same folder, fsync, rename)."""
-    items = [asdict(r) for r in records[-MAX_RECORDS:]]
-    write_records(path, items, schema=SCHEMA, field="records")
-
-
 def records(path: Path | None = None) -> list[Calibration]:
     """Every stored record, oldest first."""
     return _read(path or store_path())
@@ -139,7 +130,9 @@ def save(calibration: Calibration, path: Path | None = None) -> None:
     try:
         with locked(target):
             kept = [c for c in _read(target) if c.key != calibration.key]
-            _write(target, [*kept, calibration])
+            write_records(
+                target, [*kept, calibration], schema=SCHEMA, field="records", keep=MAX_RECORDS
+            )
     except OSError as error:
         raise CalibrationError(
             f"cannot write {target}: {error.strerror or error}",
@@ -195,15 +188,13 @@ class MeasuredCompute:
         return measurement
 
 
-def measurements_for(
-    model: GgufModel, engine_version: EngineVersion, *, path: Path | None = None
-) -> MeasuredCompute | None:
+def measurements_for(model: GgufModel, engine_version: EngineVersion) -> MeasuredCompute | None:
     """What the store measured for ``model`` under ``engine_version``; None when nothing.
 
     ``engine_version`` may be a function: it is called only when the store holds a record
     of this model (finding the engine's version can mean running it).
     """
-    stored = _read(path or store_path())
+    stored = _read(store_path())
     if not stored:
         return None
     identity = model_identity(model)

@@ -96,11 +96,10 @@ def model_identity(model: GgufModel) -> ModelIdentity:
     return ModelIdentity(name, model_bytes(model), header_digest(model))
 
 
-def key_for(plan: Plan, model: GgufModel | ModelIdentity, engine_version: str) -> CalibrationKey:
+def key_for(plan: Plan, model: GgufModel, engine_version: str) -> CalibrationKey:
     """The calibration key of ``plan`` run by ``engine_version``."""
-    identity = model if isinstance(model, ModelIdentity) else model_identity(model)
     return key_of(
-        identity,
+        model_identity(model),
         engine_version,
         plan.budget.kind,
         plan.settings,

@@ -149,14 +149,9 @@ def _read(path: Path) -> list[Miss]:
     )
 
 
-def _write(path: Path, misses: list[Miss]) -> None:
-    items = [asdict(m) for m in misses[-MAX_RECORDS:]]
-    write_records(path, items, schema=SCHEMA, field="misses")
-
-
-def misses(path: Path | None = None) -> list[Miss]:
+def misses() -> list[Miss]:
     """Every stored miss, oldest first."""
-    return _read(path or store_path())
+    return _read(store_path())
 
 
 def record_miss(
@@ -166,14 +161,13 @@ def record_miss(
     *,
     stage: str,
     said: str,
-    path: Path | None = None,
 ) -> Miss:
     """Store a miss, merged with an earlier one of the same key (its failures kept).
 
     Raises:
         CalibrationError: the store cannot be written.
     """
-    target = path or store_path()
+    target = store_path()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with locked(target):
@@ -186,7 +180,8 @@ def record_miss(
             elif earlier:
                 worked = earlier[-1].worked
             miss = Miss(key, merged, worked, stage, said, time.strftime("%Y-%m-%dT%H:%M:%S"))
-            _write(target, [*(m for m in stored if m.key != key), miss])
+            kept = [m for m in stored if m.key != key]
+            write_records(target, [*kept, miss], schema=SCHEMA, field="misses", keep=MAX_RECORDS)
     except OSError as error:
         raise CalibrationError(
             f"cannot write {target}: {error.strerror or error}",
@@ -195,9 +190,9 @@ def record_miss(
     return miss
 
 
-def lookup_miss(key: MissKey, path: Path | None = None) -> Miss | None:
+def lookup_miss(key: MissKey) -> Miss | None:
     """The miss recorded for exactly ``key``, or None."""
-    found = [m for m in misses(path) if m.key == key]
+    found = [m for m in misses() if m.key == key]
     return found[-1] if found else None
 
 
@@ -211,15 +206,13 @@ def avoid_misses(
     engine_version: EngineVersion,
     memory_limit: int | None,
     replan: Callable[[PlanRequest], Plan],
-    *,
-    path: Path | None = None,
 ) -> Plan:
     """``plan``, or (when a launch at or beyond it ran out of memory before) the plan of the
     setting that held, with a warning saying why. ``replan(request)`` makes a plan.
 
     Only what the person left to the plan is narrowed: asked-for slots or context stand.
     """
-    stored = misses(path)
+    stored = misses()
     if not stored:
         return plan
     identity = model_identity(model)
@@ -229,7 +222,7 @@ def avoid_misses(
     version = engine_version() if callable(engine_version) else engine_version
     if not version:
         return plan
-    miss = lookup_miss(miss_key(plan, identity, version, memory_limit), path)
+    miss = lookup_miss(miss_key(plan, identity, version, memory_limit))
     if miss is None or not miss.failed or miss.worked is None:
         return plan
     now = setting_of(plan)

@@ -7,8 +7,21 @@ from typing import TYPE_CHECKING
 from homelab.plan.working import Step, byte_figure
 
 if TYPE_CHECKING:
+    from homelab.plan.budget import DeviceBudget
     from homelab.plan.planner import Plan
     from homelab.plan.split import DeviceShare
+
+
+def budget_terms(b: DeviceBudget, headroom_why: str, usable: str, level: int) -> list[Step]:
+    """What comes off the device's total before llama-server, and what is left to it."""
+    terms = (
+        ("reserved by the driver", b.reserved),
+        ("desktop (its peak while sampled)", b.desktop),
+        ("other processes", b.other),
+        (f"headroom ({headroom_why})", b.headroom),
+    )
+    rows = [Step(label, byte_figure(v), v, level=level, sign="−") for label, v in terms]
+    return [*rows, Step(usable, byte_figure(b.usable), b.usable, level=level, sign="=")]
 
 
 def _held(share: DeviceShare) -> str:
@@ -27,7 +40,6 @@ def device_lines(plan: Plan) -> list[Step]:
             "layers in proportion to each device's room after its fixed costs; "
             "the last device holds the output layer",
             n,
-            "count",
         )
     ]
     for share in plan.devices:
@@ -39,19 +51,12 @@ def device_lines(plan: Plan) -> list[Step]:
                 f"{d.llama_name}{role}",
                 f"{b.name}{host}, {byte_figure(b.total)} in all",
                 b.total,
-                "B",
                 level=1,
             )
         )
-        for label, value in (
-            ("reserved by the driver", b.reserved),
-            ("desktop (its peak while sampled)", b.desktop),
-            ("other processes", b.other),
-            (f"headroom ({'drives a display' if b.display_active else 'no display'})", b.headroom),
-        ):
-            rows.append(Step(label, byte_figure(value), value, "B", level=2, sign="−"))
-        rows.append(Step("usable", byte_figure(b.usable), b.usable, "B", level=2, sign="="))
-        rows.append(Step("holds", _held(share), share.layers, "count", level=2))
+        why = "drives a display" if b.display_active else "no display"
+        rows += budget_terms(b, why, "usable", level=2)
+        rows.append(Step("holds", _held(share), share.layers, level=2))
         for label, value in (
             ("weights", share.weights),
             ("KV of its layers", share.kv),
@@ -59,6 +64,6 @@ def device_lines(plan: Plan) -> list[Step]:
             ("compute buffer (estimated)", e.compute_buffer),
         ):
             if value:
-                rows.append(Step(label, byte_figure(value), value, "B", level=2, sign="−"))
-        rows.append(Step("spare", byte_figure(share.spare), share.spare, "B", level=2, sign="="))
+                rows.append(Step(label, byte_figure(value), value, level=2, sign="−"))
+        rows.append(Step("spare", byte_figure(share.spare), share.spare, level=2, sign="="))
     return rows

@@ -16,10 +16,9 @@ from homelab.errors import DoesNotFitError, HomelabError
 from homelab.gguf.header import GgufModel
 from homelab.gpu.report import GpuReport
 from homelab.plan.calibration import EngineVersion
-from homelab.plan.kv import CTX_PAD, pad
 from homelab.plan.options import PlanOptions
 from homelab.plan.pipeline import plan_model
-from homelab.plan.planner import Plan
+from homelab.plan.planner import Plan, wanted_per_slot
 from homelab.plan.remote_device import RemoteDevice
 from homelab.plan.workload import AGENT, Workload
 
@@ -87,9 +86,7 @@ class Fit:
         context as the planner does; None without a plan."""
         if self.plan is None:
             return None
-        wanted = pad(self.workload.tokens_per_slot)
-        cap = self.plan.geometry.trained_ctx // CTX_PAD * CTX_PAD
-        return min(wanted, cap) if cap else wanted
+        return wanted_per_slot(self.plan.request, self.plan.geometry, [])
 
     @property
     def full_slots(self) -> int:

@@ -44,7 +44,6 @@ class KvSettings:
     type_k: str = "q8_0"
     type_v: str = "q8_0"
     flash_attn: bool = True
-    swa_full: bool = False
 
     def __post_init__(self) -> None:
         for name, value in (("cache type K", self.type_k), ("cache type V", self.type_v)):
@@ -119,11 +118,8 @@ def kv_allocation(geometry: Geometry, settings: KvSettings) -> KvAllocation:
     n_ubatch = min(settings.n_ubatch, settings.n_batch, n_ctx)
     swa_cells = 0
     if geometry.swa_layers:
-        if settings.swa_full:
-            swa_cells = ctx_seq
-        else:
-            window = geometry.n_swa * (settings.n_seq if settings.unified else 1) + n_ubatch
-            swa_cells = pad(min(ctx_seq, window))
+        window = geometry.n_swa * (settings.n_seq if settings.unified else 1) + n_ubatch
+        swa_cells = pad(min(ctx_seq, window))
     v_max = max((layer.v_width for layer in geometry.kv_layers), default=0)
 
     sums = {"full_k": 0, "full_v": 0, "swa_k": 0, "swa_v": 0}

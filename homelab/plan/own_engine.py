@@ -23,11 +23,6 @@ def without_own_engines(report: GpuReport) -> GpuReport:
     return replace(report, devices=devices)
 
 
-def own_engine_bytes(report: GpuReport) -> int:
-    """Bytes homelab's own engines hold over all cards (0 when none runs)."""
-    return sum(device.homelab_bytes for device in report.devices)
-
-
 def _freed(device: GpuDevice) -> GpuDevice:
     held = device.homelab_bytes
     if device.processes is None or not any(p.klass == "homelab" for p in device.processes):

@@ -11,7 +11,6 @@ is known only from the plan it would give, the card, flash attention and batch i
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 from homelab.gguf.header import GgufModel
 from homelab.gpu.report import GpuReport
@@ -30,7 +29,6 @@ def plan_model(
     *,
     default_workload: Workload | None = None,
     engine_version: EngineVersion = None,
-    calibration_path: Path | None = None,
     remote: tuple[RemoteDevice, ...] = (),
 ) -> Plan:
     """The llama.cpp plan for ``model`` (shown as ``label``) on ``report``'s card.
@@ -53,17 +51,15 @@ def plan_model(
     """
     request = options.request(default_workload)
     if engine_version is not None and request.measured_compute is None:
-        measured = measurements_for(model, engine_version, path=calibration_path)
+        measured = measurements_for(model, engine_version)
         if measured is not None:
             request = replace(request, calibration=measured)
     plan = make_plan(model, label, report, request, remote=remote)
     if engine_version is None:
         return plan
-    from homelab.plan.calibration_miss import FILE_NAME, avoid_misses  # an earlier OOM
+    from homelab.plan.calibration_miss import avoid_misses  # an earlier OOM
 
     def replan(narrowed: PlanRequest) -> Plan:
         return make_plan(model, label, report, narrowed, remote=remote)
 
-    misses = None if calibration_path is None else calibration_path.with_name(FILE_NAME)
-    limit = options.engine.memory_limit
-    return avoid_misses(plan, model, request, engine_version, limit, replan, path=misses)
+    return avoid_misses(plan, model, request, engine_version, options.engine.memory_limit, replan)

@@ -30,13 +30,7 @@ from homelab.plan.engine_state import CUDA_CONTEXT_BYTES
 from homelab.plan.fit import Candidate, ComputeMeasurements, Fitter
 from homelab.plan.kv import CTX_PAD, KvSettings, pad
 from homelab.plan.remote_device import RemoteDevice
-from homelab.plan.split import (
-    DeviceShare,
-    SplitFitter,
-    order_devices,
-    partial_split,
-    split_notes,
-)
+from homelab.plan.split import DeviceShare, SplitFitter, order_devices, split_notes
 from homelab.plan.steps import describe_plan
 from homelab.plan.working import Step
 from homelab.plan.workload import AGENT, Workload
@@ -177,7 +171,7 @@ def _plan_for(
 
 def _whole(plan: Plan, request: PlanRequest, geometry: Geometry) -> bool:
     """The plan serves the request in full: all on the device, each slot its workload's tokens."""
-    wanted = _per_slot_wanted(request, geometry, [])
+    wanted = wanted_per_slot(request, geometry, [])
     return plan.verdict == "fits" and (
         request.ctx is not None or plan.candidate.allocation.ctx_per_slot >= wanted
     )
@@ -213,7 +207,7 @@ def _plan_on(
         flash_attn=request.flash_attn,
     )
     warnings: list[str] = []
-    per_slot_wanted = _per_slot_wanted(request, geometry, warnings)
+    per_slot_wanted = wanted_per_slot(request, geometry, warnings)
     if len(devices) > 1 or devices[0].remote:
         devices, notes = order_devices(geometry, devices, weights, base, MIN_CTX)
         warnings += notes
@@ -272,13 +266,8 @@ def _place(
     if not on_gpu or fitter.fits(min(MIN_CTX, per_slot_wanted), 1):
         return _Placement(fitter, None, weights_on_device, "fits")
     want = min(per_slot_wanted, MIN_CTX) if request.ctx is None else request.ctx
-    if split:
-        n_gpu_layers, fitter = partial_split(geometry, devices, weights, base, want, budget.name)
-        weights_on_device = weights.on_device(n_gpu_layers - 1)
-    else:
-        n_gpu_layers, fitter, weights_on_device = _partial_offload(
-            geometry, budget, weights, base, request, want
-        )
+    n_gpu_layers, fitter = _partial_offload(geometry, devices, budget, weights, base, request, want)
+    weights_on_device = weights.on_device(n_gpu_layers - 1)
     shortfall = weights.on_device() - (budget.usable - CUDA_CONTEXT_BYTES)
     warnings.append(
         f"The weights do not fit on the {'devices' if split else 'card'} (short by {shortfall:,} bytes with the engine's state): "
@@ -338,7 +327,7 @@ def _fitter(
     )
 
 
-def _per_slot_wanted(request: PlanRequest, geometry: Geometry, warnings: list[str]) -> int:
+def wanted_per_slot(request: PlanRequest, geometry: Geometry, warnings: list[str]) -> int:
     """Tokens each slot should hold: the workload's, capped at the trained context."""
     wanted = pad(request.workload.tokens_per_slot)
     trained_cap = geometry.trained_ctx // CTX_PAD * CTX_PAD
@@ -353,30 +342,38 @@ def _per_slot_wanted(request: PlanRequest, geometry: Geometry, warnings: list[st
 
 def _partial_offload(
     geometry: Geometry,
+    devices: tuple[PlanDevice, ...],
     budget: DeviceBudget,
     weights: WeightPlacement,
     base: KvSettings,
     request: PlanRequest,
     want: int,
-) -> tuple[int, Fitter, int]:
-    """Most blocks on the GPU that still leave room for one conversation; (-ngl, fitter, weights on GPU).
+) -> tuple[int, Fitter]:
+    """Most blocks on the device(s) that still leave room for one conversation of ``want``
+    tokens; (-ngl, the fitter for them). The rest run on the CPU.
 
     llama.cpp offloads the output layer first, then blocks from the last one down;
-    a layer's KV lives where the layer does, so only GPU blocks' KV counts here.
+    a layer's KV lives where the layer does, so only offloaded blocks' KV counts here.
     """
+    split = len(devices) > 1 or devices[0].remote
     n_blocks = len(weights.per_block)
     for gpu_blocks in range(n_blocks, -1, -1):
         first = n_blocks - gpu_blocks
-        sub = replace(
-            geometry, layers=tuple(layer for layer in geometry.layers if layer.index >= first)
-        )
-        on_device = weights.on_device(gpu_blocks)
-        fitter = _fitter(sub, budget.usable - on_device, base, request, True, gpu_blocks + 1)
+        if split:
+            fitter: Fitter = SplitFitter(geometry, devices, weights, base, first_block=first)
+        else:
+            sub = replace(
+                geometry, layers=tuple(layer for layer in geometry.layers if layer.index >= first)
+            )
+            room = budget.usable - weights.on_device(gpu_blocks)
+            fitter = _fitter(sub, room, base, request, True, gpu_blocks + 1)
         if fitter.fits(want, 1):
-            return gpu_blocks + 1, fitter, on_device
+            return gpu_blocks + 1, fitter
     raise DoesNotFitError(
         f"not even the output layer of this model fits on {budget.name} "
-        f"({budget.usable:,} bytes usable, output layer {weights.output:,} bytes)",
-        hint="Free GPU memory or pick a smaller model.",
-        short_by=weights.output - budget.usable if weights.output > budget.usable else None,
+        f"({budget.usable:,} bytes usable{' in all' if split else ''}, output layer {weights.output:,} bytes)",
+        hint=f"Free {'memory on the devices' if split else 'GPU memory'} or pick a smaller model.",
+        short_by=None
+        if split or weights.output <= budget.usable
+        else weights.output - budget.usable,
     )

@@ -13,6 +13,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -82,12 +83,12 @@ def read_records(
         return []
 
 
-def write_records(path: Path, items: list[Any], *, schema: int, field: str) -> None:
-    """Replace the store atomically with ``items`` (JSON-ready dicts): a temporary file in the
-    same folder, fsync, rename."""
+def write_records(path: Path, records: list[Any], *, schema: int, field: str, keep: int) -> None:
+    """Replace the store atomically with the last ``keep`` of ``records`` (dataclasses, as
+    JSON): a temporary file in the same folder, fsync, rename."""
     import tempfile  # only to write: a plan that finds no record never needs it (start-up)
 
-    data = {"schema": schema, field: items}
+    data = {"schema": schema, field: [asdict(r) for r in records[-keep:]]}
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from homelab.errors import DoesNotFitError
 from homelab.gguf.geometry import Geometry
 from homelab.plan.budget import WeightPlacement
 from homelab.plan.devices import PlanDevice
@@ -252,29 +251,6 @@ def order_devices(
         main = max(headless or local, key=lambda d: d.budget.usable)
         local = [d for d in local if d is not main] + [main]
     return tuple(remote + local), notes
-
-
-def partial_split(
-    geometry: Geometry,
-    devices: tuple[PlanDevice, ...],
-    weights: WeightPlacement,
-    base: KvSettings,
-    want: int,
-    name: str,
-) -> tuple[int, SplitFitter]:
-    """Most blocks on the devices that still leave room for one conversation of ``want``
-    tokens; (-ngl, the fitter for them). The rest run on the CPU, as with one card."""
-    n_blocks = len(weights.per_block)
-    for on_devices in range(n_blocks, -1, -1):
-        fitter = SplitFitter(geometry, devices, weights, base, first_block=n_blocks - on_devices)
-        if fitter.fits(want, 1):
-            return on_devices + 1, fitter
-    usable = sum(d.budget.usable for d in devices)
-    raise DoesNotFitError(
-        f"not even the output layer of this model fits on {name} "
-        f"({usable:,} bytes usable in all, output layer {weights.output:,} bytes)",
-        hint="Free memory on the devices or pick a smaller model.",
-    )
 
 
 def split_notes(devices: tuple[PlanDevice, ...]) -> list[str]:

@@ -11,7 +11,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from homelab.gguf.ggml_types import ggml_type
-from homelab.plan.device_steps import device_lines
+from homelab.plan.device_steps import budget_terms, device_lines
 from homelab.plan.working import Step, byte_figure
 from homelab.units import format_bytes
 
@@ -19,11 +19,12 @@ if TYPE_CHECKING:
     from homelab.plan.planner import Plan
 
 
-def type_fraction(cache_type: str) -> str:
-    """Bytes per element of a cache type as a person writes it: ``34/32`` for q8_0, ``2`` for f16."""
+def type_fraction(cache_type: str) -> tuple[str, float]:
+    """Bytes per element of a cache type as a person writes it (``34/32`` for q8_0, ``2`` for
+    f16), and as a number."""
     kind = ggml_type(cache_type)
     block, size = kind.block_size, kind.type_size
-    return str(size) if block == 1 else f"{size}/{block}"
+    return (str(size) if block == 1 else f"{size}/{block}"), size / block
 
 
 def kv_per_token_lines(plan: Plan) -> list[Step]:
@@ -33,29 +34,22 @@ def kv_per_token_lines(plan: Plan) -> list[Step]:
         (layer.n_head_kv, layer.k_width, layer.v_width) for layer in plan.geometry.full_layers
     )
     tk, tv = settings.type_k, settings.type_v
-    fk, fv = type_fraction(tk), type_fraction(tv)
+    (fk, bk), (fv, bv) = type_fraction(tk), type_fraction(tv)
     rows = []
     for (heads, k_width, v_width), n in sorted(groups.items()):
         head_k = k_width // heads if heads else k_width
         if plan.geometry.is_mla:
-            value = n * k_width * _num(fk)
+            value = n * k_width * bk
             formula = f"{n} layers × K {k_width} (MLA: kv_lora_rank + rope dims, no V) × {fk} B"
         elif k_width == v_width and tk == tv:
-            value = 2 * n * k_width * _num(fk)
+            value = 2 * n * k_width * bk
             formula = f"2 × {n} layers × {heads} kv heads × {head_k} × {fk} B"
         else:
             head_v = v_width // heads if heads else v_width
-            value = n * (k_width * _num(fk) + v_width * _num(fv))
+            value = n * (k_width * bk + v_width * bv)
             formula = f"{n} layers × ({heads} × {head_k} × {fk} B for K + {heads} × {head_v} × {fv} B for V)"
-        rows.append(Step("", f"{formula} = {value:,.0f} B", round(value), "B", level=1))
+        rows.append(Step("", f"{formula} = {value:,.0f} B", round(value), level=1))
     return rows
-
-
-def _num(fraction: str) -> float:
-    if "/" in fraction:
-        a, b = fraction.split("/")
-        return int(a) / int(b)
-    return float(fraction)
 
 
 def _headroom_why(plan: Plan) -> str:
@@ -86,13 +80,11 @@ def _model_steps(plan: Plan) -> list[Step]:
             "Model",
             f"{g.arch}, {g.n_layer_all} layers, trained on {g.trained_ctx:,} tokens",
             g.trained_ctx,
-            "tokens",
         ),
         Step(
             "Layers that keep memory",
             f"{len(g.kv_layers)} of {g.n_layer_all} keep KV ({layout})",
             len(g.kv_layers),
-            "count",
         ),
     ]
 
@@ -100,18 +92,10 @@ def _model_steps(plan: Plan) -> list[Step]:
 def _budget_steps(plan: Plan) -> list[Step]:
     """The device's memory, less what is not llama-server's to use."""
     b = plan.budget
-    steps = [Step("Memory", f"{b.name}, {byte_figure(b.total)} in all", b.total, "B")]
-    for label, value in (
-        ("reserved by the driver", b.reserved),
-        ("desktop (its peak while sampled)", b.desktop),
-        ("other processes", b.other),
-        (f"headroom ({_headroom_why(plan)})", b.headroom),
-    ):
-        steps.append(Step(label, byte_figure(value), value, "B", level=1, sign="−"))
-    steps.append(
-        Step("usable by llama-server", byte_figure(b.usable), b.usable, "B", level=1, sign="=")
-    )
-    return steps
+    return [
+        Step("Memory", f"{b.name}, {byte_figure(b.total)} in all", b.total),
+        *budget_terms(b, _headroom_why(plan), "usable by llama-server", level=1),
+    ]
 
 
 def _engine_steps(plan: Plan) -> list[Step]:
@@ -124,7 +108,6 @@ def _engine_steps(plan: Plan) -> list[Step]:
             f"Weights {where}",
             f"{byte_figure(plan.weights_on_device)} of {byte_figure(plan.weights.total)}{embd_note}",
             plan.weights_on_device,
-            "B",
         )
     ]
     if engine.cuda_context:
@@ -133,7 +116,6 @@ def _engine_steps(plan: Plan) -> list[Step]:
                 "Engine: CUDA context and cuBLAS",
                 f"{byte_figure(engine.cuda_context)} (not in llama.cpp's own figures)",
                 engine.cuda_context,
-                "B",
                 sep=" ",
             )
         )
@@ -146,12 +128,11 @@ def _engine_steps(plan: Plan) -> list[Step]:
             f"(logits 4 × {g.n_vocab or 'unknown'} vocab × {min(s.n_ubatch, s.n_seq)} output row(s) = {engine.logits:,} B, "
             f"attention mask {engine.attention_mask:,} B, activations ~{engine.activations:,} B)",
             compute,
-            "B",
             sep=" ",
         )
     )
     left = plan.left_for_conversations
-    steps.append(Step("Left for conversations", byte_figure(left), left, "B"))
+    steps.append(Step("Left for conversations", byte_figure(left), left))
     return steps
 
 
@@ -162,9 +143,7 @@ def _token_steps(plan: Plan) -> list[Step]:
     steps = [Step(f"KV per token at {s.type_k}/{s.type_v} (K/V cache types)")]
     steps.extend(kv_per_token_lines(plan))
     per_token = alloc.bytes_per_token
-    steps.append(
-        Step("", f"{per_token:,} B per token of context", per_token, "B", level=1, sign="=")
-    )
+    steps.append(Step("", f"{per_token:,} B per token of context", per_token, level=1, sign="="))
     if engine.fa_scratch:
         per_cell = engine.fa_scratch // max(alloc.ctx_per_seq * alloc.n_stream, 1)
         steps.append(
@@ -172,7 +151,6 @@ def _token_steps(plan: Plan) -> list[Step]:
                 "flash-attention F16 copy of the widest layer on CUDA",
                 f"{per_cell:,} B per token (2 B × its K+V width; llama.cpp PR #23907)",
                 per_cell,
-                "B",
                 level=1,
                 sign="+",
             )
@@ -184,7 +162,6 @@ def _token_steps(plan: Plan) -> list[Step]:
                 f"{alloc.swa_cells:,} cells × {alloc.n_stream} stream(s) = {byte_figure(alloc.swa_bytes)}, "
                 "whatever the context",
                 alloc.swa_bytes,
-                "B",
             )
         )
     if g.recurrent_layers:
@@ -194,7 +171,6 @@ def _token_steps(plan: Plan) -> list[Step]:
                 f"{len(g.recurrent_layers)} layers × 4 B × ({g.n_embd_r:,} + {g.n_embd_s:,}) "
                 f"× {max(1, s.n_seq)} sequence(s) = {byte_figure(alloc.recurrent_bytes)}",
                 alloc.recurrent_bytes,
-                "B",
             )
         )
     return steps
@@ -210,20 +186,17 @@ def _fit_steps(plan: Plan) -> list[Step]:
             f"Tokens that fit with {s.n_seq} slot(s)",
             f"{plan.tokens_fit:,}",
             plan.tokens_fit,
-            "tokens",
         ),
         Step(
             f"Slots for {plan.request.workload.describe()}",
             f"{s.n_seq} × {alloc.ctx_per_slot:,} tokens ({slot_note})",
             s.n_seq,
-            "count",
         ),
         Step(
             "KV allocated",
             f"{alloc.n_ctx:,} cells → {byte_figure(alloc.total)} "
             f"(full {alloc.full_bytes:,} + SWA {alloc.swa_bytes:,} + recurrent {alloc.recurrent_bytes:,} B)",
             alloc.total,
-            "B",
         ),
     ]
     if plan.n_gpu_layers is not None:
@@ -232,7 +205,6 @@ def _fit_steps(plan: Plan) -> list[Step]:
                 "Partial offload",
                 f"-ngl {plan.n_gpu_layers} (output layer + {plan.n_gpu_layers - 1} blocks)",
                 plan.n_gpu_layers,
-                "count",
             )
         )
     if plan.split:
@@ -243,7 +215,6 @@ def _fit_steps(plan: Plan) -> list[Step]:
             "Spare after the plan",
             f"{byte_figure(spare)} (plus the {format_bytes(b.headroom)} headroom)",
             spare,
-            "B",
         )
     )
     return steps

@@ -1,4 +1,4 @@
-"""A plan's working as structured rows: what, the arithmetic, the value, its unit.
+"""A plan's working as structured rows: what, the arithmetic, the value.
 
 :mod:`homelab.plan.steps` (llama.cpp) and :mod:`homelab.plan.vllm.steps` produce
 :class:`Step` rows; :func:`render_step` is the one place a row becomes the line a
@@ -9,11 +9,8 @@ lays the same rows out in columns and highlights by ``value``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from homelab.units import format_bytes
-
-Unit = Literal["B", "tokens", "count", ""]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,8 +25,7 @@ class Step:
     formula: str = ""
     """The arithmetic and its result as a person checks it on paper."""
     value: int | None = None
-    """The step's result in ``unit`` (bytes, tokens, a count); None: a descriptive row."""
-    unit: Unit = ""
+    """The step's result (bytes, tokens or a count, as the row says); None: a descriptive row."""
     level: int = 0
     """0: a step; 1: a term of the step above it."""
     sign: str = ""

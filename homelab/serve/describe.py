@@ -104,9 +104,9 @@ def describe(event: ev.SessionEvent) -> Described:
         case ev.GateRetargeted(budget, max_concurrent, ceiling):
             limits = gate_limits(budget, ceiling, max_concurrent)
             return Described(f"gate: new plan, {limits}; queued requests keep their place")
-        case ev.Replanning(why, _, _, pid):
+        case ev.Replanning(why, pid):
             return Described(f"{why}: the engine (pid {pid}) restarts under the same gate")
-        case ev.Replanned(why, _, _, old_pid, pid, _):
+        case ev.Replanned(why, old_pid, pid):
             return Described(f"{why}: pid {old_pid} → {pid}, behind the same gate", _OK)
         case ev.Proving(slot, tokens, ctx):
             said = f"slot {slot} filled with {tokens:,} of its {ctx:,} tokens"

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from homelab.engine.kinds import Measured, ServePlan
-    from homelab.engine.supervision.identity import FoundEngine
     from homelab.engine.supervision.record import EngineRecord
     from homelab.engine.supervision.state_file import SetAside
     from homelab.engine.supervision.states import Transition
@@ -98,8 +99,6 @@ class Replacing:
     pid: int
     model: str | None
     url: str | None
-    record: EngineRecord | None = None
-    found: FoundEngine | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +114,7 @@ class Started:
     """It runs (not yet ready): its pid, its log, and the port it got."""
 
     pid: int | None
-    log_path: str | None
+    log_path: Path | None
     wanted_port: int
     port: int
 
@@ -148,7 +147,7 @@ class Actuals:
 class LeftRunning:
     """A detached engine was left running (the session let go of it)."""
 
-    log_path: str | None
+    log_path: Path | None
     adopted: bool
 
 
@@ -227,27 +226,21 @@ class GateRetargeted:
 
 @dataclass(frozen=True, slots=True)
 class Replanning:
-    """The running engine restarts into ``new`` under the same gate (``why``: "re-plan" or
-    "restart", the same plan again)."""
+    """The running engine restarts into a new plan under the same gate (``why``: "re-plan"
+    or "restart", the same plan again)."""
 
     why: str
-    old: ServePlan
-    new: ServePlan
     pid: int | None
     """The engine that is ended for it."""
 
 
 @dataclass(frozen=True, slots=True)
 class Replanned:
-    """The engine runs ``plan`` again, ready: a new pid behind the same public URL."""
+    """The engine runs the new plan, ready: a new pid behind the same public URL."""
 
     why: str
-    plan: ServePlan
-    argv: tuple[str, ...]
     old_pid: int | None
     pid: int | None
-    url: str
-    """The engine's own URL (the gate's stays what it was)."""
 
 
 @dataclass(frozen=True, slots=True)

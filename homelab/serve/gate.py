@@ -48,12 +48,8 @@ STOP_GRACE_S = 5.0
 """How long a gate process gets after SIGTERM before SIGKILL."""
 PORT_FREED_S = 10.0
 """How long a replaced engine's gate may take to give its port back."""
-
-
-def internal_port(public: int) -> PortChoice:
-    """The engine's loopback port behind a gate on ``public``: the first free one above it."""
-    wanted = public + 1 if public < 65535 else 1024
-    return choose_port(LOOPBACK, wanted, pinned=False)
+GATE_FIELDS = ("gate_url", "gate_budget_tokens", "gate_pid", "gate_create_time")
+"""The engine record's fields that name its gate."""
 
 
 class SessionGate:
@@ -97,15 +93,17 @@ class SessionGate:
             self._emit(ev.GateKeyCreated(str(resolved.key_created), resolved.settings.api_key))
 
     def reserve(self, wanted: int, *, pinned: bool) -> PortChoice:
-        """The public port (looked at now, taken when the gate starts); the engine's port.
+        """The public port (looked at now, taken when the gate starts); the engine's loopback
+        port behind it (the first free one above it).
 
         Raises:
             EngineError: a pinned public port is taken (nothing was started).
         """
         settings = self._need()
         self.public = choose_port(settings.host, wanted, pinned=pinned)
-        self.settings = replace(settings, port=self.public.port)
-        return internal_port(self.public.port)
+        public = self.public.port
+        self.settings = replace(settings, port=public)
+        return choose_port(LOOPBACK, public + 1 if public < 65535 else 1024, pinned=False)
 
     # -- after the engine is ready ----------------------------------------------------------
 
@@ -118,41 +116,31 @@ class SessionGate:
             HomelabError: it could not listen (its port was taken meanwhile).
         """
         with self._life:
-            if not self._stopped:  # a stop came first: no gate for a stopped engine
-                self._start(engine_url, facts, engine_pid, detached=detached)
+            if self._stopped:  # a stop came first: no gate for a stopped engine
+                return
+            settings = self._need()
+            self._facts = facts
+            if detached:
+                from homelab.serve.gate_process import spawn_gate
 
-    def _start(
-        self, engine_url: str, facts: PlanFacts | None, engine_pid: int | None, *, detached: bool
-    ) -> None:
-        settings = self._need()
-        self._facts = facts
-        if self.public is None:  # an adopted engine without a record of its gate: not here
-            raise RuntimeError("the gate's port was not reserved")
-        if detached:
-            from homelab.serve.gate_process import spawn_gate
+                child = spawn_gate(settings, engine_url, facts, self._store.path)
+                self._child = child
+                self.url, self.ceiling, budget = child.url, child.ceiling, child.budget
+                limit, pid, created = child.max_concurrent, child.pid, child.create_time
+            else:
+                from homelab.gate.runner import GateRunner
 
-            child = spawn_gate(settings, engine_url, facts, self._store.path)
-            self._child = child
-            self.url, self.ceiling, budget = child.url, child.ceiling, child.budget
-            limit, pid, created = child.max_concurrent, child.pid, child.create_time
-        else:
-            from homelab.gate.runner import GateRunner
-
-            runner = GateRunner(settings, engine_url, facts)
-            self.url = runner.start()
-            self._runner = runner
-            state = runner.state()
-            self.ceiling, budget = state.ceiling_tokens, state.budget_tokens
-            limit = state.max_concurrent
-            pid, created = os.getpid(), create_time_of(os.getpid())
-        self._fields = {
-            "gate_url": self.url,
-            "gate_budget_tokens": self.ceiling,
-            "gate_pid": pid,
-            "gate_create_time": created,
-        }
-        self.stamp(engine_pid)
-        self._emit(ev.GateStarted(self.url, budget, limit, engine_url, detached, self.ceiling))
+                runner = GateRunner(settings, engine_url, facts)
+                self.url = runner.start()
+                self._runner = runner
+                state = runner.state()
+                self.ceiling, budget = state.ceiling_tokens, state.budget_tokens
+                limit = state.max_concurrent
+                pid, created = os.getpid(), create_time_of(os.getpid())
+            fields = (self.url, self.ceiling, pid, created)
+            self._fields = dict(zip(GATE_FIELDS, fields, strict=True))
+            self.stamp(engine_pid)
+            self._emit(ev.GateStarted(self.url, budget, limit, engine_url, detached, self.ceiling))
 
     def adopt(self, record: EngineRecord) -> None:
         """Take the adopted engine's gate as it runs, or say it has none."""
@@ -162,12 +150,7 @@ class SessionGate:
             self.url, self.ceiling = record.gate_url, record.gate_budget_tokens
             self._adopted = (record.gate_pid, record.gate_create_time)
             self._facts = record.facts
-            self._fields = {
-                "gate_url": record.gate_url,
-                "gate_budget_tokens": record.gate_budget_tokens,
-                "gate_pid": record.gate_pid,
-                "gate_create_time": record.gate_create_time,
-            }
+            self._fields = {name: getattr(record, name) for name in GATE_FIELDS}
             self._emit(ev.GateAdopted(record.gate_url, record.gate_budget_tokens))
             return
         why = (
@@ -176,10 +159,7 @@ class SessionGate:
             else f"its gate at {record.gate_url} is gone"
         )
         if record.gate_url is not None:
-            self._store.update(
-                record.pid, gate_url=None, gate_budget_tokens=None, gate_pid=None,
-                gate_create_time=None,
-            )  # fmt: skip
+            self._store.update(record.pid, **dict.fromkeys(GATE_FIELDS))
         self._emit(ev.GateMissing(why))
 
     def stamp(self, engine_pid: int | None) -> None:
@@ -188,19 +168,15 @@ class SessionGate:
             with contextlib.suppress(OSError):
                 self._store.update(engine_pid, **self._fields)
 
-    def retarget(self, plan_or_facts: object) -> ev.GateRetargeted | None:
-        """The engine restarted on another plan (a ``Plan`` or its ``PlanFacts``; None: the
-        engine's ``/props`` say): the gate takes the new max_concurrent and token budget on
-        its live queue — queued requests keep their place, admitted ones their charge, and
-        a queued one now larger than a request may be is refused (413 ``too_large``). The
-        record's ceiling follows. A detached gate follows the record's facts by itself.
-        Says so (``GateRetargeted``, also returned; None when no gate runs yet)."""
-        from homelab.engine.supervision.facts import PlanFacts
+    def retarget(self, facts: PlanFacts | None) -> ev.GateRetargeted | None:
+        """The engine restarted on another plan (its ``facts``; None: the engine's ``/props``
+        say): the gate takes the new max_concurrent and token budget on its live queue —
+        queued requests keep their place, admitted ones their charge, and a queued one now
+        larger than a request may be is refused (413 ``too_large``). The record's ceiling
+        follows. A detached gate follows the record's facts by itself. Says so
+        (``GateRetargeted``, also returned; None when no gate runs yet)."""
         from homelab.gate.limits import resolve_limits
 
-        facts = getattr(plan_or_facts, "facts", plan_or_facts)
-        if facts is not None and not isinstance(facts, PlanFacts):
-            raise TypeError(f"retarget needs a plan or its facts, not {type(plan_or_facts)}")
         self._facts = facts
         runner = self._runner
         if runner is not None:
@@ -220,22 +196,16 @@ class SessionGate:
 
     def changed(self, state: str, engine_pid: int | None) -> None:
         """The engine's state changed: a (re)start writes a new record, which must name the
-        gate; a restart that is ready may run on another plan (:meth:`follow`)."""
+        gate; a restart that is ready may run on another plan: when its record names other
+        plan facts than the gate has, :meth:`retarget` to them, then re-stamp."""
         if state == "starting":
             self.stamp(engine_pid)
-        elif state == "ready":
-            self.follow(engine_pid)
-
-    def follow(self, engine_pid: int | None) -> None:
-        """Engine ``engine_pid`` is ready: when its record names other plan facts than the
-        gate has (a restart on another plan), :meth:`retarget` to them; then re-stamp."""
-        if engine_pid is None or not self.running:
-            return
-        with contextlib.suppress(OSError):
-            record = self._store.read()
-            if record is not None and record.pid == engine_pid and record.facts != self._facts:
-                self.retarget(record.facts)
-                self.stamp(engine_pid)
+        elif state == "ready" and engine_pid is not None and self.running:
+            with contextlib.suppress(OSError):
+                record = self._store.read()
+                if record is not None and record.pid == engine_pid and record.facts != self._facts:
+                    self.retarget(record.facts)
+                    self.stamp(engine_pid)
 
     @property
     def running(self) -> bool:
@@ -253,7 +223,8 @@ class SessionGate:
         if runner is not None:
             runner.stop()
         if child is not None:
-            child.stop(STOP_GRACE_S)
+            stop_gate_process(child.pid, child.create_time)
+            child.proc.wait()  # reaped: it is this process's child
         if adopted is not None:
             stop_gate_process(*adopted)
         if (runner or child or adopted) and self.url is not None:
@@ -274,9 +245,9 @@ class SessionGate:
         return self.settings
 
 
-def stop_gate_process(pid: int, create_time: float, grace_s: float = STOP_GRACE_S) -> bool:
-    """SIGTERM a detached gate process (verified by its start time), SIGKILL after
-    ``grace_s``; True when it was running."""
+def stop_gate_process(pid: int, create_time: float | None, grace_s: float = STOP_GRACE_S) -> bool:
+    """SIGTERM a detached gate process (verified by its start time, when known), SIGKILL
+    after ``grace_s``; True when it was running."""
     if not alive(pid, create_time):
         return False
     for signum, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):

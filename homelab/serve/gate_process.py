@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from homelab.engine.supervision.process import create_time_of
+from homelab.engine.supervision.state_file import StateFile
 from homelab.errors import EngineError, ExitCode, HomelabError, UsageError
 
 if TYPE_CHECKING:
@@ -54,16 +55,6 @@ class GateChild:
         self.budget = _count(answer.get("budget_tokens"))
         self.ceiling = _count(answer.get("ceiling_tokens"))
         self.max_concurrent = _count(answer.get("max_concurrent"))
-
-    def stop(self, grace_s: float) -> None:
-        """SIGTERM, wait ``grace_s``, SIGKILL; reaped."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
     def let_go(self) -> None:
         """Leave it running (it watches the engine record and ends with the engine)."""
@@ -146,8 +137,6 @@ def _error_from(data: dict[str, object]) -> HomelabError:
 
 def _engine_goes_on(state_file: Path, misses: int) -> tuple[str | None, int, EngineRecord | None]:
     """(why the gate ends, or None to keep serving; misses so far; the record) after one look."""
-    from homelab.engine.supervision.state_file import StateFile
-
     record = StateFile(state_file).read()
     if record is not None and record.gate_pid not in (None, os.getpid()):
         return f"the record names another gate (pid {record.gate_pid})", misses, None
@@ -161,8 +150,6 @@ def _engine_goes_on(state_file: Path, misses: int) -> tuple[str | None, int, Eng
 def _follow_plan(runner: GateRunner, record: EngineRecord, state_file: Path) -> None:
     """The engine restarted on another plan (its record's facts changed): take its limits
     and put the new per-request ceiling in the record."""
-    from homelab.engine.supervision.state_file import StateFile
-
     if record.facts == runner.facts or not record.engine_alive():
         return
     limits = runner.retarget(record.facts)

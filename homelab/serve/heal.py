@@ -103,8 +103,6 @@ class Healer:
         self.said: str | None = None
         self.gave_up: HealError | None = None
         self.proving = False
-        self.proof: ProofResult | None = None
-        """What the last launch proof saw."""
         self._healed_attempts: set[int] = set()
         self._serving: set[int] = set()
         """Attempts announced (ready, and proved when the proof is on): their out-of-memory
@@ -296,10 +294,6 @@ class Healer:
 
         plan = self.plan.plan
         session = self.session
-
-        def started(slot: int, tokens: int, ctx: int) -> None:
-            session.emit(ev.Proving(slot, tokens, ctx))
-
         self.proving = True
         try:
             result = prove(
@@ -310,11 +304,10 @@ class Healer:
                 predicted_bytes=predicted_bytes(plan),
                 timeout_s=PROOF_TIMEOUT_S,
                 heal_line=self.oom.heal_line,
-                on_start=started,
+                on_start=lambda slot, tokens, ctx: session.emit(ev.Proving(slot, tokens, ctx)),
             )
         finally:
             self.proving = False
-        self.proof = result
         save_launch(ready.pid, proof=result.as_dict())
         session.emit(ev.Proved(result))
         return result
@@ -322,44 +315,33 @@ class Healer:
     # -- the calibration store ---------------------------------------------------------------
 
     def _record(self) -> None:
+        """The miss into the calibration store, the heal into the launch file; ``Healed``."""
+        from dataclasses import asdict
+
         from homelab.engine.llamacpp.locate import engine_version
         from homelab.plan.calibration import CalibrationError
         from homelab.plan.calibration_key import model_identity
         from homelab.plan.calibration_miss import miss_key, record_miss, setting_of
+        from homelab.serve.prove import save_launch
 
         failed, worked = tuple(self.failed), setting_of(self.plan.plan)
         stage, said = self.stage or "load", self.said or ""
         self.failed, self.stage, self.said = [], None, None  # a later heal starts afresh
         version = engine_version(Path(self.supervisor.spec.argv[0]))
+        why_not: str | None = None
         if version is None or self.plan.model is None:
-            why = "the engine's version is unknown" if version is None else "no model header"
-            self._healed(failed, worked, why, stage, said)
-            return
-        key = miss_key(
-            self.plan.plan,
-            model_identity(self.plan.model),
-            version,
-            self.options.engine.memory_limit,
-        )
-        try:
-            record_miss(key, failed, worked, stage=stage, said=said)
-        except CalibrationError as error:
-            self._healed(failed, worked, error.message, stage, said)
-            return
-        self._healed(failed, worked, None, stage, said)
-
-    def _healed(
-        self,
-        failed: tuple[Setting, ...],
-        worked: Setting,
-        why_not: str | None,
-        stage: str,
-        said: str,
-    ) -> None:
-        from dataclasses import asdict
-
-        from homelab.serve.prove import save_launch
-
+            why_not = "the engine's version is unknown" if version is None else "no model header"
+        else:
+            key = miss_key(
+                self.plan.plan,
+                model_identity(self.plan.model),
+                version,
+                self.options.engine.memory_limit,
+            )
+            try:
+                record_miss(key, failed, worked, stage=stage, said=said)
+            except CalibrationError as error:
+                why_not = error.message
         healed = {
             "stage": stage,
             "said": said,

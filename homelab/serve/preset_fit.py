@@ -94,11 +94,8 @@ def fit_presets(
     """
     resolve = resolve or default_resolver()
     todo = list(presets)
-    if len(todo) > 1:
-        with ThreadPoolExecutor(max_workers=min(MAX_FETCHES, len(todo))) as pool:
-            headers = list(pool.map(lambda p: _fetch(p, resolve), todo))
-    else:
-        headers = [_fetch(p, resolve) for p in todo]
+    with ThreadPoolExecutor(max_workers=max(1, min(MAX_FETCHES, len(todo)))) as pool:
+        headers = list(pool.map(lambda p: _fetch(p, resolve), todo))
     return [
         _judge(p, header, report, options, engine_version)
         for p, header in zip(todo, headers, strict=True)
@@ -117,15 +114,12 @@ def fit_preset_from_facts(
     Without facts for its default quant the verdict is unknown and says that no header
     has been read for this model.
     """
-    return _judge(preset, _never_read(preset), report, options, engine_version)
-
-
-def _never_read(preset: Preset) -> NoFactsError:
-    return NoFactsError(
+    never_read = NoFactsError(
         f"no header has been read for {preset.ref}, and the preset gives no facts for "
         f"{preset.quant}",
         hint="Read it once online (homelab presets), or add a [facts] table to the preset.",
     )
+    return _judge(preset, never_read, report, options, engine_version)
 
 
 def _fetch(preset: Preset, resolve: Resolver) -> GgufModel | HomelabError:

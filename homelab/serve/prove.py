@@ -16,15 +16,19 @@ Pure llama-server HTTP (``/slots``, ``/tokenize``, ``/completion``): no front-en
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from homelab.engine.loopback import loopback_client
+from homelab.paths import state_dir
 
 if TYPE_CHECKING:
     from homelab.engine.supervision.supervisor import Supervisor
@@ -65,27 +69,9 @@ class ProofResult:
     def ok(self) -> bool:
         return self.oom is None and self.error is None
 
-    @property
-    def growth_bytes(self) -> int | None:
-        """How much the memory grew while the slot filled (the lazy allocations)."""
-        if self.peak_bytes is None or self.before_bytes is None:
-            return None
-        return self.peak_bytes - self.before_bytes
-
     def as_dict(self) -> dict[str, object]:
-        return {
-            "ok": self.ok,
-            "slot": self.slot,
-            "ctx_per_slot": self.ctx_per_slot,
-            "prompt_tokens": self.prompt_tokens,
-            "seconds": round(self.seconds, 3),
-            "memory_source": self.memory_source,
-            "before_bytes": self.before_bytes,
-            "peak_bytes": self.peak_bytes,
-            "predicted_bytes": self.predicted_bytes,
-            "oom": self.oom,
-            "error": self.error,
-        }
+        """Every field, ``ok`` first, the seconds to the ms (the launch file's ``proof``)."""
+        return {"ok": self.ok, **asdict(self), "seconds": round(self.seconds, 3)}
 
 
 class MemoryWatch:
@@ -279,12 +265,6 @@ def save_launch(pid: int | None, **facts: object) -> None:
     """Merge ``facts`` (``proof=``, ``healed=``: JSON-able) into the launch file of ``pid``;
     a file of another pid is replaced. Best effort: a state folder that cannot be written
     costs the report, never the serve."""
-    import contextlib
-    import json
-    import os
-
-    from homelab.paths import state_dir
-
     path = state_dir() / LAUNCH_FILE
     data = launch_of(pid) or {}
     data.update({"pid": pid, **facts})
@@ -297,10 +277,6 @@ def save_launch(pid: int | None, **facts: object) -> None:
 
 def launch_of(pid: int | None) -> dict[str, object] | None:
     """The launch file's facts when they are ``pid``'s (the engine ``status`` shows); None."""
-    import json
-
-    from homelab.paths import state_dir
-
     try:
         data = json.loads((state_dir() / LAUNCH_FILE).read_text("utf-8"))
     except (OSError, ValueError):

@@ -53,8 +53,7 @@ class Replan:
 def why_not_in_place(session: ServeSession) -> str | None:
     """Why this session's engine cannot be restarted into a new plan in place (a front-end
     then stops and starts it); None when it can."""
-    supervisor = session.supervisor
-    if supervisor is None or not session.live:
+    if not session.live:
         return "no engine of this session runs"
     if session.adopted is not None or session.plan is None:
         return "the engine was adopted (homelab did not plan it)"
@@ -69,7 +68,6 @@ def replan(
     *,
     report: GpuReport | None = None,
     why: str = "re-plan",
-    ready_timeout_s: float = READY_TIMEOUT_S,
 ) -> Replan:
     """Re-plan the running model with ``options`` (on ``report``, else the card read now),
     restart the engine into it under the same supervisor and gate, wait until it is ready.
@@ -82,31 +80,17 @@ def replan(
     reason = why_not_in_place(session)
     if reason is not None:
         raise EngineError(f"cannot restart the engine into a new plan here: {reason}")
-    supervisor, old = session.supervisor, session.plan
-    assert supervisor is not None and old is not None
+    supervisor = session.supervisor
+    assert supervisor is not None
     new = session.prepare(options, report).plan
     old_pid, attempt = supervisor.pid, supervisor.events[-1].attempt
     if session.healer is not None:  # a later heal shrinks from this plan and these options
         session.healer.replanned(options)
-    session.emit(ev.Replanning(why, old, new, old_pid))
+    session.emit(ev.Replanning(why, old_pid))
     restarted = session.restart_into(new, now=True)
-    ready = supervisor.wait_ready(ready_timeout_s, after=attempt)
+    ready = supervisor.wait_ready(READY_TIMEOUT_S, after=attempt)
     measured = session.kind.measure(new, supervisor.attempt_lines(), restarted.argv[0])
     if measured is not None:
         session.emit(ev.Actuals(measured))
-    session.emit(ev.Replanned(why, new, restarted.argv, old_pid, ready.pid, ready.url or ""))
+    session.emit(ev.Replanned(why, old_pid, ready.pid))
     return Replan(new, restarted, old_pid, ready.pid)
-
-
-def restart_same(
-    session: ServeSession, *, report: GpuReport | None = None, options: PlanOptions | None = None
-) -> Replan:
-    """Restart into the running plan again: its context and slots pinned (``options``, or
-    the session's, with them set), checked against the card as it is now."""
-    plan = session.plan
-    if plan is None:
-        raise EngineError("cannot restart the engine here: this session has no plan")
-    base = options if options is not None else session.request.options
-    alloc = plan.plan.candidate.allocation
-    same = base.pinned(ctx=alloc.n_ctx, slots=plan.plan.settings.n_seq)
-    return replan(session, same, report=report, why="restart")

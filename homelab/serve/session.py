@@ -198,14 +198,8 @@ class ServeSession:
         self.emit(ev.Starting(kind.name, kind.program))
         supervisor.start()
         moved = supervisor.port_choice
-        self.emit(
-            ev.Started(
-                supervisor.pid,
-                None if supervisor.log_path is None else str(supervisor.log_path),
-                spec.port,
-                spec.port if moved is None else moved.port,
-            )
-        )
+        port = spec.port if moved is None else moved.port
+        self.emit(ev.Started(supervisor.pid, supervisor.log_path, spec.port, port))
         return supervisor
 
     def _adopt(self, record: EngineRecord) -> Supervisor:
@@ -233,14 +227,12 @@ class ServeSession:
         if record is not None:
             known = KINDS.get(record.engine)
             program = record.engine if known is None else known.program
-            self.emit(
-                ev.Replacing(program, record.pid, record.model, record.public_url, record=record)
-            )
+            self.emit(ev.Replacing(program, record.pid, record.model, record.public_url))
             stop_recorded_gate(record)
             stop_engine(self.store, record)
             wait_port_freed(record)
         for found in now.unrecorded:
-            self.emit(ev.Replacing(Path(found.cmdline[0]).name, found.pid, None, None, found=found))
+            self.emit(ev.Replacing(Path(found.cmdline[0]).name, found.pid, None, None))
             stop_found(found)
 
     def _supervisor(self, spec: EngineSpec, profile: EngineProfile) -> Supervisor:
@@ -374,8 +366,7 @@ class ServeSession:
         if self.gate is not None:
             self.gate.let_go()
         supervisor.release()
-        log = None if supervisor.log_path is None else str(supervisor.log_path)
-        self.emit(ev.LeftRunning(log, adopted=adopted))
+        self.emit(ev.LeftRunning(supervisor.log_path, adopted=adopted))
         self.emit(ev.Stopped("released"))
 
     def close(self) -> None:

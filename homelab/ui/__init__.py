@@ -2,7 +2,7 @@
 
 ``homelab`` alone (or ``homelab ui``) opens it; :func:`homelab.ui.app.make_app` builds
 the app for the command line and for the tests. The app renders and dispatches only:
-every call into the domain goes through :mod:`homelab.ui.backend` (and, for a first
-run, :mod:`homelab.ui.backend_first_run`), from a worker thread, and comes back as one of
-the past-tense messages in :mod:`homelab.ui.messages` (or of the flow that posts it).
+every call into the domain (through :mod:`homelab.ui.backend` where the TUI adds a rule)
+runs in a worker thread and comes back as one of the past-tense messages in
+:mod:`homelab.ui.messages` (or of the flow that posts it).
 """

@@ -148,15 +148,7 @@ class HomelabApp(
 
     def card_options(self) -> PlanOptions:
         args = self.state.args
-        return backend.plan_options(
-            workload=None,
-            ctx=None,
-            slots=None,
-            cache_type=None,
-            vram=args.vram,
-            gpu_snapshot=args.gpu_snapshot,
-            port=args.port,
-        )
+        return backend.plan_options(vram=args.vram, gpu_snapshot=args.gpu_snapshot, port=args.port)
 
     def plan_options(self) -> PlanOptions:
         """The plan request the plan panel's fields describe (``UsageError`` when one is bad)."""

@@ -1,9 +1,10 @@
-"""Every call the TUI makes into the domain, in one place: thin calls, no logic.
+"""The TUI's domain calls that carry a rule of their own: thin calls, no widget touched.
 
-The app's workers call these functions (never the domain directly), so when the
-domain grows its event sources (a GPU telemetry poller, an engine status poller, a
-serve session, one "judge a model on this card" function) only this module changes.
-Nothing here touches a widget; every function may block and runs in a worker thread.
+Our own running engine counts as freed in every verdict and plan here (a switch stops it
+first); the plan panel's settings become a plan request; the Hub's failures are told
+apart from its answers; the engine is supervised detached, so quitting may leave it
+running. A flow calls the domain directly where nothing is added (a poller, a header
+read, the session's own methods). Every function may block and runs in a worker thread.
 """
 
 from __future__ import annotations
@@ -14,24 +15,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from homelab.engine.llamacpp.reuse_alarm import ReuseWatch
-    from homelab.engine.llamacpp.status_poller import StatusPoller
     from homelab.engine.supervision.state_file import EngineRecord
-    from homelab.engine.supervision.supervisor import Supervisor
     from homelab.errors import HomelabError
     from homelab.gguf.header import GgufModel
     from homelab.gpu.report import GpuReport
-    from homelab.gpu.telemetry import TelemetryPoller
     from homelab.hub.presets import Preset
-    from homelab.plan.budget import DeviceBudget
-    from homelab.plan.headroom import DesktopGrowth
     from homelab.plan.judge import Fit
     from homelab.plan.options import PlanOptions
     from homelab.plan.planner import Plan
     from homelab.plan.workload import Workload
-    from homelab.polling import Clock
     from homelab.serve.prepare import Prepared
-    from homelab.serve.preset_fit import PresetFit
+    from homelab.serve.preset_fit import PresetFit, Resolver
+    from homelab.serve.replan import Replan
     from homelab.serve.session import ServeSession
 
 
@@ -40,15 +35,16 @@ if TYPE_CHECKING:
 
 def plan_options(
     *,
-    workload: str | None,
-    ctx: int | None,
-    slots: int | None,
-    cache_type: str | None,
     vram: int | None,
     gpu_snapshot: Path | None,
     port: int | None,
+    workload: str | None = None,
+    ctx: int | None = None,
+    slots: int | None = None,
+    cache_type: str | None = None,
 ) -> PlanOptions:
-    """The typed plan request the plan panel's fields describe (``UsageError`` if one is bad)."""
+    """The typed plan request the plan panel's fields describe (``UsageError`` if one is
+    bad); without them, the request that reads the card."""
     from homelab.engine.options import plan_options as build
 
     return build(
@@ -74,49 +70,42 @@ def parse_size(text: str) -> int:
         raise UsageError(str(error), hint="Give the VRAM setting as e.g. 16GiB.") from None
 
 
-# -- the card ----------------------------------------------------------------------------
-
-
-def read_card(options: PlanOptions) -> GpuReport:
-    """One look at the card(s): replay, synthetic size, or the live probe (RAM without a GPU)."""
-    from homelab.plan.card import card_for
-
-    return card_for(options)
-
-
-def device_budget(report: GpuReport, index: int | None = None):
-    """How the chosen card's memory divides before the engine (reserved, desktop, other...)."""
-    from homelab.plan.budget import device_budget as budget
-
-    return budget(report, index)
-
-
 # -- models ------------------------------------------------------------------------------
 
 
-def presets() -> list[Preset]:
-    """The shipped and user presets."""
-    from homelab.hub.presets import load_presets
-
-    return load_presets()
-
-
-def loads_gguf(engine: str) -> bool:
-    """Whether the engine's models are GGUF files (the TUI lists and previews only those)."""
-    from homelab.engine.kinds import engine_kind
-
-    return engine_kind(engine).loads_gguf
-
-
-def judge_preset(preset: Preset, report: GpuReport, options: PlanOptions) -> PresetFit:
-    """The preset's verdict from its header (read or cached; its facts when there is none).
-
-    Our own running engine counts as freed (a switch stops it first), in each verdict here.
-    """
+def judge_preset(
+    preset: Preset, report: GpuReport, options: PlanOptions, resolve: Resolver
+) -> PresetFit:
+    """The preset's verdict from its header as ``resolve`` reads it (its facts when there is
+    none)."""
     from homelab.plan.own_engine import without_own_engines
-    from homelab.serve.preset_fit import fit_preset as judged
+    from homelab.serve.preset_fit import fit_preset
 
-    return judged(preset, without_own_engines(report), options)
+    return fit_preset(preset, without_own_engines(report), options, resolve=resolve)
+
+
+def judge_preset_seeing_hub(
+    preset: Preset,
+    report: GpuReport,
+    options: PlanOptions,
+    seen: Callable[[str | None], None],
+) -> PresetFit:
+    """The preset's verdict from its header as ``homelab plan`` reads it (its facts when
+    there is none), telling ``seen`` how the read went: ``seen(None)`` when the Hub
+    answered, ``seen(reason)`` when it could not be reached (or is not asked)."""
+    from homelab.hub.errors import HubError
+    from homelab.hub.model_ref import resolve_model_ref
+
+    def resolve(ref: str) -> GgufModel:
+        try:
+            resolved = resolve_model_ref(ref)
+        except HubError as error:  # any answer the Hub gave, or none
+            seen(hub_unreachable(error))
+            raise
+        seen(resolved.offline_reason)
+        return resolved.model
+
+    return judge_preset(preset, report, options, resolve)
 
 
 def judge_preset_from_facts(preset: Preset, report: GpuReport, options: PlanOptions) -> PresetFit:
@@ -167,20 +156,6 @@ def local_ggufs(folders: Iterable[Path]) -> list[Path]:
     return found
 
 
-def quant_of(path: Path) -> str | None:
-    """The quant tag in a GGUF file name (``Q4_K_M``), or None."""
-    from homelab.hub.quant_match import quant_tag
-
-    return quant_tag(path.name)
-
-
-def read_header(path: Path) -> GgufModel:
-    """The model's header (``ModelFileError`` when it is not a model llama.cpp loads)."""
-    from homelab.gguf.model_file import read_model
-
-    return read_model(path)
-
-
 def prepare(
     model: str,
     report: GpuReport,
@@ -196,29 +171,61 @@ def prepare(
     return prepare_model(model, card, options, default_workload=default_workload)
 
 
-def argv_for(plan: Plan, port: int | None, server: str = "llama-server") -> list[str]:
-    """llama-server's exact command line for the plan (on its default port when None)."""
-    from homelab.engine.kinds import DEFAULT_PORT
-    from homelab.engine.llamacpp.argv import llama_server_argv
+def plan_not_downloaded(
+    preset: Preset, report: GpuReport, options: PlanOptions
+) -> tuple[Plan, list[str]]:
+    """What ``homelab serve PRESET --dry-run`` plans for a preset not downloaded yet (the
+    same :func:`prepare`): its header read from the Hub, llama-server fetching the model
+    itself (``-hf``). While the Hub cannot be reached, the plan from the preset's own facts,
+    fetched the same way (``-hf REPO:QUANT``).
 
-    return llama_server_argv(plan, server=server, port=port or DEFAULT_PORT)
+    Raises:
+        HomelabError: the Hub's answer (a refusal, no such quant), nothing fits, or (the Hub
+            unreachable) no facts for the preset's quant.
+    """
+    from homelab.engine.kinds import engine_kind
+    from homelab.engine.llamacpp.argv import llama_server_argv
+    from homelab.errors import HomelabError
+
+    try:
+        prepared = prepare(preset.ref, report, options, preset.workload)
+        return prepared.plan.plan, list(prepared.argv)
+    except HomelabError as error:
+        if hub_unreachable(error) is None:
+            raise
+        offline = error
+
+    def resolve(ref: str) -> GgufModel:
+        raise offline  # the header read that just failed: the Hub is not asked again
+
+    fit = judge_preset(preset, report, options, resolve).fit
+    if fit.plan is None:
+        raise HomelabError(
+            fit.reason or "its header could not be read",
+            title=fit.problem or "Cannot plan this preset",
+            hint="Download it first (`homelab pull`), or check the network.",
+        )
+    port = options.engine.port or engine_kind(options.engine.name).default_port
+    return fit.plan, llama_server_argv(fit.plan, port=port, model_args=["-hf", preset.ref])
+
+
+def measured(plan: Plan, model: GgufModel) -> tuple[str, ...]:
+    """The stored ``homelab bench`` results of what ``plan`` would run, for the plan panel:
+    one line each, then the newest's chart of TTFT and tokens/s against concurrency; ()
+    when nothing was measured."""
+    from homelab.measure.summary import measured_line
+    from homelab.measure.text_chart import chart_lines
+    from homelab.serve.judge import benches
+
+    records = benches(plan, model)
+    if not records:
+        return ()
+    newest = max(records, key=lambda r: str(r.get("recorded_at")))
+    lines = [measured_line(r, plan.settings.n_seq) for r in records]
+    return (*lines, *chart_lines(newest["report"], width=12))
 
 
 # -- the engine --------------------------------------------------------------------------
-
-
-def engine_binary() -> Path:
-    """The llama-server homelab runs (``EngineError`` with the fix when there is none)."""
-    from homelab.engine.llamacpp.locate import find_llama_server
-
-    return find_llama_server()
-
-
-def running_engine() -> EngineRecord | None:
-    """The homelab engine the state file says runs, if it does."""
-    from homelab.engine.supervision.state_file import StateFile
-
-    return StateFile().live()
 
 
 def serve_session(
@@ -260,16 +267,6 @@ def serve_session(
     return session
 
 
-def start_engine(session: ServeSession) -> Supervisor:
-    """Plan, decide (adopt / replace / refuse) and start or adopt; returns once it runs."""
-    return session.start()
-
-
-def wait_engine_ready(session: ServeSession) -> None:
-    """Wait until it answers; predicted vs actual and calibration follow as events."""
-    session.wait_ready()
-
-
 def adopt_engine(
     record: EngineRecord, options: PlanOptions, on_event: Callable[[Any], None]
 ) -> ServeSession:
@@ -302,20 +299,66 @@ def public_url(session: ServeSession | None) -> str | None:
     return None if session is None else session.public_url
 
 
-def engine_log(supervisor: Supervisor, n: int) -> list[str]:
-    """The engine's last ``n`` log lines."""
-    return supervisor.tail(n)
+def gate_lines(session: ServeSession | None) -> list[str] | None:
+    """What the live panel says of the session's admission gate now (its numbers asked over
+    loopback HTTP, worded as ``homelab status`` words them); None without a gate or when it
+    does not answer."""
+    gate = None if session is None else session.gate
+    if gate is None or gate.url is None:
+        return None
+    from homelab.gate.client import describe_gate_state, live_gate_state
+
+    state = live_gate_state(gate.url)
+    return None if state is None else describe_gate_state(state)
 
 
-def follow_engine_log(
-    supervisor: Supervisor, on_event: Callable[[Any], None]
-) -> Callable[[], None]:
-    """Every later transition and engine log line to ``on_event``, pushed on a thread of its
-    own (never polled); returns the function that unsubscribes."""
-    return supervisor.subscribe(on_event, log_lines=True)
+def why_not_in_place(session: ServeSession | None) -> str | None:
+    """Why the session's engine cannot restart into a new plan in place (then it is stopped
+    and started: its gate too); None when it can."""
+    if session is None:
+        return "no engine of this session runs"
+    from homelab.serve.replan import why_not_in_place as why_not
+
+    return why_not(session)
 
 
-# -- downloads ---------------------------------------------------------------------------
+def replan_in_place(
+    session: ServeSession, options: PlanOptions, report: GpuReport | None, *, why: str
+) -> Replan:
+    """Re-plan the running model with ``options`` on ``report`` (the card as the app saw
+    it, our own engine counted as freed; None: read the card now), restart the engine into
+    it under the same gate (:mod:`homelab.serve.replan`), and wait until it is ready.
+
+    Raises:
+        HomelabError: the plan failed (the engine keeps running as it was: the session's
+            plan is still the one it served), or the restarted engine did not come up.
+    """
+    from homelab.plan.own_engine import without_own_engines
+    from homelab.serve.replan import replan
+
+    card = None if report is None else without_own_engines(report)
+    return replan(session, options, report=card, why=why)
+
+
+# -- the Hub -----------------------------------------------------------------------------
+
+
+def hub_at_start() -> tuple[str, str | None]:
+    """The Hub the app talks to (``HF_ENDPOINT`` or huggingface.co), and why it is not
+    asked at all (``HF_HUB_OFFLINE`` set) or None. Reads settings only, no network."""
+    from homelab.hub.hf_env import endpoint, offline
+
+    return endpoint(), "HF_HUB_OFFLINE is set" if offline() else None
+
+
+def hub_unreachable(error: BaseException) -> str | None:
+    """Why ``error`` says the Hub cannot be had (no network, offline), or None when the Hub
+    answered (a refusal or a missing repo is an answer too)."""
+    from homelab.hub.errors import HubNetworkError, HubOfflineError
+
+    if isinstance(error, (HubNetworkError, HubOfflineError)):
+        return error.message
+    return None
 
 
 class DownloadCancelled(Exception):
@@ -330,38 +373,3 @@ def download(ref: str, progress: Callable[[Any], None]) -> Path:
     from homelab.hub.download import pull
 
     return pull(ref, progress=progress, mmproj=False).paths[0]
-
-
-# -- live telemetry (the card panel, the growth warning, the metrics panel) ---------------
-
-
-def gpu_poller(
-    snapshot: Path | None, interval_s: float, clock: Clock | None = None
-) -> TelemetryPoller:
-    """A GPU telemetry poller (not started): the recording played in time, or the driver."""
-    from homelab.gpu.telemetry import TelemetryPoller
-
-    return TelemetryPoller(snapshot=snapshot, interval_s=interval_s, clock=clock)
-
-
-def desktop_growth(
-    budget: DeviceBudget, now: GpuReport, planned_on: GpuReport | None
-) -> DesktopGrowth | None:
-    """How far the desktop grew past the plan's figure (pure)."""
-    from homelab.plan.headroom import desktop_growth as growth
-
-    return growth(budget, now, planned_on)
-
-
-def status_poller(url: Callable[[], str | None], interval_s: float) -> StatusPoller:
-    """A llama-server status poller (not started) asking ``url()`` each round."""
-    from homelab.engine.llamacpp.status_poller import StatusPoller
-
-    return StatusPoller(url, interval_s=interval_s)
-
-
-def reuse_watch() -> ReuseWatch:
-    """The prompt-cache alarm's rule, fed each engine status in order (no I/O)."""
-    from homelab.engine.llamacpp.reuse_alarm import ReuseWatch
-
-    return ReuseWatch()

@@ -132,10 +132,10 @@ class EngineFlow(AppFlow):
                 report=report,
                 prepared=prepared,
             )
-            supervisor = backend.start_engine(session)
+            supervisor = session.start()  # plan, decide (adopt / replace / refuse), start
             served = session.plan.plan if session.plan is not None else plan
             self._started(entry, session, supervisor, served, report, options, note)
-            backend.wait_engine_ready(session)
+            session.wait_ready()  # predicted vs actual and calibration follow as events
         except HomelabError as error:
             if session is None or not session.asked_to_stop:
                 self.post_message(EngineFailed(error))
@@ -161,18 +161,21 @@ class EngineFlow(AppFlow):
 
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
     def adopt_running(self, options: PlanOptions) -> None:
+        from homelab.engine.supervision.state_file import StateFile
+        from homelab.hub.quant_match import quant_tag
+
         try:
-            record = backend.running_engine()
+            record = StateFile().live()
             if record is None or record.supervised_by_other():
                 return
             session = backend.adopt_engine(record, options, self._serve_event_arrived)
-            supervisor = backend.start_engine(session)
+            supervisor = session.start()
         except HomelabError as error:
             self.post_message(EngineFailed(error))
             return
         path = Path(record.model)
         entry = ModelEntry(
-            str(path), model_name(path, "dir"), backend.quant_of(path), "dir", path=path
+            str(path), model_name(path, "dir"), quant_tag(path.name), "dir", path=path
         )
         self._started(entry, session, supervisor, None)
 

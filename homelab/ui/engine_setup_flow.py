@@ -26,8 +26,13 @@ from pathlib import Path
 from textual import work
 from textual.message import Message
 
+from homelab.engine.llamacpp.locate import (
+    ENV_VAR,
+    check_llama_server,
+    configure_llama_server,
+    locate_llama_server,
+)
 from homelab.errors import EngineError, HomelabError
-from homelab.ui import backend_first_run as first_run
 from homelab.ui.flow import AppFlow
 from homelab.ui.messages import EngineMissing, while_mounted
 from homelab.ui.screens import EnginePathScreen
@@ -79,7 +84,7 @@ class EngineSetupFlow(AppFlow):
             saved = saved_llama_server()
         except HomelabError as error:  # a bad file: said on screen, the rules go on without it
             saved, self.engine_setup_error = None, error
-        first_run.use_engine_binary(saved, llama_server_setting())
+        configure_llama_server(saved, setting=llama_server_setting())
 
     # -- keys ------------------------------------------------------------------------------
 
@@ -126,37 +131,39 @@ class EngineSetupFlow(AppFlow):
                 raise BuildCancelled
             self.post_message(BuildLine(fraction, line))
 
+        from homelab.engine.llamacpp.build import build_llama_server
+
         try:
-            built = first_run.build_engine(progress)
-            path, origin = first_run.locate_engine()
+            built = build_llama_server(progress=progress)
+            located = locate_llama_server()
         except BuildCancelled:
             self.post_message(EngineSetupFailed(None))
         except HomelabError as error:
             self.post_message(EngineSetupFailed(error))
         else:
-            how = "built" if built == path else f"built {built}, but {origin} wins"
-            self.post_message(EngineFound(path, origin, how))
+            how = "built" if built == located.path else f"built {built}, but {located.origin} wins"
+            self.post_message(EngineFound(located.path, located.origin, how))
 
     @work(thread=True, exclusive=True, group="engine-choose", exit_on_error=False)
     def use_chosen_engine(self, text: str) -> None:
         path = Path(text).expanduser().absolute()
         try:
-            tag = first_run.check_engine_binary(path, CHOSEN)
+            tag = check_llama_server(path, setting=CHOSEN).tag
             save_llama_server(path)
-            first_run.use_engine_binary(path, llama_server_setting())
-            found, origin = first_run.locate_engine()
-            if origin != "setting":  # the environment variable wins over any setting
-                name = first_run.engine_override_name()
+            configure_llama_server(path, setting=llama_server_setting())
+            found = locate_llama_server()
+            if found.origin != "setting":  # the environment variable wins over any setting
                 raise EngineError(
-                    f"{name} is set and wins over {path} (kept for the next start): "
-                    f"homelab runs {found}",
-                    hint=f"unset {name} to run the chosen llama-server",
+                    f"{ENV_VAR} is set and wins over {path} (kept for the next start): "
+                    f"homelab runs {found.path}",
+                    hint=f"unset {ENV_VAR} to run the chosen llama-server",
                     title="Overridden",
                 )
         except HomelabError as error:
             self.post_message(EngineSetupFailed(error))
             return
-        self.post_message(EngineFound(found, origin, f"llama.cpp {tag}, kept in the settings"))
+        how = f"llama.cpp {tag}, kept in the settings"
+        self.post_message(EngineFound(found.path, found.origin, how))
 
     # -- what they tell the app ------------------------------------------------------------
 
@@ -169,7 +176,7 @@ class EngineSetupFlow(AppFlow):
     def on_unmount(self) -> None:
         if self.build_cancel is not None:
             self.build_cancel.set()
-        first_run.use_engine_binary(None, "")
+        configure_llama_server(None, setting="")
 
     @while_mounted
     def on_engine_missing(self, message: EngineMissing) -> None:

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual import work
 from textual.css.query import NoMatches
 from textual.message import Message
 
 from homelab.errors import HomelabError
-from homelab.ui import backend, backend_gate
+from homelab.ui import backend
 from homelab.ui.flow import AppFlow
 from homelab.ui.messages import (
     CardFailed,
@@ -58,8 +58,8 @@ class StatusRead(Message, bubble=False):
 
     status: LiveStatus
     alarm: Reprocessed | None
-    gate: dict[str, Any] | None = None
-    """The admission gate's state (``GateState.to_json``) when one is in front."""
+    gate: list[str] | None = None
+    """What the live panel says of the admission gate when one is in front."""
 
 
 class LiveFlow(AppFlow):
@@ -89,8 +89,10 @@ class LiveFlow(AppFlow):
 
     @work(thread=True, exclusive=True, group="card", exit_on_error=False)
     def probe_card(self) -> None:
+        from homelab.plan.card import card_for
+
         try:
-            report = backend.read_card(self.card_options())
+            report = card_for(self.card_options())
         except HomelabError as error:
             self.post_message(CardFailed(error))
             return
@@ -98,9 +100,13 @@ class LiveFlow(AppFlow):
 
     @work(thread=True, exclusive=True, group="telemetry", exit_on_error=False)
     def follow_card(self) -> None:
+        from homelab.gpu.telemetry import TelemetryPoller
+
         try:
             args = self.state.args
-            poller = backend.gpu_poller(args.gpu_snapshot, args.refresh_s, args.telemetry_clock)
+            poller = TelemetryPoller(
+                snapshot=args.gpu_snapshot, interval_s=args.refresh_s, clock=args.telemetry_clock
+            )
             poller.subscribe(lambda sample: self._on_gpu_sample(poller, sample))
             first = poller.start()
         except HomelabError as error:
@@ -122,9 +128,11 @@ class LiveFlow(AppFlow):
 
     def _post_card(self, report: GpuReport) -> None:
         """Any thread: the report with one budget per card, handed to the app."""
+        from homelab.plan.budget import device_budget
+
         try:
             indexes: list[int | None] = [d.index for d in report.devices] or [None]
-            budgets = [backend.device_budget(report, i) for i in indexes]
+            budgets = [device_budget(report, i) for i in indexes]
         except HomelabError as error:
             self.post_from_thread(CardFailed(error))
             return
@@ -152,12 +160,14 @@ class LiveFlow(AppFlow):
         self._show_growth()
 
     def _show_growth(self) -> None:
+        from homelab.plan.headroom import desktop_growth
+
         running_plan, report = self.state.running.plan, self.state.card.report
         plan = running_plan or self.state.picked.plan
         growth = None
         if plan is not None and report is not None:
             planned_on = next((r for p, r in self._planned_on if p is plan), None)
-            growth = backend.desktop_growth(plan.budget, report, planned_on)
+            growth = desktop_growth(plan.budget, report, planned_on)
         self.growth = growth
         self.query_one("#card", CardPanel).show_growth(growth, running_plan is not None)
 
@@ -209,14 +219,17 @@ class LiveFlow(AppFlow):
 
     @work(thread=True, exclusive=False, group="status", exit_on_error=False)
     def swap_status_poller(self, url: str | None) -> None:
+        from homelab.engine.llamacpp.reuse_alarm import ReuseWatch
+        from homelab.engine.llamacpp.status_poller import StatusPoller
+
         with self._live_lock:
             old, self.status_poller = self.status_poller, None
         if old is not None:
             old.stop()
         if url is None:
             return
-        poller = backend.status_poller(lambda: url, self.state.args.refresh_s or 1.0)
-        watch = backend.reuse_watch()  # one per engine life: its cache, its alarm
+        poller = StatusPoller(lambda: url, interval_s=self.state.args.refresh_s or 1.0)
+        watch = ReuseWatch()  # one per engine life: its cache, its alarm
         poller.subscribe(lambda status: self._on_status(watch, status))
         poller.start()
         with self._live_lock:
@@ -229,15 +242,14 @@ class LiveFlow(AppFlow):
     def _on_status(self, watch: ReuseWatch, status: LiveStatus) -> None:
         """On the subscription's thread: the alarm rule (pure), the gate's numbers (one
         loopback call when a gate is in front), then hand them over."""
-        gate = backend_gate.gate_state(self.state.running.session)
+        gate = backend.gate_lines(self.state.running.session)
         self.post_from_thread(StatusRead(status, watch.update(status), gate))
 
     @while_mounted
     def on_status_read(self, message: StatusRead) -> None:
         if self._status_url is None or message.status.url != self._status_url.rstrip("/"):
             return  # a reading of an engine that is gone
-        gate = None if message.gate is None else backend_gate.gate_lines(message.gate)
-        self.query_one("#metrics", MetricsPanel).show(message.status, message.alarm, gate)
+        self.query_one("#metrics", MetricsPanel).show(message.status, message.alarm, message.gate)
         self._show_engine()  # uptime and log tail, also once a replayed card has ended
 
     # -- the end ---------------------------------------------------------------------------

@@ -26,7 +26,6 @@ from textual.message import Message
 
 from homelab.serve.describe import describe
 from homelab.serve.events import EngineChanged
-from homelab.ui import backend
 
 if TYPE_CHECKING:
     from homelab.engine.supervision.supervisor import Supervisor
@@ -61,7 +60,7 @@ class LogFeed:
 
     def start(self) -> LogFeed:
         """Subscribe, then seed with the tail (called on a worker thread: it may block)."""
-        unsubscribe = backend.follow_engine_log(self.supervisor, self._arrived)
+        unsubscribe = self.supervisor.subscribe(self._arrived, log_lines=True)
         with self._lock:
             closed = self._closed
             if not closed:
@@ -79,7 +78,7 @@ class LogFeed:
         line and the attempt's marker line before it, which is never pushed)."""
         with self._lock:
             self._since = time.time()  # pushed lines read before this are in the seed
-        seed = backend.engine_log(self.supervisor, self._keep)
+        seed = self.supervisor.tail(self._keep)
         with self._lock:
             if self._closed:
                 return

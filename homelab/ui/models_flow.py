@@ -1,7 +1,7 @@
 """The models menu and the plan panel's side of the app: list, judge, pick, plan.
 
 A mixin of :class:`homelab.ui.app.HomelabApp` (kept apart so each module holds one
-concern); every domain call goes through :mod:`homelab.ui.backend` in a thread worker.
+concern); every domain call runs in a thread worker.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from textual import work
 from textual.worker import get_current_worker
 
 from homelab.errors import HomelabError, ModelFileError, UsageError
-from homelab.ui import backend, backend_measure
-from homelab.ui.backend_first_run import judge_preset_seeing_hub
+from homelab.ui import backend
 from homelab.ui.catalog import (
     Judgement,
     ModelEntry,
@@ -51,14 +50,18 @@ class ModelsFlow(AppFlow):
 
     @work(thread=True, exclusive=True, group="models", exit_on_error=False)
     def list_models(self) -> None:
+        from homelab.engine.kinds import engine_kind
+        from homelab.hub.presets import load_presets
+        from homelab.hub.quant_match import quant_tag
+
         entries: list[ModelEntry] = []
         try:
-            presets = backend.presets()
+            presets = load_presets()
         except HomelabError as error:
             self.post_message(EngineFailed(error))
             presets = []
         for preset in presets:
-            if backend.loads_gguf(preset.engine):
+            if engine_kind(preset.engine).loads_gguf:  # the menu lists and previews GGUFs only
                 entries.append(
                     ModelEntry(
                         f"preset:{preset.key}", preset.key, preset.quant, "preset", preset=preset
@@ -74,7 +77,7 @@ class ModelsFlow(AppFlow):
                     ModelEntry(
                         str(path),
                         model_name(path, source),
-                        backend.quant_of(path),
+                        quant_tag(path.name),
                         source,
                         path=path,
                         size=_size(path),
@@ -112,7 +115,9 @@ class ModelsFlow(AppFlow):
 
     def _judge(self, entry: ModelEntry, report: GpuReport, options: PlanOptions) -> Judgement:
         if entry.preset is not None:
-            preset_fit = judge_preset_seeing_hub(entry.preset, report, options, self.hub_seen)
+            preset_fit = backend.judge_preset_seeing_hub(
+                entry.preset, report, options, self.hub_seen
+            )
             return judgement_of_fit(preset_fit.fit, preset_fit.source)
         model: GgufModel | HomelabError
         try:
@@ -125,9 +130,12 @@ class ModelsFlow(AppFlow):
         return judgement_of_fit(fit)
 
     def _header(self, path: Path) -> GgufModel:
+        """The model's header (``ModelFileError`` when it is not a model llama.cpp loads)."""
+        from homelab.gguf.model_file import read_model
+
         header = self._headers.get(path)
         if header is None:
-            header = self._headers[path] = backend.read_header(path)
+            header = self._headers[path] = read_model(path)
         return header
 
     @while_mounted
@@ -156,9 +164,11 @@ class ModelsFlow(AppFlow):
 
     @work(thread=True, exclusive=True, group="plan", exit_on_error=False)
     def plan_picked(self, entry: ModelEntry) -> None:
+        from homelab.plan.card import card_for
+
         try:
             options = self.plan_options()
-            report = self.state.card.report or backend.read_card(self.card_options())
+            report = self.state.card.report or card_for(self.card_options())
             path = entry.path
             if entry.preset is not None:
                 path = backend.preset_model_path(entry.preset)
@@ -171,16 +181,9 @@ class ModelsFlow(AppFlow):
                     self._headers[path] = prepared.plan.model
             else:
                 assert entry.preset is not None  # only presets come without a path
-                fit = backend.judge_preset(entry.preset, report, options).fit
-                if fit.plan is None:
-                    raise HomelabError(
-                        fit.reason or "its header could not be read",
-                        title=fit.problem or "Cannot plan this preset",
-                        hint="Download it first (`homelab pull`), or check the network.",
-                    )
-                plan, preview = fit.plan, None
-                argv = backend.argv_for(plan, self.state.args.port)
-            measured = () if path is None else backend_measure.measured(plan, self._header(path))
+                plan, argv = backend.plan_not_downloaded(entry.preset, report, options)
+                preview = None
+            measured = () if path is None else backend.measured(plan, self._header(path))
         except HomelabError as error:
             self.post_message(PlanFailed(entry.key, error))
             return

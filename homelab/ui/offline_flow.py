@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from homelab.ui import backend_first_run as first_run
+from homelab.ui import backend
 from homelab.ui.flow import AppFlow
 from homelab.ui.messages import DownloadEnded, DownloadProgress, while_mounted
 from homelab.ui.widgets.offline import OfflineBanner
@@ -30,7 +30,7 @@ class OfflineFlow(AppFlow):
     """Keeps :attr:`hub_offline` (why the Hub is unreachable, or None) and the line."""
 
     def _offline_init(self) -> None:
-        self.hub_endpoint, self.hub_offline = first_run.hub_at_start()
+        self.hub_endpoint, self.hub_offline = backend.hub_at_start()
 
     def hub_seen(self, reason: str | None) -> None:
         """Any thread: a Hub call went through (None) or could not reach it (why)."""
@@ -55,7 +55,7 @@ class OfflineFlow(AppFlow):
     @while_mounted
     def on_download_ended(self, message: DownloadEnded) -> None:
         if message.error is not None:
-            self.on_hub_seen(HubSeen(first_run.hub_unreachable(message.error)))
+            self.on_hub_seen(HubSeen(backend.hub_unreachable(message.error)))
         elif message.path is not None:
             self.on_hub_seen(HubSeen(None))
 

@@ -12,7 +12,7 @@ restarts the engine with the new command line. The new plan is made before the o
 engine is stopped: when nothing fits any more, the old engine keeps running and the error
 says why. The server panel then says what changed, old vs new.
 
-Both restart the engine *in place* (:mod:`homelab.ui.backend_replan`): the same
+Both restart the engine *in place* (:mod:`homelab.serve.replan`): the same
 supervisor and the same gate, so the gate's port stays up, requests queued there keep their
 place and are answered by the new engine, and the gate takes the new plan's budget. Where
 that cannot apply (an adopted engine, vLLM) the engine is stopped and started, its gate
@@ -30,7 +30,7 @@ from textual.message import Message
 
 from homelab.errors import HomelabError
 from homelab.serve.describe import describe
-from homelab.ui import backend, backend_replan
+from homelab.ui import backend
 from homelab.ui.catalog import ModelEntry
 from homelab.ui.engine_flow import EngineFlow
 from homelab.ui.messages import EngineFailed, while_mounted
@@ -75,7 +75,7 @@ class ReplanFlow(EngineFlow):
         alloc = plan.candidate.allocation
         same = options.pinned(ctx=alloc.n_ctx, slots=plan.settings.n_seq)
         report = self.state.card.report
-        why_not = backend_replan.why_not_in_place(self.state.running.session)
+        why_not = backend.why_not_in_place(self.state.running.session)
         if why_not is None:
             self.restart_in_place(same, report, "restart")
             return
@@ -92,7 +92,7 @@ class ReplanFlow(EngineFlow):
             return
         entry, plan, path, options = target
         self.notify(f"Re-planning {entry.name} on the card now…", title="Re-plan")
-        why_not = backend_replan.why_not_in_place(self.state.running.session)
+        why_not = backend.why_not_in_place(self.state.running.session)
         if why_not is None:
             self.restart_in_place(options, report, "re-plan")
             return
@@ -114,10 +114,10 @@ class ReplanFlow(EngineFlow):
         assert session is not None  # the key found an engine of this session
         before = session.plan
         try:
-            done = backend_replan.replan_in_place(session, options, report, why=why)
+            done = backend.replan_in_place(session, options, report, why=why)
         except HomelabError as error:
             self.post_message(EngineFailed(error))
-            if backend_replan.still_on(session, before):
+            if session.plan is before:  # it failed before anything was stopped
                 self.call_from_thread(
                     self.notify,
                     "The engine keeps running with its old plan.",

@@ -15,10 +15,11 @@ import time
 
 from textual import work
 
+from homelab.engine.supervision.states import State, Transition
 from homelab.errors import HomelabError
 from homelab.serve import events as ev
 from homelab.serve.describe import describe
-from homelab.ui import backend, backend_replan
+from homelab.ui import backend
 from homelab.ui.flow import AppFlow
 from homelab.ui.log_feed import LogArrived
 from homelab.ui.messages import (
@@ -65,7 +66,7 @@ class ServerFlow(AppFlow):
         if transition.state.value == "ready":
             health.ready_at = transition.monotonic
         elif transition.state.value == "restarting":
-            health.restarts += 0 if backend_replan.planned_restart(transition) else 1
+            health.restarts += 0 if _planned_restart(transition) else 1
             health.ready_at = None
         elif transition.state.value == "stopped":
             health.ready_at = None
@@ -124,8 +125,10 @@ class ServerFlow(AppFlow):
     @work(thread=True, exclusive=True, group="engine-check", exit_on_error=False)
     def check_engine(self) -> None:
         """Say at once when there is no llama-server to run (and how to get one)."""
+        from homelab.engine.llamacpp.locate import find_llama_server
+
         try:
-            backend.engine_binary()
+            find_llama_server()
         except HomelabError as error:
             self.post_message(EngineMissing(error))
 
@@ -133,6 +136,12 @@ class ServerFlow(AppFlow):
     def on_engine_missing(self, message: EngineMissing) -> None:
         self.state.engine_problem = message.error
         self._show_engine()
+
+
+def _planned_restart(transition: Transition) -> bool:
+    """True for a restart the supervisor was asked for (into a re-planned or healed spec),
+    not one after a crash (which comes after a CRASHED transition)."""
+    return transition.state is State.RESTARTING and transition.previous is not State.CRASHED
 
 
 def _duration(seconds: float) -> str:

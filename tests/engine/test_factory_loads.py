@@ -23,7 +23,7 @@ import pytest
 from homelab.engine.llamacpp.log import FailureKind, LoadLog, parse_load_log
 from tests.factory import ACCEPTANCE_ARCHS, ARCHS, geometry, write_gguf
 from tests.factory.keys import memory_keys
-from tests.factory.mib import mib_matches
+from tests.factory.mib import buffer_mib, mib_matches
 from tests.factory.server_log import SETTING_A, SETTING_B, SETTING_B_SAME_TYPES, capture_load_log
 
 pytestmark = pytest.mark.engine
@@ -95,13 +95,15 @@ def _check(log: LoadLog, exp: Expect, args: list[str]) -> None:
     assert [(kv.layers, kv.cells, kv.swa) for kv in log.kv_caches] == expected
     for kv in log.kv_caches:
         assert (kv.n_seq_max, kv.n_stream, kv.type_k, kv.type_v) == (n_seq, n_seq, tk, tv)
-        elems = kv.layers * kv.total_cells
+        elems = kv.layers * kv.cells * kv.n_stream  # cells over all streams
         k_bytes = elems * exp.k * _ROW32[tk] // 32
         v_bytes = elems * exp.v * _ROW32[tv] // 32
         assert mib_matches(k_bytes, kv.k_mib, single_precision=True), (kv, k_bytes)
         assert mib_matches(v_bytes, kv.v_mib, single_precision=True), (kv, v_bytes)
         assert mib_matches(k_bytes + v_bytes, kv.size_mib, single_precision=True)
-    assert log.buffer_mib("KV") == pytest.approx(sum(kv.size_mib for kv in log.kv_caches), abs=0.02)
+    assert buffer_mib(log, "KV") == pytest.approx(
+        sum(kv.size_mib for kv in log.kv_caches), abs=0.02
+    )
     if exp.rs_layers:
         (rs,) = log.recurrent
         assert (rs.cells, rs.n_seq_max, rs.n_rs_seq) == (n_seq, n_seq, 0)
@@ -177,7 +179,7 @@ def test_loads_mixed_kv_three_slots(
     log = parse_load_log(text)
     if arch in MLA_ARCHS:  # MLA caches K only and refuses different K and V types
         assert not log.ready
-        assert FailureKind.KV_TYPES_MUST_MATCH in log.failure_kinds()
+        assert FailureKind.KV_TYPES_MUST_MATCH in {f.kind for f in log.failures}
         text = capture_load_log(llama_server_bin, factory_models[arch], SETTING_B_SAME_TYPES)
         _check(parse_load_log(text), EXPECTED[arch], SETTING_B_SAME_TYPES)
     else:

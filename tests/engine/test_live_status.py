@@ -25,7 +25,6 @@ from homelab.engine.llamacpp.client import (
     EngineUnavailableError,
     HealthState,
     LlamaServerClient,
-    cache_reuse,
     status_line,
 )
 from homelab.engine.llamacpp.locate import LLAMA_CPP_COMMIT
@@ -52,6 +51,31 @@ def server(
     yield from serve(
         llama_server_bin, smollm2_gguf, tmp_path_factory.mktemp("live"), [*SERVER_ARGS, "--metrics"]
     )
+
+
+def _count(value: object) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def cache_reuse(response_json: object) -> tuple[int, int] | None:
+    """``(cache_n, prompt_n)`` of a completion response: prompt tokens reused from the
+    cache and prompt tokens processed. A completion's ``timings`` carry them
+    (``/completion``, the OpenAI endpoints, the last stream chunk); else OpenAI ``usage``
+    does (``prompt_tokens_details.cached_tokens``); None when the response has neither."""
+    if not isinstance(response_json, dict):
+        return None
+    timings = response_json.get("timings")
+    if isinstance(timings, dict):
+        cache_n, prompt_n = _count(timings.get("cache_n")), _count(timings.get("prompt_n"))
+        if cache_n is not None and prompt_n is not None:
+            return cache_n, prompt_n
+    usage = response_json.get("usage")
+    if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens_details"), dict):
+        cached = _count(usage["prompt_tokens_details"].get("cached_tokens"))
+        total = _count(usage.get("prompt_tokens"))
+        if cached is not None and total is not None and total >= cached:
+            return cached, total - cached
+    return None
 
 
 # -- against the running server ---------------------------------------------------------

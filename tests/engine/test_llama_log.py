@@ -27,7 +27,7 @@ from homelab.engine.llamacpp.log import (
     parse_load_log,
     parse_recurrent_line,
 )
-from tests.factory.mib import mib_matches
+from tests.factory.mib import buffer_mib, mib_matches
 
 LOGS = Path(__file__).resolve().parent.parent / "fixtures" / "llama_logs"
 A = "c4096_np1_ctk-q8_0_ctv-q8_0_fa-on_norepack"
@@ -51,8 +51,8 @@ def test_llama_q8_single_slot() -> None:
     assert log.kv_caches == (KvCacheLine(272.0, 4096, 32, 1, 1, "q8_0", 136.0, "q8_0", 136.0),)
     # 32 layers x 4096 cells x 1024 (8 kv heads x 128) x 34/32 bytes, for K and for V
     assert mib_matches(32 * 4096 * 1024 * 34 // 32, log.kv_caches[0].k_mib, single_precision=True)
-    assert log.buffer_mib("KV") == 272.0
-    assert log.buffer_mib("model", "CPU_Mapped") > 0
+    assert buffer_mib(log, "KV") == 272.0
+    assert buffer_mib(log, "model", "CPU_Mapped") > 0
     assert [b.kind for b in log.buffers] == ["model", "output", "KV", "compute"]
     assert log.recurrent == () and log.iswa_caches == ()
 
@@ -62,7 +62,7 @@ def test_llama_split_three_slots_grows_n_ctx() -> None:
     c = log.context
     assert (c.n_ctx, c.n_ctx_seq, c.n_seq_max, c.kv_unified) == (8448, 2816, 3, False)
     (kv,) = log.kv_caches
-    assert (kv.cells, kv.n_stream, kv.total_cells, kv.type_k, kv.type_v) == (
+    assert (kv.cells, kv.n_stream, kv.cells * kv.n_stream, kv.type_k, kv.type_v) == (
         2816,
         3,
         8448,
@@ -92,7 +92,7 @@ def test_qwen35_hybrid_has_kv_and_recurrent_state() -> None:
     (kv,) = log.kv_caches
     assert (kv.layers, kv.cells, kv.n_stream) == (8, 2816, 3)
     assert log.recurrent == (RecurrentLine(150.75, 3, 32, 3, 0, "f32", 6.75, "f32", 144.0, 0.0),)
-    assert log.buffer_mib("RS") == 150.75
+    assert buffer_mib(log, "RS") == 150.75
     # 24 GDN layers x 3 seqs x 524288 floats
     assert mib_matches(24 * 3 * 128 * 4096 * 4, log.recurrent[0].s_mib, single_precision=True)
 
@@ -105,7 +105,7 @@ def test_deepseek2_mla_is_k_only_and_refuses_mixed_types() -> None:
     assert not failed.ready and failed.kv_caches == ()
     mixed = [f for f in failed.failures if f.kind is FailureKind.KV_TYPES_MUST_MATCH]
     assert mixed and mixed[0].detail == "f16"
-    assert FailureKind.CONTEXT_FAILED in failed.failure_kinds()
+    assert FailureKind.CONTEXT_FAILED in {f.kind for f in failed.failures}
     (kv,) = load("deepseek2__c8192_np3_ctk-q4_0_ctv-q4_0_fa-on_norepack").kv_caches
     assert (kv.type_k, kv.cells, kv.n_stream, kv.v_mib) == ("q4_0", 2816, 3, 0.0)
 
@@ -160,7 +160,7 @@ def test_kv_line_without_prefix_and_with_cuda_layout() -> None:
     )
     kv = parse_kv_cache_line(line)
     assert kv == KvCacheLine(2448.0, 32768, 36, 4, 1, "q8_0", 1224.0, "q8_0", 1224.0)
-    assert kv.total_cells == 32768  # unified: one stream shared by 4 sequences
+    assert kv.cells * kv.n_stream == 32768  # unified: one stream shared by 4 sequences
     assert parse_kv_cache_line("llama_kv_cache:      CUDA0 KV buffer size =  2448.00 MiB") is None
 
 

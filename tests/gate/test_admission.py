@@ -13,6 +13,11 @@ def state(budget: int = 3, max_concurrent: int = 8, max_queue: int = 8, ceiling=
     )
 
 
+def waiting(s: AdmissionState) -> list[int]:
+    """The queued ids, head first."""
+    return list(s._queue)
+
+
 def test_admits_in_order_while_the_budget_holds_and_stops_at_the_first_that_does_not_fit() -> None:
     s = state(budget=3)
     assert s.offer(1, 1).admitted == (1,)
@@ -21,9 +26,9 @@ def test_admits_in_order_while_the_budget_holds_and_stops_at_the_first_that_does
     assert s.offer(3, 2).admitted == ()
     # nothing is left; 4 waits behind 3 and will never overtake it
     assert s.offer(4, 1).admitted == ()
-    assert (s.queued, s.position(3), s.position(4)) == (2, 1, 2)
+    assert (s.queued, waiting(s)) == (2, [3, 4])
     assert s.release(1) == ()  # 1 token free, the head (3) needs 2: nobody passes it
-    assert s.is_queued(4)
+    assert waiting(s) == [3, 4]
     assert s.release(2) == (3, 4)  # 3 tokens free: the head, then the next
     assert (s.charged, s.running, s.queued) == (3, 2, 0)
 
@@ -63,18 +68,6 @@ def test_a_full_queue_refuses_the_newcomer_but_not_one_that_runs_at_once() -> No
     s = state(budget=2, max_queue=0)
     assert s.offer(1, 1).admitted == (1,)
     assert s.offer(2, 2).refused is Refusal.QUEUE_FULL
-
-
-def test_entries_whose_client_is_gone_are_skipped_at_the_head() -> None:
-    s = state(budget=2)
-    s.offer(1, 2)
-    s.offer(2, 2)
-    s.offer(3, 1)
-    s.mark_gone(2)
-    assert s.queued == 1 and s.position(3) == 1
-    assert s.release(1) == (3,)
-    assert s.skipped_gone == 1
-    assert not s.is_queued(2) and not s.is_running(2)
 
 
 def test_abandoning_the_blocking_head_admits_the_ones_behind() -> None:
@@ -135,7 +128,7 @@ def test_new_limits_keep_the_queue_and_running_charges_and_name_what_never_fits(
     offer = s.set_limits(budget=20, max_concurrent=2, ceiling=5)
     assert offer.refused is Refusal.TOO_LARGE and s.dropped == (2,)  # it could never run
     assert offer.admitted == (3,)  # the one behind it now runs beside the first
-    assert s.charged == 9 and s.is_running(1)  # the admitted one kept its charge
+    assert s.charged == 9 and 1 in s._running  # the admitted one kept its charge
     assert s.running == 2 and s.queued == 0
     assert s.offer(4, 6).refused is Refusal.TOO_LARGE  # the new ceiling holds for newcomers
     assert s.set_limits(budget=20, max_concurrent=2).refused is None and s.dropped == ()

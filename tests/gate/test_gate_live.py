@@ -230,7 +230,7 @@ def test_health_through_a_gate_whose_engine_is_down(gate) -> None:
         assert response.status_code == 503 and "Retry-After" in response.headers
 
 
-def test_a_taken_port_is_a_clear_error_and_stop_is_idempotent(engine) -> None:
+def test_a_taken_port_is_a_clear_error_and_stop_is_idempotent(engine, gate) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -242,8 +242,9 @@ def test_a_taken_port_is_a_clear_error_and_stop_is_idempotent(engine) -> None:
     assert raised.value.exit_code == 6
     runner.stop()
     runner.stop()
-    with GateRunner(GateSettings(port=0), engine, SPLIT_FACTS) as ok:
-        assert ok.url and ok.state().budget_tokens == 4096
+    ok = gate(engine)
+    assert ok.url and ok.state().budget_tokens == 4096
+    ok.stop()
     ok.stop()
 
 

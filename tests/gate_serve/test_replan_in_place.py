@@ -19,7 +19,7 @@ from homelab.engine.supervision.state_file import StateFile
 from homelab.engine.supervision.states import State
 from homelab.gate.config_file import GateChoices
 from homelab.serve import events as ev
-from homelab.serve.replan import replan, restart_same
+from homelab.serve.replan import Replan, replan
 from homelab.serve.request import ServeRequest
 from homelab.serve.session import ServeSession
 from tests.engine.supervisor_child import run_homelab
@@ -35,6 +35,15 @@ from tests.gate_serve.helpers import (
 )
 
 pytestmark = pytest.mark.engine
+
+
+def restart_same(session: ServeSession) -> Replan:
+    """The TUI's ``r``: a restart into the running plan again, its context and slots pinned."""
+    plan = session.plan
+    assert plan is not None
+    alloc = plan.plan.candidate.allocation
+    same = session.request.options.pinned(ctx=alloc.n_ctx, slots=plan.plan.settings.n_seq)
+    return replan(session, same, why="restart")
 
 
 def _in_thread(fn) -> tuple[threading.Thread, dict]:

@@ -13,20 +13,18 @@ from gguf_bytes import QT, RICH_TENSORS
 from homelab.gguf import ggml_table
 from homelab.gguf.ggml_types import (
     GGML_TYPES,
-    KV_CACHE_TYPES,
     ggml_type,
     row_bytes,
     tensor_bytes,
-    type_id,
     type_name,
 )
+from homelab.plan.kv import CACHE_TYPES
 
 
 def test_ggml_table_follows_the_gguf_package() -> None:
     for member, (block, size) in gguf.GGML_QUANT_SIZES.items():
         kind = GGML_TYPES[int(member)]
         assert (kind.name, kind.block_size, kind.type_size) == (member.name, block, size)
-    assert ggml_type("q8_0").bytes_per_value == pytest.approx(34 / 32)
     known = {int(member) for member in gguf.GGML_QUANT_SIZES}
     assert set(GGML_TYPES) == known, "the table holds a type the gguf package does not size"
 
@@ -66,8 +64,8 @@ def test_row_bytes(name: str | int, n: int, expected: int) -> None:
 
 
 def test_every_kv_cache_spelling_is_known() -> None:
-    for spelling in KV_CACHE_TYPES:
-        assert type_name(type_id(spelling)).lower() == spelling
+    for spelling in CACHE_TYPES:
+        assert type_name(ggml_type(spelling).type_id).lower() == spelling
 
 
 def test_type_errors() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 from pathlib import Path
@@ -10,18 +9,15 @@ from typing import Any
 
 import pytest
 
-from homelab.cli import gpu_cmd
+from homelab.cli import gpu_cmd, main
 from homelab.units import format_bytes
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
 
 
 def run(argv: list[str]) -> int:
-    """Parse like ``homelab`` does (only the gpu subcommand) and run it."""
-    parser = argparse.ArgumentParser(prog="homelab")
-    gpu_cmd.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["gpu", *argv])
-    return args.func(args)
+    """``homelab gpu ARGV`` (``main`` registers only the gpu subcommand for it)."""
+    return main(["gpu", *argv])
 
 
 def fixture(name: str) -> str:

@@ -14,9 +14,9 @@ from homelab.errors import ModelFileError
 from homelab.gguf.reader import read_header
 from homelab.gguf.source import LocalFileSource
 from homelab.hub.header_cache import (
+    CachedHeader,
     HeaderCache,
     HeaderKey,
-    header_from_bytes,
     read_header_capturing,
 )
 from homelab.paths import cache_dir
@@ -51,7 +51,9 @@ def test_capture_returns_the_exact_header_prefix_and_the_same_header(gguf_path: 
     source = CountingSource(gguf_path)
     header, data = read_header_capturing(source)
     assert data == gguf_path.read_bytes()[: header.header_bytes]
-    again = header_from_bytes(data, "cached", header.file_size)
+    again = CachedHeader(
+        HeaderKey("o/r", SHA, "m.gguf", None), data, header.file_size, "cached"
+    ).parse()
     assert again.metadata == header.metadata and again.tensors == header.tensors
     assert again.file_size == gguf_path.stat().st_size and again.data_offset == header.data_offset
 
@@ -103,9 +105,13 @@ def test_offline_lookup_through_a_remembered_branch(gguf_path: Path) -> None:
     assert cache.commit_for("o/r", "main") == SHA
     found = cache.find("o/r", "main", "B-Q8_0.gguf")
     assert found is not None and found.file_size == 2 and found.url == "u2"
-    assert cache.filenames("o/r", "main") == ["B-Q8_0.gguf", "sub/A-Q4_K_M.gguf"]
-    assert cache.filenames("o/r", SHA) == cache.filenames("o/r", "main")
-    assert cache.filenames("x/y", "main") == []
+    assert _filenames(cache, "o/r", "main") == ["B-Q8_0.gguf", "sub/A-Q4_K_M.gguf"]
+    assert _filenames(cache, "o/r", SHA) == _filenames(cache, "o/r", "main")
+    assert _filenames(cache, "x/y", "main") == []
+
+
+def _filenames(cache: HeaderCache, repo_id: str, revision: str) -> list[str]:
+    return [entry.filename for entry in cache.stored(repo_id, revision)]
 
 
 def test_size_is_bounded_least_recently_used_first(tmp_path: Path) -> None:
@@ -118,7 +124,7 @@ def test_size_is_bounded_least_recently_used_first(tmp_path: Path) -> None:
         os.utime(path, (old, old))
     assert cache.get(keys[0]) is not None  # used now: f1 is the least recently used
     cache.put(keys[2], b"\2" * 1000, 10_000, "u2")
-    assert cache.total_bytes() <= 2500
+    assert sum(p.stat().st_size for p in (tmp_path / "h").rglob("*.hdr")) <= 2500
     assert cache.get(keys[1]) is None
     assert cache.get(keys[0]) is not None and cache.get(keys[2]) is not None
     cache.put(HeaderKey("o/r", SHA, "huge.gguf", None), b"x" * 3000, 10_000, "u")  # over the limit

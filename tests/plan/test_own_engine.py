@@ -5,10 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from homelab.gpu.probe import probe
+from homelab.gpu.report import GpuReport
 from homelab.plan.budget import device_budget
-from homelab.plan.own_engine import own_engine_bytes, without_own_engines
+from homelab.plan.own_engine import without_own_engines
 
 SNAPSHOT = Path(__file__).parents[1] / "fixtures" / "gpu" / "rtx3090_wayland.json"
+
+
+def own_engine_bytes(report: GpuReport) -> int:
+    """Bytes homelab's own engines hold over all cards (0 when none runs)."""
+    return sum(device.homelab_bytes for device in report.devices)
 
 
 def _biggest_non_desktop(report):

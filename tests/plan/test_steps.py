@@ -60,7 +60,6 @@ def test_values_are_the_plans_bytes(tmp_path: Path, arch: str, snapshot: str | N
     assert _row(steps, "KV allocated").value == alloc.total
     spare = _row(steps, "Spare after the plan").value
     assert spare == b.usable - plan.weights_on_device - engine.total - alloc.total
-    assert all(s.unit in ("B", "tokens", "count") for s in steps if s.value is not None)
 
     lines = plan_to_dict(plan, [])["steps"]
     assert lines == [render_step(s) for s in steps] and all(isinstance(x, str) for x in lines)
@@ -69,9 +68,9 @@ def test_values_are_the_plans_bytes(tmp_path: Path, arch: str, snapshot: str | N
 
 
 def test_render_shapes() -> None:
-    assert render_step(Step("Memory", "24 B in all", 24, "B")) == "Memory: 24 B in all"
-    assert render_step(Step("other", "3 B", 3, "B", level=1, sign="−")) == "  − other: 3 B"
+    assert render_step(Step("Memory", "24 B in all", 24)) == "Memory: 24 B in all"
+    assert render_step(Step("other", "3 B", 3, level=1, sign="−")) == "  − other: 3 B"
     assert render_step(Step("KV per token at q8_0/q8_0")) == "KV per token at q8_0/q8_0:"
-    assert render_step(Step("", "2 × 3 = 6 B", 6, "B", level=1)) == "  2 × 3 = 6 B"
-    assert render_step(Step("Engine: compute", "5 B", 5, "B", sep=" ")) == "Engine: compute 5 B"
+    assert render_step(Step("", "2 × 3 = 6 B", 6, level=1)) == "  2 × 3 = 6 B"
+    assert render_step(Step("Engine: compute", "5 B", 5, sep=" ")) == "Engine: compute 5 B"
     assert render_steps([Step("a", "b"), Step("c", "d")]) == ["a: b", "c: d"]

@@ -59,7 +59,6 @@ def test_the_proof_fills_the_largest_slot_before_ready_is_announced(
     assert session.plan is not None
     assert result.predicted_bytes == predicted_bytes(session.plan.plan)
     assert result.seconds > 0
-    assert session.healer is not None and session.healer.proof == result
     assert launch is not None and launch["proof"] == result.as_dict()
     # the engine says so itself: one slot, its whole context, no prompt cache reused
     log = log_path.read_text()

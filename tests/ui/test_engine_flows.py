@@ -208,7 +208,7 @@ def test_switch_stops_the_first_engine_and_starts_the_second(
 def test_the_serve_session_records_the_plan_and_the_panel_shows_actuals_and_a_searchable_log(
     models_dir: Path, engine_pids
 ) -> None:
-    from homelab.ui import backend
+    from homelab.engine.supervision.state_file import StateFile
     from homelab.ui.widgets.server import ServerPanel
 
     async def drive() -> None:
@@ -218,7 +218,7 @@ def test_the_serve_session_records_the_plan_and_the_panel_shows_actuals_and_a_se
             await _start_and_wait_ready(app, pilot, engine_pids)
             preview = app.state.picked.preview  # started as shown, not planned again
             assert preview is not None and app.state.running.plan is preview.prepared.plan.plan
-            record = backend.running_engine()
+            record = StateFile().live()
             assert record is not None and record.pid == app.state.running.supervisor.pid
             assert record.facts is not None  # plan facts in the record: the session's path
             await wait_until(pilot, lambda: app.state.health.actuals is not None, timeout=30)

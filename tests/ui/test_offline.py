@@ -3,19 +3,24 @@
 The Hub is the local stand-in (tests/hubstub, real HTTP on 127.0.0.1); "the network goes
 away" is the stand-in stopped, so its port refuses connections, as a Hub behind a
 dead link does. The app makes no probe of its own: the line follows the Hub calls it
-makes anyway (a preset's header read, a download).
+makes anyway (a preset's header read, a download). The plan panel's preview of a preset
+not downloaded yet is ``homelab serve PRESET --dry-run``'s plan while the Hub answers,
+and the preset's own facts' while it does not.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from homelab.cli import main as cli_main
 from homelab.paths import config_dir
 from homelab.ui.app import make_app
 from homelab.ui.widgets.models import ModelsMenu
 from homelab.ui.widgets.offline import OfflineBanner
+from homelab.units import GiB
 from tests.hub.conftest import gguf_dir, hub_stub, tiny_gguf  # noqa: F401  (fixtures)
 from tests.ui.helpers import NO_GPU, run, wait_until
 
@@ -121,5 +126,57 @@ def test_hf_hub_offline_is_said_from_the_first_frame(
             await wait_until(pilot, lambda: app.state.picked.plan is not None, timeout=60)
             await app.workers.wait_for_complete()
             assert _banner(app).display  # still offline after the presets were judged
+
+    run(drive())
+
+
+def _preview_app(models_dir: Path):
+    return make_app(vram=8 * GiB, models_dirs=[models_dir], refresh_s=0, blink=False, adopt=False)
+
+
+def test_the_preview_of_a_preset_not_downloaded_is_serve_dry_runs_plan(
+    hub_stub,  # noqa: F811
+    tiny_gguf,  # noqa: F811
+    models_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    hub_stub({REPO: {NAME: tiny_gguf("stub.gguf", seed=3, n_layer=4)}})
+    _preset()
+    assert cli_main(["serve", "stubby", "--vram", "8GiB", "--dry-run"]) == 0
+    dry = json.loads(capsys.readouterr().out)
+
+    async def drive() -> None:
+        app = _preview_app(models_dir)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await _pick(app, pilot, "stubby")
+            await wait_until(pilot, lambda: app.state.picked.plan is not None, timeout=60)
+            picked = app.state.picked
+            assert picked.model_path is None  # nothing was downloaded for the preview
+            assert picked.argv == dry["argv"]
+            assert f"-hf {REPO}:Q4_K_M" in str(app.query_one("#argv").render())
+
+    run(drive())
+
+
+def test_while_the_hub_is_unreachable_a_preset_previews_from_its_facts_fetched_by_hf(
+    models_dir: Path,
+) -> None:
+    """The Hub is the closed loopback port every test starts with: a shipped preset plans
+    from its ``[facts]``; one without facts says why and how to get its header."""
+    _preset()  # no [facts] table
+
+    async def drive() -> None:
+        app = _preview_app(models_dir)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await _pick(app, pilot, "qwen3-8b")
+            await wait_until(pilot, lambda: app.state.picked.plan is not None, timeout=60)
+            argv = app.state.picked.argv
+            assert argv[:3] == ["llama-server", "-hf", "Qwen/Qwen3-8B-GGUF:Q4_K_M"]
+            assert "-m" not in argv and app.state.picked.model_path is None
+
+            await _pick(app, pilot, "stubby")
+            steps = app.query_one("#steps")
+            await wait_until(pilot, lambda: "Download it first" in str(steps.render()), 60)
+            assert app.state.picked.plan is None and app.state.picked.argv == []
 
     run(drive())

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from vllm_real_helpers import homelab, kill_tree, vllm_pids
 
-from homelab.engine.vllm.log import parse_vllm_log
 from homelab.errors import ExitCode
+from tests.factory.vllm_log import parse_vllm_log
 
 ARGS = ("--engine", "vllm", "--ctx", "131072", "--kv-cache-memory", "256MiB", "--no-gate")
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from vllm_real_helpers import free_port, get, homelab, kill_tree, post, vllm_pids
 
-from homelab.engine.vllm.log import parse_vllm_log
 from homelab.gate.limits import UNIFIED_MARGIN
+from tests.factory.vllm_log import parse_vllm_log
 
 CTX, SLOTS, POOL = "4096", "2", "64MiB"
 PLAN_ARGS = ("--engine", "vllm", "--ctx", CTX, "--parallel", SLOTS, "--kv-cache-memory", POOL)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from homelab.engine.kinds import DEFAULT_PORT
+from homelab.engine.llamacpp.kind import LlamaCpp
 from homelab.plan.planner import Plan
 from homelab.units import MiB
 
@@ -57,7 +57,7 @@ def llama_server_argv(
     *,
     server: str = "llama-server",
     host: str = "127.0.0.1",
-    port: int = DEFAULT_PORT,
+    port: int = LlamaCpp.default_port,
     model_args: list[str] | None = None,
     visible: frozenset[str] | None = None,
     cache_ram_mib: int | None = None,

@@ -5,8 +5,8 @@ never raises: it answers a typed :class:`Health` (ready, loading, down, unrespon
 error). The other endpoints raise :class:`EngineUnavailableError` (an ``EngineError``)
 when the server cannot answer; :meth:`~LlamaServerClient.snapshot` catches those and
 returns a :class:`LiveStatus` with what it could read, which :func:`status_line`
-prints in one line. :func:`cache_reuse` reads prompt-cache reuse off a completion
-response (parsing of the JSON answers lives in :mod:`homelab.engine.llamacpp.answers`).
+prints in one line (parsing of the JSON answers lives in
+:mod:`homelab.engine.llamacpp.answers`).
 
 Facts of llama-server (b11312) this relies on: ``/health`` answers 503
 ``{"error": {"message": "Loading model", ...}}`` while the model loads (its HTTP
@@ -26,29 +26,10 @@ from typing import Any, Self
 
 import httpx
 
-from homelab.engine.llamacpp.answers import (
-    ServerProps,
-    SlotStatus,
-    cache_reuse,
-    parse_props,
-    parse_slot,
-)
+from homelab.engine.llamacpp.answers import ServerProps, SlotStatus, parse_props, parse_slot
 from homelab.engine.llamacpp.metrics import LlamaMetrics, MetricsFormatError, MetricsWindow, window
 from homelab.engine.loopback import loopback_client
 from homelab.errors import EngineError
-
-__all__ = [
-    "EngineUnavailableError",
-    "Health",
-    "HealthState",
-    "LiveStatus",
-    "LlamaServerClient",
-    "ServerProps",
-    "SlotStatus",
-    "cache_reuse",
-    "parse_slot",
-    "status_line",
-]
 
 
 class EngineUnavailableError(EngineError):
@@ -148,12 +129,9 @@ class LlamaServerClient:
     Use as a context manager or call :meth:`close`.
     """
 
-    def __init__(
-        self, base_url: str, timeout_s: float = 5.0, *, api_key: str | None = None
-    ) -> None:
+    def __init__(self, base_url: str, timeout_s: float = 5.0) -> None:
         self.base_url = base_url.rstrip("/")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-        self._http = loopback_client(self.base_url, timeout_s=timeout_s, headers=headers)
+        self._http = loopback_client(self.base_url, timeout_s=timeout_s)
         self._previous: LlamaMetrics | None = None
         self._previous_at: float | None = None
         self._last_reuse: tuple[int, int] | None = None
@@ -224,20 +202,21 @@ class LlamaServerClient:
                 hint="Is this port llama-server's?",
             ) from None
 
+    def _foreign(self, path: str, what: object) -> EngineUnavailableError:
+        """``path`` answered, but not as llama-server does."""
+        return EngineUnavailableError(
+            f"{self.base_url}{path}: {what}", hint="Is this port llama-server's?"
+        )
+
     def slots(self) -> tuple[SlotStatus, ...]:
         """``/slots``. Raises EngineUnavailableError (see the class) or on an unexpected answer."""
         data = self._json("/slots")
         if not isinstance(data, list):
-            raise EngineUnavailableError(
-                f"{self.base_url}/slots: expected a list, got {type(data).__name__}",
-                hint="Is this port llama-server's?",
-            )
+            raise self._foreign("/slots", f"expected a list, got {type(data).__name__}")
         try:
             return tuple(parse_slot(item) for item in data)
         except ValueError as error:
-            raise EngineUnavailableError(
-                f"{self.base_url}/slots: {error}", hint="Is this port llama-server's?"
-            ) from None
+            raise self._foreign("/slots", error) from None
 
     def metrics(self) -> LlamaMetrics:
         """``/metrics`` (needs ``--metrics``). Raises EngineUnavailableError (see the class)."""
@@ -245,9 +224,7 @@ class LlamaServerClient:
         try:
             return LlamaMetrics.from_text(response.text)
         except MetricsFormatError as error:
-            raise EngineUnavailableError(
-                f"{self.base_url}/metrics: {error}", hint="Is this port llama-server's?"
-            ) from None
+            raise self._foreign("/metrics", error) from None
 
     def props(self) -> ServerProps:
         """``GET /props``. Raises EngineUnavailableError (see the class)."""
@@ -255,9 +232,7 @@ class LlamaServerClient:
         try:
             return parse_props(data)
         except TypeError as error:
-            raise EngineUnavailableError(
-                f"{self.base_url}/props: {error}", hint="Is this port llama-server's?"
-            ) from None
+            raise self._foreign("/props", error) from None
 
     # -- the combined view -------------------------------------------------------------
 

@@ -18,6 +18,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from homelab.engine.llamacpp.kind import LlamaCpp
 from homelab.engine.llamacpp.log import Failure, FailureKind, parse_failure_line
 from homelab.engine.supervision.failure import (
     QUOTE_LINES,
@@ -38,10 +39,6 @@ from homelab.units import format_bytes
 if TYPE_CHECKING:
     from homelab.plan.planner import Plan
 
-ENGINE = "llama-server"
-"""The program, as messages name it."""
-KIND = "llama.cpp"
-"""The engine kind's one name (records, presets, plan options)."""
 SERVING_LINE = re.compile(r"(?:server is )?listening on https?://\S+")
 """``llama_server: listening on http://127.0.0.1:8080`` (older: ``server is listening on``)."""
 _PREFIX = re.compile(r"^\s*\d+\.\d+\.\d+\.\d+ [IWEDT] (?:[a-z]{3}\s{2,})?")
@@ -210,9 +207,7 @@ def _explain(
     if key.kind is FailureKind.OUT_OF_MEMORY:
         title, message, hint, error_type = _RAN_OUT[_what_ran_out(lines)]
     else:
-        title, message, hint, error_type = _EXPLAINED.get(
-            key.kind, _EXPLAINED[FailureKind.CONTEXT_FAILED]
-        )
+        title, message, hint, error_type = _EXPLAINED[key.kind]
     message = message.format(
         what=model or "the model",
         detail=key.detail,
@@ -234,12 +229,12 @@ def diagnose_llama_server(
     key = _key_failure(failures)
     if key is None:
         return unexplained(
-            ENGINE, returncode, [strip_prefix(line) for line in lines if line.strip()]
+            LlamaCpp.program, returncode, [strip_prefix(line) for line in lines if line.strip()]
         )
     title, message, hint, error_type = _explain(key, lines, plan, model)
     return EngineFailure(
         title=title,
-        message=f"{message} ({ENGINE} {describe_exit(returncode)})",
+        message=f"{message} ({LlamaCpp.program} {describe_exit(returncode)})",
         hint=hint,
         quoted=_error_lines(lines, key),
         returncode=returncode,
@@ -257,10 +252,9 @@ def llama_server_profile(plan: Plan | None = None, model: str | None = None) -> 
         return diagnose_llama_server(lines, returncode, plan=plan, model=model)
 
     return EngineProfile(
-        name=ENGINE,
+        name=LlamaCpp.program,
         serving_line=SERVING_LINE,
         diagnose=diagnose,
-        health_path="/health",
         env={"LLAMA_ARG_LOG_COLORS": "off"},
-        kind=KIND,
+        kind=LlamaCpp.name,
     )

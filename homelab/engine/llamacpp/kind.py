@@ -100,11 +100,6 @@ class LlamaCpp:
             return profile
         return replace(profile, env={**profile.env, **plan.env})
 
-    def read_log(self, lines: Sequence[str]) -> Any:
-        from homelab.engine.llamacpp.log import parse_load_log
-
-        return parse_load_log("\n".join(lines))
-
     def status_client(self, url: str, timeout_s: float) -> Any:
         from homelab.engine.llamacpp.client import LlamaServerClient
 
@@ -115,9 +110,10 @@ class LlamaCpp:
         from homelab.engine.llamacpp.actuals import compare
         from homelab.engine.llamacpp.calibrate import record
         from homelab.engine.llamacpp.locate import engine_version
+        from homelab.engine.llamacpp.log import parse_load_log
         from homelab.plan.calibration import CalibrationError
 
-        load_log = self.read_log(lines)
+        load_log = parse_load_log("\n".join(lines))
         rows = compare(plan.plan, load_log)
         try:
             calibration = record(
@@ -128,7 +124,9 @@ class LlamaCpp:
         return Measured(rows, calibration.compute)
 
     def logged_kv_tokens(self, lines: Sequence[str]) -> int | None:
-        return self.read_log(lines).context.n_ctx
+        from homelab.engine.llamacpp.log import parse_load_log
+
+        return parse_load_log("\n".join(lines)).context.n_ctx
 
     def served_facts(self, facts: PlanFacts | None, lines: Sequence[str]) -> PlanFacts | None:
         return facts  # llama-server allocates exactly the planned cells

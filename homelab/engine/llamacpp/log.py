@@ -33,15 +33,13 @@ MIB = 1024 * 1024
 _F32_REL = 2.0**-23  # relative half-ulp-ish slack for values computed in float
 
 
-def mib_byte_range(
-    mib: float, *, decimals: int = 2, single_precision: bool = False
-) -> tuple[int, int]:
-    """Inclusive ``(lo, hi)`` byte counts that print as ``mib`` with ``decimals`` places.
+def mib_byte_range(mib: float, *, single_precision: bool = False) -> tuple[int, int]:
+    """Inclusive ``(lo, hi)`` byte counts that print as ``mib`` with llama.cpp's 2 decimals.
 
     ``single_precision`` widens the interval for values llama.cpp divides in
     ``float`` (the KV and RS "size =" lines), whose error grows with the size.
     """
-    half_step = 0.5 * 10.0**-decimals
+    half_step = 0.005
     slack = abs(mib) * _F32_REL if single_precision else 0.0
     lo = math.ceil((mib - half_step - slack) * MIB)
     hi = math.floor((mib + half_step + slack) * MIB)
@@ -67,11 +65,6 @@ class KvCacheLine:
     type_v: str
     v_mib: float
     swa: bool | None = None
-
-    @property
-    def total_cells(self) -> int:
-        """Cells over all streams."""
-        return self.cells * self.n_stream
 
 
 @dataclass(frozen=True)
@@ -189,14 +182,6 @@ class LoadLog:
         """The server got as far as listening."""
         return self.listening_url is not None
 
-    def buffer_mib(self, kind: str, device: str | None = None) -> float:
-        """Sum of the logged ``kind`` buffers (optionally of one device), in MiB."""
-        return sum(b.mib for b in self.buffers if b.kind == kind and device in (None, b.device))
-
-    def failure_kinds(self) -> set[FailureKind]:
-        """The distinct kinds of failure lines seen."""
-        return {f.kind for f in self.failures}
-
 
 _NUM = r"(\d+(?:\.\d+)?)"
 _KV_SIZE = re.compile(
@@ -250,11 +235,6 @@ _FAILURES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
 )
 
 
-def _f(text: str | None) -> float | None:
-    """Optional float of an optional regex group."""
-    return None if text is None else float(text)
-
-
 def parse_kv_cache_line(line: str, *, swa: bool | None = None) -> KvCacheLine | None:
     """The KV "size =" line in ``line``, or None."""
     m = _KV_SIZE.search(line)
@@ -291,7 +271,7 @@ def parse_recurrent_line(line: str) -> RecurrentLine | None:
         float(r),
         ts,
         float(s),
-        _f(p),
+        None if p is None else float(p),
     )
 
 

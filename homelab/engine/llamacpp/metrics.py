@@ -17,7 +17,6 @@ Throughput is best taken from the counters between two scrapes
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, fields
 
@@ -30,17 +29,6 @@ _SAMPLE = re.compile(
 
 class MetricsFormatError(ValueError):
     """The text is not Prometheus exposition format (a line that is neither a comment nor a sample)."""
-
-
-def _value(text: str) -> float:
-    lowered = text.lower()
-    if lowered in ("+inf", "inf"):
-        return math.inf
-    if lowered == "-inf":
-        return -math.inf
-    if lowered == "nan":
-        return math.nan
-    return float(text)
 
 
 def parse_prometheus_text(text: str) -> dict[str, float]:
@@ -58,7 +46,7 @@ def parse_prometheus_text(text: str) -> dict[str, float]:
         if match is None:
             raise MetricsFormatError(f"line {number} is not a Prometheus sample: {line[:80]!r}")
         try:
-            value = _value(match.group("value"))
+            value = float(match.group("value"))  # Prometheus's +Inf, -Inf, NaN too
         except ValueError:
             raise MetricsFormatError(f"line {number} has no number: {line[:80]!r}") from None
         samples[match.group("name") + (match.group("labels") or "")] = value

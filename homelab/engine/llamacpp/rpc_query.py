@@ -37,11 +37,6 @@ START_HINT = (
 )
 
 
-def device_name(ordinal: int) -> str:
-    """llama-server's name for the ``ordinal``-th RPC device over all workers (``RPC0``...)."""
-    return f"RPC{ordinal}"
-
-
 def query_workers(
     endpoints: Iterable[str], *, timeout_s: float = QUERY_TIMEOUT_S
 ) -> tuple[RemoteDevice, ...]:
@@ -54,7 +49,7 @@ def query_workers(
     devices: list[RemoteDevice] = []
     for endpoint in parse_endpoints(tuple(endpoints)):
         for free, total in ask_worker(endpoint, timeout_s=timeout_s):
-            devices.append(RemoteDevice(endpoint, device_name(len(devices)), total, free))
+            devices.append(RemoteDevice(endpoint, f"RPC{len(devices)}", total, free))
     return tuple(devices)
 
 

@@ -52,27 +52,20 @@ _NOT_SERVING = (
         "Failed to create server socket",
         "could not listen (the port is taken or the address is not this machine's)",
         "pick another port, or stop what holds it",
-        True,
     ),
     (
         "error: unknown device",
         "was given a device it does not have",
         "fix the worker's device setting (the devices it has are listed above)",
-        True,
     ),
-    (
-        "No devices found",
-        "found no device to serve",
-        "check the GPU driver, or serve the CPU",
-        True,
-    ),
+    ("No devices found", "found no device to serve", "check the GPU driver, or serve the CPU"),
     (
         "Failed to find RPC backend",
         "was built without the RPC backend",
         "run `homelab engine build --force`",
-        True,
     ),
 )
+"""(what rpc-server logs, what it could not do, the next step): each fails again the same way."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,14 +96,9 @@ class WorkerSettings:
         """``host:port`` as the main machine's RPC workers setting names it."""
         return f"{self.host}:{self.port}"
 
-    @property
-    def on_loopback(self) -> bool:
-        """True when only this machine can reach it."""
-        return is_loopback(self.host)
-
     def warning(self) -> str | None:
-        """The plain warning a non-loopback worker gets; None on loopback."""
-        return None if self.on_loopback else TRUST_WARNING.format(where=self.endpoint)
+        """The plain warning a worker others can reach gets; None on loopback."""
+        return None if is_loopback(self.host) else TRUST_WARNING.format(where=self.endpoint)
 
 
 def is_loopback(host: str) -> bool:
@@ -164,7 +152,7 @@ def probe_worker(url: str) -> HealthAnswer:
 
 def diagnose_worker(lines: Sequence[str], returncode: int | None) -> EngineFailure:
     """Why rpc-server stopped (it exits 0 even when it could not listen)."""
-    for needle, what, hint, permanent in _NOT_SERVING:
+    for needle, what, hint in _NOT_SERVING:
         hits = [i for i, line in enumerate(lines) if needle in line]
         if hits:
             first = hits[0]
@@ -174,7 +162,7 @@ def diagnose_worker(lines: Sequence[str], returncode: int | None) -> EngineFailu
                 hint,
                 quoted=tuple(lines[first : first + QUOTE_LINES]),
                 returncode=returncode,
-                permanent=permanent,
+                permanent=True,
                 port_conflict=needle.startswith("Failed to create server socket"),
             )
     how = "was killed" if returncode is not None and returncode < 0 else "stopped"

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from homelab.engine.llamacpp.client import LiveStatus, LlamaServerClient
 from homelab.engine.loopback import require_loopback
 from homelab.events import EventHub, Subscription
-from homelab.polling import Clock, PollThread, every
+from homelab.polling import PollThread, every
 
 INTERVAL_S = 1.0
 TIMEOUT_S = 5.0
@@ -37,8 +37,6 @@ class StatusPoller:
             capacity is one slot's context, not their sum.
         interval_s: seconds between polls.
         timeout_s: bounds each request (default the smaller of ``interval_s`` and 5 s).
-        api_key: sent as a bearer token when the server wants one.
-        clock: what time is (default real time).
 
     Raises:
         NotLoopbackError: ``url`` is a fixed URL that is not on this machine's loopback.
@@ -51,8 +49,6 @@ class StatusPoller:
         kv_unified: bool | None = None,
         interval_s: float = INTERVAL_S,
         timeout_s: float | None = None,
-        api_key: str | None = None,
-        clock: Clock | None = None,
     ) -> None:
         if isinstance(url, str):
             fixed = require_loopback(url)
@@ -62,10 +58,9 @@ class StatusPoller:
         self.kv_unified = kv_unified
         self.interval_s = interval_s
         self.timeout_s = min(interval_s, TIMEOUT_S) if timeout_s is None else timeout_s
-        self._api_key = api_key
         self._hub: EventHub[LiveStatus] = EventHub("engine-status")
         self._client: LlamaServerClient | None = None
-        self._thread = PollThread("homelab-engine-status", self._tick, every(interval_s), clock)
+        self._thread = PollThread("homelab-engine-status", self._tick, every(interval_s))
         self.polls = 0
         """Rounds that asked the server (skipped rounds not counted)."""
 
@@ -115,9 +110,7 @@ class StatusPoller:
         if url is None:
             return True
         if client is None:
-            client = self._client = LlamaServerClient(
-                url, timeout_s=self.timeout_s, api_key=self._api_key
-            )
+            client = self._client = LlamaServerClient(url, timeout_s=self.timeout_s)
         status = client.snapshot(kv_unified=self.kv_unified)
         self.polls += 1
         self._hub.publish(status)

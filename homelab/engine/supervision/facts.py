@@ -7,7 +7,7 @@ adopted when it runs as the person asked (:func:`differences`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,15 +37,7 @@ class PlanFacts:
         )
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "slots": self.slots,
-            "ctx_total": self.ctx_total,
-            "ctx_per_slot": self.ctx_per_slot,
-            "kv_tokens": self.kv_tokens,
-            "unified": self.unified,
-            "cache_type_k": self.cache_type_k,
-            "cache_type_v": self.cache_type_v,
-        }
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: object) -> PlanFacts:

@@ -162,16 +162,7 @@ def stop_engine(store: StateFile, record: EngineRecord, grace_s: float = 20.0) -
     for _ in range(3):
         store.update(record.pid, stop_requested=True)
         if record.not_the_engine() is None:
-            try:
-                proc = EngineProcess.adopt(
-                    record.pid, pgid=record.pgid, create_time=record.create_time
-                )
-            except EngineError:  # it exited between the two looks
-                proc = None
-            if proc is not None:
-                proc.stop(grace_s)
-                proc.close()
-                stopped = True
+            stopped = _stop(record.pid, record.pgid, record.create_time, grace_s) or stopped
         store.clear(record.pid)
         following = store.read()
         if following is None or following.pid == record.pid or not following.engine_alive():
@@ -182,8 +173,13 @@ def stop_engine(store: StateFile, record: EngineRecord, grace_s: float = 20.0) -
 
 def stop_found(engine: FoundEngine, grace_s: float = 20.0) -> bool:
     """Stop an engine found by its marker (no record); True when it was running."""
+    return _stop(engine.pid, engine.pgid, engine.create_time, grace_s)
+
+
+def _stop(pid: int, pgid: int, create_time: float | None, grace_s: float) -> bool:
+    """Stop engine ``pid``; True when it was running (not when it exited a moment ago)."""
     try:
-        proc = EngineProcess.adopt(engine.pid, pgid=engine.pgid, create_time=engine.create_time)
+        proc = EngineProcess.adopt(pid, pgid=pgid, create_time=create_time)
     except EngineError:
         return False
     proc.stop(grace_s)

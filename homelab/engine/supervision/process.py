@@ -48,13 +48,7 @@ def _load_prctl():
         function = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
-    function.argtypes = [
-        ctypes.c_int,
-        ctypes.c_ulong,
-        ctypes.c_ulong,
-        ctypes.c_ulong,
-        ctypes.c_ulong,
-    ]
+    function.argtypes = [ctypes.c_int, *[ctypes.c_ulong] * 4]
     function.restype = ctypes.c_int
     return function
 
@@ -62,36 +56,29 @@ def _load_prctl():
 _PRCTL = _load_prctl()
 
 
-def _die_with_parent(parent_pid: int):
-    """A ``preexec_fn`` that arms SIGKILL-on-parent-death in the child.
+def _preexec(parent_pid: int | None, memory_limit: int | None):
+    """The ``preexec_fn`` (None: nothing to do in the child): the memory cap, then
+    SIGKILL-on-parent-death armed for ``parent_pid``.
 
     It also closes the race where the parent died between fork and prctl: the
     child then already has another parent and kills itself.
     """
-    prctl = _PRCTL
-
-    def arm() -> None:
-        if prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-        if os.getppid() != parent_pid:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return arm
-
-
-def _preexec(parent_pid: int | None, memory_limit: int | None):
-    """The ``preexec_fn``: the parent-death signal (``parent_pid``) and the memory cap."""
-    arm = None if parent_pid is None else _die_with_parent(parent_pid)
-    if memory_limit is None:
-        return arm
+    if parent_pid is None and memory_limit is None:
+        return None
     import resource
 
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
-        if arm is not None:
-            arm()
+    prctl = _PRCTL
 
-    return limit
+    def in_child() -> None:
+        if memory_limit is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+        if parent_pid is not None:
+            if prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+            if os.getppid() != parent_pid:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return in_child
 
 
 def _open_log(path: Path, header: str | None) -> BinaryIO:

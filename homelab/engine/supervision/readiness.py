@@ -99,20 +99,6 @@ def check_health(client: httpx.Client, base_url: str, path: str = "/health") -> 
     return HealthAnswer(response.status_code == 200, response.status_code, body)
 
 
-class HealthBackoff:
-    """Intervals between health polls once the serving line was seen: 20 ms doubling to 500 ms."""
-
-    def __init__(self, first_s: float = FIRST_POLL_S, max_s: float = MAX_POLL_S) -> None:
-        self._max = max_s
-        self._next = first_s
-
-    def next(self) -> float:
-        """The next interval."""
-        value = self._next
-        self._next = min(self._next * 2, self._max)
-        return value
-
-
 def await_ready(
     inbox: Inbox,
     pid: int,
@@ -130,7 +116,7 @@ def await_ready(
         "ready", "timeout" (``deadline``, monotonic, passed), or what the inbox
         had first: "exited", "stop", "release", "restart".
     """
-    backoff = HealthBackoff()
+    poll_s = FIRST_POLL_S  # once the serving line was seen: 20 ms doubling to 500 ms
     while True:
         pending = inbox.pending(pid)
         if pending is not None:
@@ -145,7 +131,7 @@ def await_ready(
                 ).ok
             ):
                 return "ready"
-            wait_s = backoff.next()
+            wait_s, poll_s = poll_s, min(poll_s * 2, MAX_POLL_S)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return "timeout"

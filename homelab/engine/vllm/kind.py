@@ -88,16 +88,11 @@ class Vllm:
         profile = vllm_profile()
         return profile if plan is None or not plan.env else replace(profile, env=plan.env)
 
-    def read_log(self, lines: Sequence[str]) -> Any:
-        from homelab.engine.vllm.log import parse_vllm_log
-
-        return parse_vllm_log("\n".join(lines))
-
     def status_client(self, url: str, timeout_s: float) -> Any:
         return None  # vLLM's live status is not read yet
 
     def measure(self, plan: ServePlan, lines: Sequence[str], executable: str) -> Measured | None:
-        return None  # its start-up figures are in the log (read_log); not compared yet
+        return None  # its start-up figures are in the log; not compared yet
 
     def logged_kv_tokens(self, lines: Sequence[str]) -> int | None:
         from homelab.engine.vllm.log import last_kv_tokens

@@ -71,10 +71,6 @@ class VllmInstall:
         """The program the engine's argv starts with: the script, else the Python."""
         return self.script or self.python
 
-    @property
-    def cpu_build(self) -> bool:
-        return self.distribution == CPU_DISTRIBUTION
-
 
 def uses_script(executable: str) -> bool:
     """True when ``executable`` is a ``vllm`` script (``vllm serve``), not a Python."""

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 from homelab.engine.supervision.failure import EngineFailure
 from homelab.engine.supervision.readiness import EngineProfile
+from homelab.engine.vllm.kind import Vllm
 from homelab.engine.vllm.log import failure_error, find_failure
 
-ENGINE = "vllm"
 SERVING_LINE = re.compile(r"Application startup complete")
 
 
@@ -45,6 +45,4 @@ def diagnose_vllm(lines: Sequence[str], returncode: int | None) -> EngineFailure
 
 def vllm_profile() -> EngineProfile:
     """vLLM's serving line, health path and failure reader."""
-    return EngineProfile(
-        name=ENGINE, serving_line=SERVING_LINE, diagnose=diagnose_vllm, health_path="/health"
-    )
+    return EngineProfile(name=Vllm.program, serving_line=SERVING_LINE, diagnose=diagnose_vllm)

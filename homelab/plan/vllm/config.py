@@ -135,7 +135,6 @@ class ModelConfig:
     repo_id: str | None
     architectures: tuple[str, ...]
     model_type: str
-    text_model_type: str
     dtype: str | None
     """``torch_dtype``/``dtype`` as written, ``None`` when the config has none."""
     dtype_bytes: int
@@ -154,7 +153,6 @@ class ModelConfig:
     moe: Moe | None
     max_model_len: int | None
     """The longest context the config allows (vLLM refuses more without an override)."""
-    quantization: str | None
     weights: WeightFiles
     notes: tuple[str, ...] = ()
 
@@ -243,7 +241,6 @@ def parse_config(
         )
     moe = _moe(field)
     max_len = _derived_max_len(field, f"{raw.get('model_type')} {text_type}")
-    quant = raw.get("quantization_config") or text.get("quantization_config")
     if weights.source == "index":
         notes.append("The weight shards are not downloaded; their size comes from the index file.")
     if field.opt("vocab_size") is None:
@@ -258,7 +255,6 @@ def parse_config(
             str(a) for a in raw.get("architectures") or text.get("architectures") or ()
         ),
         model_type=str(raw.get("model_type") or text_type),
-        text_model_type=text_type,
         dtype=None if dtype is None else str(dtype),
         dtype_bytes=dtype_bytes,
         hidden_size=hidden,
@@ -273,9 +269,6 @@ def parse_config(
         linear=linear,
         moe=moe,
         max_model_len=max_len,
-        quantization=str(quant.get("quant_method"))
-        if isinstance(quant, dict) and quant.get("quant_method")
-        else None,
         weights=weights,
         notes=tuple(notes),
     )

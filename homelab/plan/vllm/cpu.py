@@ -120,59 +120,44 @@ def _steps(plan: VllmPlan, kv: KvLayout, usable: int, room: int) -> list[Step]:
             "Model",
             f"{m.name} ({', '.join(m.architectures) or m.model_type}), {m.n_layers} layers",
             m.n_layers,
-            "count",
         ),
         Step("Backend", "vLLM's CPU backend (no NVIDIA GPU): weights and KV cache in system RAM"),
-        Step("RAM usable (available − headroom)", format_bytes(usable), usable, "B"),
-        Step(
-            "weights (file sizes)",
-            format_bytes(m.weights.total),
-            m.weights.total,
-            "B",
-            level=1,
-            sign="−",
+        Step("RAM usable (available − headroom)", format_bytes(usable), usable),
+        *(
+            Step(what, format_bytes(value), value, level=1, sign="−")
+            for what, value in (
+                ("weights (file sizes)", m.weights.total),
+                ("vLLM itself (est.)", CPU_RUNTIME_BYTES),
+            )
         ),
-        Step(
-            "vLLM itself (est.)",
-            format_bytes(CPU_RUNTIME_BYTES),
-            CPU_RUNTIME_BYTES,
-            "B",
-            level=1,
-            sign="−",
-        ),
-        Step("left for the KV pool", format_bytes(room), room, "B", level=1, sign="="),
+        Step("left for the KV pool", format_bytes(room), room, level=1, sign="="),
         Step(
             f"KV per token per layer at {plan.kv_cache_dtype} ({kv.element_bytes} B per element)",
             f"2 × {m.num_kv_heads} kv heads × {m.head_dim} × {kv.element_bytes} B = {kv.token_layer_bytes:,} B",
             kv.token_layer_bytes,
-            "B",
         ),
         Step(
             f"Blocks of {kv.block_size} tokens (the CPU backend's)",
             f"one block = {kv.group_size} layers × {kv.page_bytes:,} B = {kv.bytes_per_block:,} B; "
             f"pool {pool:,} B = {kv.num_blocks(pool):,} blocks, one kept back",
             kv.num_blocks(pool),
-            "count",
         ),
         Step(
             f"--kv-cache-memory-bytes {pool}",
             f"the pool handed to vLLM ({format_bytes(pool)}); vLLM sizes nothing itself on the CPU",
             pool,
-            "B",
         ),
         Step(
             f"--max-model-len {plan.max_model_len:,}",
             f"{kv.blocks_per_request(plan.max_model_len):,} blocks = {kv.request_bytes(plan.max_model_len):,} B "
             f"per request; the longest this pool takes: {plan.vllm_longest:,}",
             kv.request_bytes(plan.max_model_len),
-            "B",
         ),
         Step(
             "Expect at start-up",
             f"CPU KV cache size: {plan.predicted_kv_tokens:,} tokens, maximum concurrency "
             f"{plan.predicted_concurrency:.2f}x for {plan.max_model_len:,} tokens per request",
             plan.predicted_kv_tokens,
-            "tokens",
         ),
         Step("--enable-prefix-caching", "always passed"),
     ]

@@ -69,7 +69,6 @@ class KvGroup:
 class KvLayout:
     """The pool's geometry for one model, cache dtype and batch size."""
 
-    kv_cache_dtype: str
     element_bytes: int
     token_layer_bytes: int
     """One token in one attention layer."""
@@ -180,7 +179,6 @@ def kv_layout(
         for i in range(cdiv(n, group_size)):
             groups.append(KvGroup(kind, min(group_size, n - i * group_size)))  # type: ignore[arg-type]
     return KvLayout(
-        kv_cache_dtype=kv_cache_dtype,
         element_bytes=element,
         token_layer_bytes=token_layer,
         block_size=block,

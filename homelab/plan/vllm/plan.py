@@ -18,7 +18,6 @@ crash instead of a smaller measured pool. Without a card (vLLM's CPU backend, se
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from homelab.plan.budget import device_budget, pick_device
 from homelab.plan.options import PlanOptions
 from homelab.plan.vllm.config import ModelConfig, load_model_config
 from homelab.plan.vllm.kv import KvLayout, cdiv, kv_layout
-from homelab.plan.vllm.length import MAX_SEQS, LengthAsk, choose_len, most_in_pool
+from homelab.plan.vllm.length import LengthAsk, choose_len, most_in_pool
 from homelab.plan.vllm.pricing import MemoryPrice, Utilization, price_memory, utilization_for
 from homelab.plan.vllm.steps import describe
 from homelab.plan.vllm.tensor_parallel import CardSlice, tensor_parallel
@@ -330,9 +329,7 @@ def _most_sequences(
     one: MemoryPrice,
 ) -> int:
     """Full-length requests that fit at once (at most MAX_SEQS), counting what more rows cost."""
-    seqs = max(
-        1, min(MAX_SEQS, batched, math.floor(layout.max_concurrency(one.planned_pool, length)))
-    )
+    seqs = most_in_pool(layout, one.planned_pool, length, batched)
     while seqs > 1:
         pool = price_memory(model, util, batched, seqs).planned_pool
         if layout.fits(length, pool) and layout.max_concurrency(pool, length) >= seqs:

@@ -28,16 +28,6 @@ def format_gib(n: int) -> str:
     return f"{round(n / GiB, 2)}"
 
 
-def check_memory(layout: KvLayout, pool: int) -> int:
-    """What the check compares with: the pool less the null block."""
-    return pool - layout.bytes_per_block
-
-
-def estimated_max_model_len(layout: KvLayout, pool: int, max_model_len: int) -> int:
-    """The length vLLM's refusal names for this pool (0: not one token fits)."""
-    return layout.longest_fitting(pool, max_model_len)
-
-
 def kv_refusal_error(
     max_model_len: int, needed_gib: str, available_gib: str, estimate: int | None
 ) -> DoesNotFitError:
@@ -65,10 +55,9 @@ def refusal(layout: KvLayout, pool: int, max_model_len: int) -> DoesNotFitError 
     """vLLM's refusal of ``max_model_len`` in this pool, or None when it starts."""
     if layout.fits(max_model_len, pool):
         return None
-    needed = layout.request_bytes(max_model_len)
     return kv_refusal_error(
         max_model_len,
-        format_gib(needed),
-        format_gib(check_memory(layout, pool)),
-        estimated_max_model_len(layout, pool, max_model_len),
+        format_gib(layout.request_bytes(max_model_len)),
+        format_gib(pool - layout.bytes_per_block),  # the check leaves out the null block
+        layout.longest_fitting(pool, max_model_len),  # the length it names (0: not one token)
     )

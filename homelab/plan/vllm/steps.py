@@ -24,6 +24,11 @@ def _b(n: int) -> str:
     return f"{n:,} B" if abs(n) < 1024 else f"{n:,} B ({format_bytes(n)})"
 
 
+def _term(what: str, value: int, sign: str = "") -> Step:
+    """A byte figure that counts into the step above it (taken off, or what is left)."""
+    return Step(what, _b(value), value, level=1, sign=sign)
+
+
 def describe(plan: VllmPlan) -> list[Step]:
     """Every step of the plan, in order: the model, the card's fraction for vLLM, the
     budget spent in vLLM's order, the KV cache's shape, and the flags that follow."""
@@ -51,7 +56,6 @@ def _model_steps(plan: VllmPlan) -> list[Step]:
             "Model",
             f"{m.name} ({arch}), {m.n_layers} layers: {layout}; {m.dtype or 'no dtype'}; {limit}",
             m.n_layers,
-            "count",
         )
     ]
     if plan.tensor_parallel is not None:
@@ -62,7 +66,6 @@ def _model_steps(plan: VllmPlan) -> list[Step]:
                 f"--tensor-parallel-size {tp.size} over {', '.join(tp.cards)}: every figure below "
                 f"is one card's (weights / {tp.size}, {tp.kv_heads_per_card} KV head(s) per card)",
                 tp.size,
-                "count",
             )
         )
     if m.mla is not None:
@@ -79,7 +82,7 @@ def _model_steps(plan: VllmPlan) -> list[Step]:
     else:
         what = "Weights"
         formula = f"{len(m.weights.files)} {m.weights.source} file(s), {_b(total)}"
-    steps.append(Step(what, formula, total, "B"))
+    steps.append(Step(what, formula, total))
     return steps
 
 
@@ -88,18 +91,11 @@ def _utilization_steps(u: Utilization) -> list[Step]:
     desktop = "unknown" if u.desktop_peak is None else _b(u.desktop_peak)
     steps = [
         Step("Card", u.device),
-        Step(
-            f"CUDA-visible total (NVML total − reserved {_b(u.reserved)})",
-            _b(u.visible_total),
-            u.visible_total,
-            "B",
-            level=1,
-        ),
+        _term(f"CUDA-visible total (NVML total − reserved {_b(u.reserved)})", u.visible_total),
         Step(
             "free at its lowest while sampled",
             f"{_b(u.free_min)} (desktop at its peak: {desktop})",
             u.free_min,
-            "B",
             level=1,
         ),
     ]
@@ -111,17 +107,14 @@ def _utilization_steps(u: Utilization) -> list[Step]:
             u.headroom,
         ),
     ):
-        steps.append(Step(label, _b(value), value, "B", level=1, sign="−"))
-    steps.append(
-        Step("vLLM may ask for", _b(u.free_at_check), u.free_at_check, "B", level=1, sign="=")
-    )
+        steps.append(_term(label, value, "−"))
+    steps.append(_term("vLLM may ask for", u.free_at_check, "="))
     steps.append(
         Step(
             f"--gpu-memory-utilization {u.fraction:.3f}",
             f"= {_b(u.free_at_check)} / {_b(u.visible_total)}, floored; "
             f"vLLM asks ceil({u.fraction:.3f} × total) = {_b(u.requested)} ≤ free at its check: it starts",
             u.requested,
-            "B",
             sep=" ",
         )
     )
@@ -133,33 +126,18 @@ def _budget_steps(mem: MemoryPrice) -> list[Step]:
     act = mem.activation
     return [
         Step(f"Budget {_b(mem.requested)}, spent in vLLM's order", value=mem.requested),
-        Step("weights (file sizes)", _b(mem.weights), mem.weights, "B", level=1, sign="−"),
+        _term("weights (file sizes)", mem.weights, "−"),
         Step(
             "activation peak (est.)",
             f"{act.tokens:,} batched tokens × {act.bytes_per_token:,} B "
             f"+ logits {act.rows} row(s) × {act.vocab:,} vocab × 6 B = {_b(act.total)}",
             act.total,
-            "B",
             level=1,
             sign="−",
         ),
-        Step("memory outside torch (est.)", _b(mem.non_torch), mem.non_torch, "B", 1, "−"),
-        Step(
-            f"CUDA graphs (est., {mem.graph_sizes} capture sizes)",
-            _b(mem.cuda_graphs),
-            mem.cuda_graphs,
-            "B",
-            level=1,
-            sign="−",
-        ),
-        Step(
-            "KV pool (vLLM logs it as 'Available KV cache memory')",
-            _b(mem.kv_pool),
-            mem.kv_pool,
-            "B",
-            level=1,
-            sign="=",
-        ),
+        _term("memory outside torch (est.)", mem.non_torch, "−"),
+        _term(f"CUDA graphs (est., {mem.graph_sizes} capture sizes)", mem.cuda_graphs, "−"),
+        _term("KV pool (vLLM logs it as 'Available KV cache memory')", mem.kv_pool, "="),
     ]
 
 
@@ -177,13 +155,11 @@ def _kv_steps(plan: VllmPlan, kv_pool: int) -> list[Step]:
             f"KV per token per layer at {dtype}",
             f"{per_layer} = {kv.token_layer_bytes:,} B",
             kv.token_layer_bytes,
-            "B",
         ),
         Step(
             "",
             f"{kv.full_layers} full-attention layers = {kv.kv_bytes_per_token:,} B per token of context",
             kv.kv_bytes_per_token,
-            "B",
             level=1,
             sign="×",
         ),
@@ -208,7 +184,6 @@ def _kv_steps(plan: VllmPlan, kv_pool: int) -> list[Step]:
                 f"{lin.temporal_elements:,} × {lin.ssm_dtype_bytes} B = {kv.linear_state_bytes:,} B, "
                 f"padded to one {kv.block_size}-token attention page; 2 per request",
                 kv.linear_state_bytes,
-                "B",
                 level=1,
             )
         )
@@ -222,7 +197,6 @@ def _kv_steps(plan: VllmPlan, kv_pool: int) -> list[Step]:
             f"{kv.group_size} × {kv.page_bytes:,} B page = {kv.bytes_per_block:,} B; "
             f"{blocks:,} blocks, one kept back",
             blocks,
-            "count",
         )
     )
     return steps
@@ -238,21 +212,18 @@ def _flag_steps(plan: VllmPlan) -> list[Step]:
             f"{_b(plan.request_bytes)} per request; fits (longest planned, {format_bytes(ESTIMATE_MARGIN_BYTES)} "
             f"of the pool kept for estimate error: {plan.longest_fitting:,}; vLLM's own limit ≈ {plan.vllm_longest:,})",
             plan.request_bytes,
-            "B",
         ),
         Step(
             "Expect at start-up",
             f"GPU KV cache size ≈ {plan.predicted_kv_tokens:,} tokens, maximum concurrency "
             f"≈ {plan.predicted_concurrency:.2f}x for {plan.max_model_len:,} tokens per request",
             plan.predicted_kv_tokens,
-            "tokens",
         ),
         Step(
             "",
             f"--max-num-seqs {plan.max_num_seqs} (full-length requests that fit at once, at most 16); "
             f"--max-num-batched-tokens {plan.max_num_batched_tokens:,} for {plan.workload.describe()}",
             plan.max_num_seqs,
-            "count",
         ),
         Step(
             "--enable-prefix-caching",

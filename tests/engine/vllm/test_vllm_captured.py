@@ -14,13 +14,14 @@ import pytest
 from vllm_fixture_data import LOGS
 
 from homelab.engine.options import plan_options
-from homelab.engine.vllm.log import failure_error, is_ready, parse_vllm_log
+from homelab.engine.vllm.log import failure_error
 from homelab.engine.vllm.profile import diagnose_vllm
 from homelab.errors import DoesNotFitError
 from homelab.gpu.report import CpuMemory, GpuReport
 from homelab.plan.options import PlanOptions
 from homelab.plan.vllm.plan import plan_vllm
 from homelab.units import GiB
+from tests.factory.vllm_log import is_ready, parse_vllm_log
 
 OK = "vllm-0.32.0_captured-cpu_tiny-llama_startup-ok.log"
 REFUSED = "vllm-0.32.0_captured-cpu_tiny-llama_kv-too-small.log"

@@ -9,10 +9,11 @@ import re
 import pytest
 from vllm_fixture_data import LOGS
 
-from homelab.engine.vllm.log import failure_error, is_ready, parse_vllm_log
+from homelab.engine.vllm.log import failure_error
 from homelab.errors import DoesNotFitError, EngineError, UsageError
 from homelab.plan.vllm.config import load_model_config
 from homelab.plan.vllm.kv import kv_layout
+from tests.factory.vllm_log import is_ready, parse_vllm_log
 
 OK = "vllm-0.33.0_written-gpu-only_qwen3-8b_rtx3090_startup-ok.log"
 HYBRID_OK = "vllm-0.33.0_written-gpu-only_qwen3.5-0.8b_rtx3090_startup-ok.log"

@@ -37,6 +37,11 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         help="plan for a card of this total with nothing else on it (e.g. 16GiB)",
     )
     parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="plan for system RAM and run on the CPU, even where an NVIDIA card is",
+    )
+    parser.add_argument(
         "--gpu",
         metavar="N[,M...]",
         type=parse_gpus,
@@ -162,6 +167,7 @@ def options_from_args(args: argparse.Namespace):
         unified=args.kv_unified,
         gpu=args.gpu,
         vram=vram,
+        cpu=args.cpu,
         gpu_snapshot=args.gpu_snapshot,
         sample_seconds=args.sample_seconds,
         engine=getattr(args, "engine", DEFAULT_ENGINE),

@@ -39,6 +39,7 @@ def plan_options(
     gpu_snapshot: Path | None = None,
     sample_seconds: float = 2.0,
     rpc: Iterable[str] = (),
+    cpu: bool = False,
     port: int | None = None,
     engine_memory_limit: int | None = None,
     cache_ram: int | None = None,
@@ -68,7 +69,7 @@ def plan_options(
         ubatch=ubatch,
         unified=unified,
     )
-    card = CardOptions(gpu, vram, gpu_snapshot, sample_seconds, tuple(rpc))
+    card = CardOptions(gpu, vram, gpu_snapshot, sample_seconds, tuple(rpc), cpu)
     kind = engine_kind(engine)
     engine_options = EngineOptions(
         name=kind.name,

@@ -47,6 +47,9 @@ class CardOptions:
     sample_seconds: float = 2.0
     rpc: tuple[str, ...] = ()
     """llama.cpp RPC workers (``host:port``, ``homelab worker`` on other machines) to plan over."""
+    cpu: bool = False
+    """Plan for system RAM even where a card is (``--cpu``): the only way to run on the CPU on
+    a machine with an NVIDIA driver, and then the plan is a CPU plan, not a card's."""
 
     def __post_init__(self) -> None:
         if isinstance(self.gpu, tuple | list):
@@ -58,6 +61,11 @@ class CardOptions:
         for index in self.gpus or ():
             if not _whole(index) or index < 0:
                 raise UsageError(f"The GPU setting is a card index (0, 1, ...), not {index}.")
+        if self.cpu and (self.vram is not None or self.gpu is not None or self.gpu_snapshot):
+            raise UsageError(
+                "The CPU setting plans for system RAM; it takes no card (VRAM size, GPU index "
+                "or GPU snapshot) beside it."
+            )
         if self.vram is not None and (not _whole(self.vram) or self.vram <= 0):
             raise UsageError("The VRAM setting must be a positive size, e.g. 16 GiB.")
         if self.vram is not None and self.vram > MAX_VRAM:

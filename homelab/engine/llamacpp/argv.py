@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from homelab.engine.llamacpp.backend import gpu_device
 from homelab.engine.llamacpp.kind import LlamaCpp
 from homelab.plan.planner import Plan
 from homelab.units import MiB
@@ -68,6 +69,8 @@ def llama_server_argv(
 
     ``model_args`` replaces ``-m PATH`` (e.g. ``-hf REPO:QUANT`` for a model not yet downloaded).
     ``visible``: the devices the engine binary lists (see ``visible_devices``); None: unknown.
+    A plan for system RAM on a binary that lists a GPU says ``--device none``: ``-ngl 0``
+    alone still lets llama.cpp offload large matrix products to the card.
     """
     s = plan.settings
     argv = [server, *(model_args or ["-m", plan.model_path])]
@@ -81,6 +84,8 @@ def llama_server_argv(
         argv += ["--fit-target", fit_target(plan)]
     else:
         argv += ["-ngl", "0"]
+        if visible is not None and any(gpu_device(name) for name in visible):
+            argv += ["--device", "none"]  # a plan for RAM: no compute offloaded to a card either
     if s.n_ubatch != 512:
         argv += ["-ub", str(s.n_ubatch)]
     if s.n_batch != 2048:

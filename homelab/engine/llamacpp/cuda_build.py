@@ -111,7 +111,12 @@ def cuda_configuration(report: GpuReport | None, progress: ProgressFn) -> CudaCo
     nvcc = system_toolkit()
     if nvcc is not None:
         args = [f"-DCMAKE_CUDA_COMPILER={nvcc}", f"-DCMAKE_CUDA_ARCHITECTURES={archs}"]
-        manifest = {"toolkit": "system", "nvcc": nvcc, "version": None, "architectures": archs}
+        manifest: dict[str, Any] = {
+            "toolkit": "system",
+            "nvcc": nvcc,
+            "version": None,
+            "architectures": archs,
+        }
         return CudaConfiguration(args, manifest)
     if report is not None:
         refusal = cuda_kit.kit_refusal(
@@ -122,7 +127,7 @@ def cuda_configuration(report: GpuReport | None, progress: ProgressFn) -> CudaCo
     kit = cuda_kit.ensure_kit(progress)
     driver = cuda_kit.driver_library()
     args = [*cuda_kit.cmake_kit_args(kit, driver), f"-DCMAKE_CUDA_ARCHITECTURES={archs}"]
-    manifest = {
+    manifest = {  # same keys as above, for the wheels
         "toolkit": "wheels",
         "version": cuda_kit.KIT_VERSION,
         "kit": str(kit.root),

@@ -70,6 +70,8 @@ class LlamaCpp:
             cache_type_v=s.type_v,
         )
         pinned = any(d.device.pin and d.device.cuda for d in plan.devices)
+        if pinned:
+            _refuse_an_engine_without_a_gpu()
         env = dict(CUDA_ORDER_ENV) if pinned else {}
         plan, cache_ram = sized_cache_ram(plan, options)
         return ServePlan(self.name, plan, label, facts, parsed, env, cache_ram, fetch_args)
@@ -130,6 +132,20 @@ class LlamaCpp:
 
     def served_facts(self, facts: PlanFacts | None, lines: Sequence[str]) -> PlanFacts | None:
         return facts  # llama-server allocates exactly the planned cells
+
+
+def _refuse_an_engine_without_a_gpu() -> None:
+    """A plan for a card NVML reports is refused when the engine found here has no GPU
+    backend (it would run the card's plan on the CPU); none found yet is the start's to say."""
+    from homelab.engine.llamacpp.backend import check_gpu_backend
+    from homelab.engine.llamacpp.locate import find_llama_server
+    from homelab.errors import EngineError
+
+    try:
+        executable = find_llama_server()
+    except EngineError:
+        return
+    check_gpu_backend(executable)
 
 
 def _read_gguf(model: str) -> tuple[Any, str, tuple[str, ...]]:

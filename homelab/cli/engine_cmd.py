@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-from typing import TextIO
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 from homelab.errors import EngineError
+
+if TYPE_CHECKING:
+    from homelab.gpu.report import GpuReport
 
 
 class ProgressPrinter:
@@ -47,8 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``engine`` and its subcommands."""
     parser = subparsers.add_parser(
         "engine",
-        help="build, find or identify llama-server",
-        description="Build, find or identify llama-server.",
+        help="build, fetch, find or identify llama-server",
+        description="Build, fetch, find or identify llama-server.",
     )
     commands = parser.add_subparsers(dest="engine_command", metavar="SUBCOMMAND")
     parser.set_defaults(func=lambda args: _usage(parser))
@@ -65,7 +69,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         dest="variant",
         action="store_const",
         const="cuda",
-        help="build with CUDA (needs nvcc)",
+        help="build with CUDA (the system's toolkit, else NVIDIA's toolkit wheels, ~1.1 GB "
+        "once); the default where an NVIDIA driver is",
     )
     which.add_argument(
         "--cpu", dest="variant", action="store_const", const="cpu", help="build for CPU only"
@@ -78,12 +83,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="parallel compile jobs (default: number of CPUs)",
     )
     build.add_argument("--force", action="store_true", help="rebuild even if already built")
+    _add_card_option(build)
     build.set_defaults(func=run_build, variant=None)
+
+    fetch = commands.add_parser(
+        "fetch",
+        help="fetch llama.cpp's official prebuilt release of the pinned build (seconds)",
+        description="Download the official prebuilt llama-server of the pinned llama.cpp "
+        "release (CUDA 13, CUDA 12 or Vulkan, by the driver), check its sha256, and keep it "
+        "beside homelab's own builds.",
+    )
+    fetch.add_argument(
+        "--flavour",
+        choices=("cuda-13.4", "cuda-12.8", "vulkan"),
+        help="which archive (default: the newest CUDA this driver runs, else Vulkan)",
+    )
+    fetch.add_argument("--force", action="store_true", help="install again even if there")
+    _add_card_option(fetch)
+    fetch.set_defaults(func=run_fetch)
 
     path = commands.add_parser(
         "path",
-        help="print the llama-server homelab would run",
-        description="Print the path of the llama-server homelab runs.",
+        help="print the llama-server homelab would run (and its backend, on stderr)",
+        description="Print the path of the llama-server homelab runs; what it computes on "
+        "(CUDA, Vulkan or the CPU, from its own --list-devices) goes to stderr.",
     )
     path.set_defaults(func=run_path)
 
@@ -93,6 +116,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Print the llama.cpp release (bNNNN-commit) of the llama-server homelab runs.",
     )
     version.set_defaults(func=run_version_cmd)
+
+
+def _add_card_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--gpu-snapshot",
+        metavar="FILE",
+        type=Path,
+        help="the machine's cards from a recorded GPU snapshot instead of the live driver",
+    )
+
+
+def _card(snapshot: Path | None) -> GpuReport | None:
+    """The machine's cards (one quick look), or None where NVML cannot say."""
+    from homelab.errors import GpuProbeError
+    from homelab.gpu.probe import probe
+
+    try:
+        return probe(snapshot=snapshot, window_s=0.0)
+    except GpuProbeError:
+        if snapshot is not None:
+            raise
+        return None
 
 
 def _positive_int(text: str) -> int:
@@ -113,8 +158,29 @@ def run_build(args: argparse.Namespace) -> int:
 
     printer = ProgressPrinter(sys.stderr)
     try:
+        card = _card(args.gpu_snapshot) if args.gpu_snapshot is not None else None
         path = build_llama_server(
-            variant=args.variant, jobs=args.jobs, progress=printer, force=args.force
+            variant=args.variant, jobs=args.jobs, progress=printer, force=args.force, card=card
+        )
+    finally:
+        printer.close()
+    print(path)
+    return 0
+
+
+def run_fetch(args: argparse.Namespace) -> int:
+    """``homelab engine fetch``: progress on stderr, the binary's path on stdout."""
+    from homelab.engine.llamacpp.release import fetch_release
+
+    card = _card(args.gpu_snapshot)
+    printer = ProgressPrinter(sys.stderr)
+    try:
+        path = fetch_release(
+            flavour=args.flavour,
+            cuda_driver=None if card is None else card.cuda_driver,
+            has_card=card is not None and bool(card.devices),
+            progress=printer,
+            force=args.force,
         )
     finally:
         printer.close()
@@ -124,9 +190,16 @@ def run_build(args: argparse.Namespace) -> int:
 
 def run_path(args: argparse.Namespace) -> int:
     """``homelab engine path``: the binary's path, or exit 6 with a hint."""
+    from homelab.engine.llamacpp.backend import backend_of
     from homelab.engine.llamacpp.locate import find_llama_server
 
-    print(find_llama_server())
+    path = find_llama_server()
+    print(path)
+    found = backend_of(path)
+    print(
+        f"backend: {found.describe() if found else 'unknown (it did not list its devices)'}",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -36,11 +36,14 @@ VERSION_B11312 = f"version: 11312 ({LLAMA_CPP_COMMIT})\nbuilt with cc for x86_64
 
 
 def _script(answer: str) -> bytes:
-    """A stand-in llama-server: ``--version`` prints ``answer``, ``--help`` lists --slots."""
+    """A stand-in llama-server: ``--version`` prints ``answer``, ``--help`` lists --slots,
+    ``--list-devices`` lists a card as a CUDA build on a 3090 would."""
     return (
         '#!/bin/sh\ncase "$1" in\n'
         f"  --version) cat <<'EOF'\n{answer}\nEOF\n  ;;\n"
-        '  --help) echo "usage: llama-server [options] --slots" ;;\nesac\n'
+        '  --help) echo "usage: llama-server [options] --slots" ;;\n'
+        "  --list-devices) printf 'Available devices:\\n  CUDA0: NVIDIA GeForce RTX 3090 "
+        "(24135 MiB, 23720 MiB free)\\n' ;;\nesac\n"
     ).encode()
 
 

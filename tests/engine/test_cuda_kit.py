@@ -74,7 +74,7 @@ def test_an_old_driver_is_refused_before_anything_is_downloaded(monkeypatch) -> 
     with pytest.raises(EngineError) as error:
         cuda_configuration(_card("rtx3090_headless.json"), lambda f, line: None)
     assert error.value.title == "CUDA 13 not possible"
-    assert "update the NVIDIA driver" in error.value.hint and "--cpu" in error.value.hint
+    assert "homelab engine fetch" in error.value.hint and "580 series" in error.value.hint
 
 
 def test_cmake_is_pointed_at_the_kit_and_the_driver_library(tmp_path: Path) -> None:

@@ -25,8 +25,9 @@ from homelab.gpu.report import GpuReport
 
 ARCH_ENV = "HOMELAB_CUDA_ARCHITECTURES"
 OLD_DRIVER_WAYS_OUT = (
-    "update the NVIDIA driver (the 580 series or later), or install a CUDA toolkit with "
-    "cuBLAS system-wide, or build for the CPU on purpose: homelab engine build --cpu"
+    "fetch the prebuilt engine, which runs on CUDA 12 drivers: homelab engine fetch; or "
+    "update the NVIDIA driver (the 580 series or later); or install a CUDA toolkit with "
+    "cuBLAS system-wide"
 )
 
 
@@ -107,8 +108,14 @@ def cuda_configuration(report: GpuReport | None, progress: ProgressFn) -> CudaCo
         EngineError: the wheels' CUDA 13 cannot serve this driver or card (with the ways
             out), they could not be installed, or there is no card to build for.
     """
-    archs = architectures(report)
     nvcc = system_toolkit()
+    if nvcc is None and report is not None:
+        refusal = cuda_kit.kit_refusal(
+            report.cuda_driver, tuple(d.compute_capability for d in report.devices)
+        )
+        if refusal is not None:
+            raise EngineError(refusal, hint=OLD_DRIVER_WAYS_OUT, title="CUDA 13 not possible")
+    archs = architectures(report)
     if nvcc is not None:
         args = [f"-DCMAKE_CUDA_COMPILER={nvcc}", f"-DCMAKE_CUDA_ARCHITECTURES={archs}"]
         manifest: dict[str, Any] = {
@@ -118,12 +125,6 @@ def cuda_configuration(report: GpuReport | None, progress: ProgressFn) -> CudaCo
             "architectures": archs,
         }
         return CudaConfiguration(args, manifest)
-    if report is not None:
-        refusal = cuda_kit.kit_refusal(
-            report.cuda_driver, tuple(d.compute_capability for d in report.devices)
-        )
-        if refusal is not None:
-            raise EngineError(refusal, hint=OLD_DRIVER_WAYS_OUT, title="CUDA 13 not possible")
     kit = cuda_kit.ensure_kit(progress)
     driver = cuda_kit.driver_library()
     args = [*cuda_kit.cmake_kit_args(kit, driver), f"-DCMAKE_CUDA_ARCHITECTURES={archs}"]

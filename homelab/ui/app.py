@@ -70,6 +70,7 @@ class HomelabApp(
         Binding("R", "replan", "re-plan"),
         Binding("l", "focus_log", "log"),
         Binding("d", "download", "download"),
+        Binding("f", "fetch_engine", "fetch engine"),
         Binding("b", "build_engine", "build engine"),
         Binding("e", "choose_engine", "use engine…"),
         Binding("escape", "cancel_build", "cancel build", priority=True),  # while one runs

@@ -2,8 +2,11 @@
 
 A mixin of :class:`homelab.ui.app.HomelabApp`. When the engine check at start finds no
 llama-server (:class:`~homelab.ui.messages.EngineMissing`; the server panel says where it
-looked), the engine-setup panel offers two ways, by key and in the command palette:
+looked), or finds one without a GPU backend on a machine with a card, the engine-setup
+panel offers three ways, by key and in the command palette:
 
+- ``f`` fetches llama.cpp's official prebuilt release for the card's driver (``homelab
+  engine fetch``: seconds, so offered first), with the build's panel, progress and cancel.
 - ``b`` builds it: ``homelab engine build`` in a thread worker, its lines and progress
   in the panel; escape cancels it at its next line (raised from the progress callback,
   so the domain's build stops and keeps what it built for the next try); an error is
@@ -26,6 +29,7 @@ from pathlib import Path
 from textual import work
 from textual.message import Message
 
+from homelab.engine.llamacpp.backend import NoGpuBackend
 from homelab.engine.llamacpp.locate import (
     ENV_VAR,
     check_llama_server,
@@ -41,7 +45,7 @@ from homelab.ui.widgets.engine_setup import EngineSetupPanel
 
 CHOSEN = "the llama-server path (e)"
 """How errors name the path typed into the dialog (before it is saved)."""
-SETUP_ACTIONS = ("build_engine", "choose_engine")
+SETUP_ACTIONS = ("fetch_engine", "build_engine", "choose_engine")
 
 
 class BuildCancelled(Exception):
@@ -97,14 +101,17 @@ class EngineSetupFlow(AppFlow):
             return self.build_cancel is not None and len(self.screen_stack) == 1
         return super().check_action(action, parameters)
 
-    def action_build_engine(self) -> None:
+    def action_build_engine(self, fetch: bool = False) -> None:
         if self.build_cancel is not None:
             self.notify("A build is running (escape cancels it).", title="Building")
             return
         self.build_cancel = threading.Event()
-        self.query_one("#engine-setup", EngineSetupPanel).show_building()
+        self.query_one("#engine-setup", EngineSetupPanel).show_building(fetch)
         self.refresh_bindings()
-        self.build_engine(self.build_cancel)
+        self.build_engine(self.build_cancel, fetch)
+
+    def action_fetch_engine(self) -> None:
+        self.action_build_engine(fetch=True)
 
     def action_cancel_build(self) -> None:
         if self.build_cancel is not None:
@@ -125,23 +132,33 @@ class EngineSetupFlow(AppFlow):
     # -- workers ---------------------------------------------------------------------------
 
     @work(thread=True, exclusive=True, group="engine-build", exit_on_error=False)
-    def build_engine(self, cancel: threading.Event) -> None:
+    def build_engine(self, cancel: threading.Event, fetch: bool = False) -> None:
         def progress(fraction: float | None, line: str) -> None:
             if cancel.is_set():
                 raise BuildCancelled
             self.post_message(BuildLine(fraction, line))
 
         from homelab.engine.llamacpp.build import build_llama_server
+        from homelab.engine.llamacpp.release import fetch_release
 
+        card = self.state.card.report  # the card the app reads (a replay stands for the driver)
         try:
-            built = build_llama_server(progress=progress)
+            if fetch:
+                built = fetch_release(
+                    cuda_driver=None if card is None else card.cuda_driver,
+                    has_card=card is not None and bool(card.devices),
+                    progress=progress,
+                )
+            else:
+                built = build_llama_server(progress=progress, card=card)
             located = locate_llama_server()
         except BuildCancelled:
             self.post_message(EngineSetupFailed(None))
         except HomelabError as error:
             self.post_message(EngineSetupFailed(error))
         else:
-            how = "built" if built == located.path else f"built {built}, but {located.origin} wins"
+            verb = "fetched" if fetch else "built"
+            how = verb if built == located.path else f"{verb} {built}, but {located.origin} wins"
             self.post_message(EngineFound(located.path, located.origin, how))
 
     @work(thread=True, exclusive=True, group="engine-choose", exit_on_error=False)
@@ -183,6 +200,8 @@ class EngineSetupFlow(AppFlow):
         panel = self.query_one("#engine-setup", EngineSetupPanel)
         if self.engine_setup_error is not None:  # the settings file's trouble stays in view
             panel.show_error(self.engine_setup_error)
+        elif isinstance(message.error, NoGpuBackend):  # an engine, but the CPU's: the red line
+            panel.show_error(message.error)
         else:
             panel.show_missing()
         self.refresh_bindings()

@@ -11,6 +11,7 @@ that would repeat) the state reads "gave up" with the supervisor's reason.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from textual import work
@@ -124,11 +125,22 @@ class ServerFlow(AppFlow):
 
     @work(thread=True, exclusive=True, group="engine-check", exit_on_error=False)
     def check_engine(self) -> None:
-        """Say at once when there is no llama-server to run (and how to get one)."""
+        """Say at once when there is no llama-server to run, or (where a card is, live or
+        replayed) one without a GPU backend, and how to get one."""
+        from homelab.engine.llamacpp.backend import check_gpu_backend
+        from homelab.engine.llamacpp.cuda_build import nvidia_driver_present
         from homelab.engine.llamacpp.locate import find_llama_server
+        from homelab.gpu.probe import probe
 
         try:
-            find_llama_server()
+            path = find_llama_server()
+            snapshot = self.state.args.gpu_snapshot
+            if snapshot is not None or nvidia_driver_present():
+                card = self.state.card.report
+                with contextlib.suppress(HomelabError):  # the card panel says what NVML did
+                    card = card or probe(snapshot=snapshot, window_s=0.0)
+                if card is not None and card.devices:
+                    check_gpu_backend(path)
         except HomelabError as error:
             self.post_message(EngineMissing(error))
 

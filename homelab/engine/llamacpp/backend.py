@@ -27,10 +27,17 @@ ALLOW_ENV = "HOMELAB_ALLOW_CPU_ENGINE"
 without a GPU (homelab's own suite replays recorded cards on its CPU build); the numbers
 such a run shows are not the card's."""
 WAYS_OUT = (
-    "build the CUDA engine: `homelab engine build --cuda` (NVIDIA's toolkit wheels, no "
-    "system CUDA needed), or run on the CPU on purpose with --cpu (a plan for system RAM)"
+    "fetch the prebuilt CUDA engine (`homelab engine fetch`, seconds), or build it "
+    "(`homelab engine build --cuda`: NVIDIA's toolkit wheels, no system CUDA needed), or run "
+    "on the CPU on purpose with --cpu (a plan for system RAM)"
 )
 _NAME = re.compile(r"^([A-Za-z]+)\d+$")
+
+
+class NoGpuBackend(EngineError):
+    """There is a llama-server, but it lists no GPU device where a card is to be used."""
+
+    title = "No GPU backend"
 
 
 @dataclass(frozen=True)
@@ -97,7 +104,7 @@ def check_gpu_backend(executable: Path) -> None:
     """Refuse ``executable`` for a card's plan when it lists no GPU device.
 
     Raises:
-        EngineError: it lists devices and none is CUDA or Vulkan (not raised when it could not
+        NoGpuBackend: it lists devices and none is CUDA or Vulkan (not raised when it could not
             be asked: the start then says what is wrong, nor when :data:`ALLOW_ENV` is 1).
     """
     if os.environ.get(ALLOW_ENV) == "1":
@@ -105,9 +112,8 @@ def check_gpu_backend(executable: Path) -> None:
     backend = backend_of(executable)
     if backend is None or backend.gpu:
         return
-    raise EngineError(
+    raise NoGpuBackend(
         f"this llama-server has no GPU backend: it would run on the CPU ({executable}, "
         f"{backend.describe()})",
         hint=WAYS_OUT,
-        title="No GPU backend",
     )

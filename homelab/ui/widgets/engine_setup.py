@@ -19,7 +19,8 @@ TAIL_LINES = 8
 """An error's message (a failed build carries its log tail) is cut to its first line and
 its last lines."""
 OFFER = (
-    "\n b  build it here (`homelab engine build`, once)"
+    "\n f  fetch llama.cpp's prebuilt engine for this card (`homelab engine fetch`, seconds)"
+    "\n b  build it here (`homelab engine build`, once; CUDA where a card is)"
     "\n e  use a llama-server you have (give its path)"
 )
 
@@ -49,9 +50,10 @@ class EngineSetupPanel(Vertical):
         self._bar(None)
         self._line(Text())
 
-    def show_building(self) -> None:
+    def show_building(self, fetch: bool = False) -> None:
         self.display = True
-        self._text(Text.assemble(("Building llama-server…", "bold"), ("  escape cancels", "dim")))
+        doing = "Fetching the prebuilt llama-server…" if fetch else "Building llama-server…"
+        self._text(Text.assemble((doing, "bold"), ("  escape cancels", "dim")))
         self._bar(0.0)
         self._line(Text("starting", style="dim"))
 

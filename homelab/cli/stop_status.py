@@ -186,6 +186,8 @@ class _Seen:
     """The pid of the homelab that supervises it, while that one lives."""
     program: str
     gate_state: dict[str, object] | None
+    backend: str | None
+    """What the running binary computes on (its own device listing); None: not said."""
 
 
 def _look(record: EngineRecord) -> _Seen:
@@ -211,7 +213,8 @@ def _look(record: EngineRecord) -> _Seen:
         from homelab.gate.client import live_gate_state
 
         gate_state = live_gate_state(record.gate_url)
-    return _Seen(running_now, kind, health, line, supervisor, program, gate_state)
+    backend = kind.backend(record.argv[0]) if running_now and kind and record.argv else None
+    return _Seen(running_now, kind, health, line, supervisor, program, gate_state, backend)
 
 
 def _status_json(
@@ -257,6 +260,7 @@ def _status_json(
             "detail": health.detail,
         },
         "status_line": seen.line,
+        "backend": seen.backend,
         "launch": launch_of(record.pid),  # the launch proof and heal, when there was one
         "unrecorded": unrecorded,
     }
@@ -276,6 +280,8 @@ def _say_status(record: EngineRecord, seen: _Seen) -> None:
         from homelab.serve.describe import duration
 
         print(f"  up {duration(time.time() - record.started_at)} · {how}")
+        if seen.backend is not None:
+            print(f"  backend: {seen.backend}")
         if seen.line is not None:
             print(f"  {seen.line}")
     print(f"  log: {record.log_path}")

@@ -153,6 +153,11 @@ class EngineKind(Protocol):
         (the gate's budget comes from these)."""
         ...
 
+    def backend(self, executable: str) -> str | None:
+        """What ``executable`` computes on, in one line (``CUDA (CUDA0: …)``, ``CPU only``),
+        from the binary's own listing; None when it cannot say."""
+        ...
+
 
 KINDS: dict[str, EngineKind] = {kind.name: kind for kind in (LlamaCpp(), Vllm())}
 """Every engine kind, by its one name."""

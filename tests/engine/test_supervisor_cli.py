@@ -120,6 +120,8 @@ def test_detach_adopt_status_replace_stop(smollm2_gguf: Path, engines) -> None:
     data = json.loads(status.stdout)
     assert data["running"] and data["pid"] == pid and data["detached"]
     assert data["url"] == f"http://127.0.0.1:{port}" and data["health"]["state"] == "ready"
+    assert data["backend"] == "CPU only (no GPU device) (built for CPU)"  # the real CPU build
+    assert "  backend: CPU only (no GPU device)" in run_homelab("status").stdout
 
     replaced = run_homelab(
         "serve", str(smollm2_gguf), *PLAN, "--port", port, "--detach", "--replace", "--no-gate"

@@ -133,6 +133,12 @@ class LlamaCpp:
     def served_facts(self, facts: PlanFacts | None, lines: Sequence[str]) -> PlanFacts | None:
         return facts  # llama-server allocates exactly the planned cells
 
+    def backend(self, executable: str) -> str | None:
+        from homelab.engine.llamacpp.backend import backend_of
+
+        found = backend_of(Path(executable))
+        return None if found is None else found.describe()
+
 
 def _refuse_an_engine_without_a_gpu() -> None:
     """A plan for a card NVML reports is refused when the engine found here has no GPU

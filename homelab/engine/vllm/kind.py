@@ -99,6 +99,9 @@ class Vllm:
 
         return last_kv_tokens(lines)
 
+    def backend(self, executable: str) -> str | None:
+        return None  # torch picks the device in the engine; its log says which
+
     def served_facts(self, facts: PlanFacts | None, lines: Sequence[str]) -> PlanFacts | None:
         logged = self.logged_kv_tokens(lines)
         return facts if facts is None or logged is None else replace(facts, kv_tokens=logged)

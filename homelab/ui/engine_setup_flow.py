@@ -221,6 +221,7 @@ class EngineSetupFlow(AppFlow):
         self.query_one("#engine-setup", EngineSetupPanel).hide()
         self.refresh_bindings()
         self._show_engine()
+        self.check_engine()  # what it computes on, for the server panel
         self.notify(f"{message.path} ({message.how}); s starts the picked model.", title="Engine")
 
     @while_mounted

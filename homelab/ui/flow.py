@@ -46,10 +46,12 @@ class AppFlow(App[int]):
     @abstractmethod
     def _show_card(self) -> None: ...
 
-    # ServerFlow: the server panel drawn; OfflineFlow: how a Hub call went (any thread);
-    # ModelsFlow: plan a row on a worker
+    # ServerFlow: the server panel drawn, the engine checked; OfflineFlow: how a Hub call
+    # went (any thread); ModelsFlow: plan a row on a worker
     @abstractmethod
     def _show_engine(self) -> None: ...
+    @abstractmethod
+    def check_engine(self) -> Worker[None]: ...
     @abstractmethod
     def hub_seen(self, reason: str | None) -> None: ...
     @abstractmethod

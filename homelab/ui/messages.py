@@ -135,6 +135,13 @@ class EngineMissing(Message, bubble=False):
 
 
 @dataclass
+class EngineBackend(Message, bubble=False):
+    """What the llama-server found computes on (``CUDA (CUDA0: …)``, ``CPU only``)."""
+
+    words: str | None
+
+
+@dataclass
 class ServeEvent(Message, bubble=False):
     """An event of the domain's serve session that the server panel shows."""
 

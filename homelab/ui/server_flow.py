@@ -24,6 +24,7 @@ from homelab.ui import backend
 from homelab.ui.flow import AppFlow
 from homelab.ui.log_feed import LogArrived
 from homelab.ui.messages import (
+    EngineBackend,
     EngineChanged,
     EngineFailed,
     EngineMissing,
@@ -119,6 +120,7 @@ class ServerFlow(AppFlow):
             failure=health.failure,
             failure_past=health.failure_past,
             note=health.note,
+            backend=self.state.engine_backend,
         )
         actuals = health.actuals if health.state != "stopped" else None
         panel.show_actuals(actuals.rows if actuals is not None else None)  # room for the failure
@@ -127,13 +129,15 @@ class ServerFlow(AppFlow):
     def check_engine(self) -> None:
         """Say at once when there is no llama-server to run, or (where a card is, live or
         replayed) one without a GPU backend, and how to get one."""
-        from homelab.engine.llamacpp.backend import check_gpu_backend
+        from homelab.engine.llamacpp.backend import backend_of, check_gpu_backend
         from homelab.engine.llamacpp.cuda_build import nvidia_driver_present
         from homelab.engine.llamacpp.locate import find_llama_server
         from homelab.gpu.probe import probe
 
         try:
             path = find_llama_server()
+            found = backend_of(path)
+            self.post_message(EngineBackend(None if found is None else found.describe()))
             snapshot = self.state.args.gpu_snapshot
             if snapshot is not None or nvidia_driver_present():
                 card = self.state.card.report
@@ -143,6 +147,11 @@ class ServerFlow(AppFlow):
                     check_gpu_backend(path)
         except HomelabError as error:
             self.post_message(EngineMissing(error))
+
+    @while_mounted
+    def on_engine_backend(self, message: EngineBackend) -> None:
+        self.state.engine_backend = message.words
+        self._show_engine()
 
     @while_mounted
     def on_engine_missing(self, message: EngineMissing) -> None:

@@ -141,8 +141,12 @@ class AppState:
     running: Running = field(default_factory=Running)
     health: Health = field(default_factory=Health)
     engine_problem: HomelabError | None = None
-    """Why no engine can start (no llama-server). Written by the server flow (the check
-    at start) and the engine-setup flow (one found); read by both."""
+    """Why no engine can start (no llama-server, or one without a GPU backend where a card
+    is). Written by the server flow (the check at start) and the engine-setup flow (one
+    found); read by both."""
+    engine_backend: str | None = None
+    """What the llama-server found computes on (its own ``--list-devices``), for the server
+    panel. Written by the server flow's engine check; None: not asked yet, or it did not say."""
 
     def engine_alive(self) -> bool:
         """An engine of this app is supervised and not stopped."""

@@ -59,7 +59,9 @@ async def _start_and_wait_ready(app, pilot, engine_pids) -> str:
     url = app.state.running.session.public_url  # the admission gate's, in front of the engine
     assert url is not None and url != app.state.running.supervisor.url
     await wait_until(pilot, lambda: url in str(app.query_one("#server-state").render()))
-    assert "ready" in str(app.query_one("#server-state").render())  # the URL a person reads
+    shown = str(app.query_one("#server-state").render())
+    assert "ready" in shown  # the URL a person reads
+    assert "on CPU only (no GPU device)" in shown  # what the suite's engine computes on
     return url
 
 

@@ -105,6 +105,10 @@ def test_f_fetches_the_release_for_the_cards_driver_and_the_app_runs_it(
             await wait_until(pilot, lambda: app.engine_origin is not None, timeout=60)
             assert app.engine_origin == "release:cuda-13.4"
             assert app.state.engine_problem is None
+            await wait_until(pilot, lambda: app.state.engine_backend is not None)
+            assert app.state.engine_backend == (
+                "CUDA (CUDA0: NVIDIA GeForce RTX 3090; built for the official CUDA 13.4 release)"
+            )
 
     with serving(stand):
         monkeypatch.setenv(API_ENV_VAR, f"http://127.0.0.1:{stand.port}")

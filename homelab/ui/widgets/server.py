@@ -69,10 +69,12 @@ class ServerPanel(Vertical):
         failure: EngineFailure | None = None,
         failure_past: bool = False,
         note: str | None = None,
+        backend: str | None = None,
     ) -> None:
         """The state line, the URL, and below them: ``detail`` (a problem before any engine),
         ``failure`` (the engine's explained ``EngineFailure``: now, or with ``failure_past``
-        the last crash before it came back) and ``note`` (a re-plan, old vs new)."""
+        the last crash before it came back), ``note`` (a re-plan, old vs new) and, while one
+        runs, ``backend`` (what the engine binary computes on)."""
         text = Text()
         if state is None:
             text.append("no engine running", style="dim")
@@ -84,6 +86,8 @@ class ServerPanel(Vertical):
             text.append("\n")
             text.append(f"URL {url or '—'}", style="bold" if url else "dim")
             text.append(f"  up {uptime or '—'}  restarts {restarts}")
+            if backend:
+                text.append(f"\non {backend}", style="dim")
         if note:
             text.append(f"\n{note}", style="cyan")
         if failure is not None:

@@ -96,3 +96,41 @@ def test_cmake_configures_and_nvcc_compiles_for_one_architecture(
     obj = cuda_dir / "CMakeFiles" / "ggml-cuda.dir" / "arange.cu.o"
     sections = subprocess.run(["readelf", "-S", str(obj)], capture_output=True, text=True)
     assert ".nv_fatbin" in sections.stdout  # device code for the card is in it
+
+
+def test_a_binary_linked_against_the_kit_finds_its_libraries_where_it_is(
+    kit: cuda_kit.Kit, tmp_path: Path
+) -> None:
+    """What the engine build does with cuBLAS and cudart, on a tiny CUDA program: linked
+    against the wheels' libraries, run path set to them, so the copied binary loads them with
+    no library path set (the driver itself is absent here: that is the one thing not found)."""
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(p LANGUAGES CXX CUDA)\n"
+        "find_package(CUDAToolkit REQUIRED)\nadd_executable(p main.cu)\n"
+        "target_link_libraries(p PRIVATE CUDA::cudart CUDA::cublas)\n"
+    )
+    (project / "main.cu").write_text(
+        "#include <cublas_v2.h>\n#include <cstdio>\n"
+        "__global__ void k() {}\n"
+        'int main() { cublasHandle_t h; printf("%d\\n", (int)cublasCreate(&h)); return 0; }\n'
+    )
+    build = tmp_path / "build"
+    args = [*cuda_kit.cmake_kit_args(kit, None), "-DCMAKE_CUDA_ARCHITECTURES=86-real"]
+    for argv in (
+        ["cmake", "-S", str(project), "-B", str(build), *args],
+        ["cmake", "--build", str(build)],
+    ):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    copied = tmp_path / "elsewhere" / "p"
+    copied.parent.mkdir()
+    shutil.copy2(build / "p", copied)  # as install_binary copies llama-server
+    dynamic = subprocess.run(["readelf", "-d", str(copied)], capture_output=True, text=True)
+    assert str(kit.lib) in dynamic.stdout  # RUNPATH
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    ldd = subprocess.run(["ldd", str(copied)], capture_output=True, text=True, env=env)
+    for name in ("libcublas.so.13", "libcudart.so.13", "libcublasLt.so.13"):
+        line = next(line for line in ldd.stdout.splitlines() if name in line)
+        assert str(kit.lib) in line, line  # found in the kit, nothing system-wide

@@ -115,9 +115,10 @@ def test_a_build_without_manifest_or_exec_bit_does_not_count(empty_world) -> Non
     assert read_manifest("cpu") == {}
 
 
-def test_nothing_found_says_to_build(empty_world) -> None:
+def test_nothing_found_says_to_fetch_or_build(empty_world) -> None:
     with pytest.raises(EngineError) as error:
         find_llama_server()
+    assert "homelab engine fetch" in error.value.hint  # seconds, so named first
     assert "homelab engine build" in error.value.hint
     assert ENV_VAR in error.value.hint
     assert str(binary_path("cpu")) in error.value.message
@@ -181,7 +182,8 @@ def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
 def test_engine_path_prints_the_binary(monkeypatch, tmp_path, empty_world, capsys) -> None:
     mine = _fake_server(tmp_path / "srv")
     monkeypatch.setenv(ENV_VAR, str(mine))
-    assert _cli(["engine", "path"], capsys) == (0, f"{mine.resolve()}\n", "")
+    unknown = "backend: unknown (it did not list its devices)\n"  # the fake lists nothing
+    assert _cli(["engine", "path"], capsys) == (0, f"{mine.resolve()}\n", unknown)
     assert _cli(["engine", "version"], capsys) == (0, "b42-abc1234\n", "")
 
 

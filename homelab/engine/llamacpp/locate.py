@@ -54,7 +54,8 @@ RELEASE_FLAVOURS: tuple[ReleaseFlavour, ...] = ("cuda-13.4", "cuda-12.8", "vulka
 in preference order: found after our CUDA build and before our CPU one."""
 MANIFEST_NAME = "manifest.json"
 BUILD_HINT = (
-    "run `homelab engine build` (builds llama.cpp from source once, ~7 min on 2 cores), "
+    "run `homelab engine fetch` (llama.cpp's prebuilt GPU release, seconds) or `homelab "
+    "engine build` (from source once: CUDA where a card is, ~7 min for the CPU on 2 cores), "
     f"or set {ENV_VAR}=/path/to/llama-server"
 )
 

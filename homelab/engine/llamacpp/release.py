@@ -36,6 +36,7 @@ from typing import Any
 from homelab import __version__
 from homelab.engine.llamacpp import locate
 from homelab.engine.llamacpp.build_steps import ProgressFn
+from homelab.engine.llamacpp.cuda_kit import parse_cuda_version
 from homelab.engine.llamacpp.install import engine_lock, move_into_place
 from homelab.engine.llamacpp.release_fetch import (
     BUILD_INSTEAD,
@@ -70,14 +71,6 @@ def asset_names(flavour: locate.ReleaseFlavour) -> tuple[str, ...]:
     )
 
 
-def _cuda_version(text: str | None) -> tuple[int, int] | None:
-    """``"13.1"`` as (13, 1); None for None or anything else."""
-    major, _, minor = (text or "").strip().partition(".")
-    if not (major.isdigit() and (minor or "0").isdigit()):
-        return None
-    return int(major), int(minor or "0")
-
-
 def choose_flavour(
     cuda_driver: str | None = None, *, has_card: bool = True, flavour: str | None = None
 ) -> locate.ReleaseFlavour:
@@ -108,7 +101,7 @@ def choose_flavour(
             hint="build the CPU engine: `homelab engine build --cpu` (or force a flavour)",
             title="No GPU for a GPU engine",
         )
-    version = _cuda_version(cuda_driver)
+    version = parse_cuda_version(cuda_driver)
     if version is not None and version >= (13, 0):
         return "cuda-13.4"
     if version is not None and version >= (12, 0):

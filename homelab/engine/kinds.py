@@ -57,6 +57,8 @@ class Measured:
 
     rows: tuple[Any, ...]
     """:class:`~homelab.engine.llamacpp.actuals.ActualRow` per buffer."""
+    table: str
+    """The rows as a small aligned table for a person (the engine's own wording of them)."""
     recorded_compute: int | None
     """The measured compute buffer stored for the next plan (bytes); None when not recorded."""
     not_recorded: str | None = None

@@ -169,16 +169,13 @@ def _transition(transition: Transition) -> Described:
 
 
 def _actuals(event: ev.Actuals) -> Described:
-    from homelab.engine.llamacpp.actuals import format_actuals
-
     m = event.measured
     if m.recorded_compute is None:
         said = f"calibration not recorded: {m.not_recorded}"
     else:
         said = f"recorded the measured compute buffer ({format_bytes(m.recorded_compute)}) "
         said += "for the next plan of these flags"
-    rows = format_actuals(m.rows)
-    return Described(f"predicted vs actual (from the engine's load log):\n{rows}\n{said}")
+    return Described(f"predicted vs actual (from the engine's load log):\n{m.table}\n{said}")
 
 
 def _proved(event: ev.Proved) -> Described:

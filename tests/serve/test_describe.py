@@ -11,6 +11,7 @@ import pytest
 
 from homelab.cli.serve_cmd import ServeText
 from homelab.engine.kinds import Measured, ServePlan
+from homelab.engine.llamacpp.actuals import format_actuals
 from homelab.engine.supervision.failure import EngineFailure
 from homelab.engine.supervision.record import EngineRecord
 from homelab.engine.supervision.state_file import SetAside
@@ -55,7 +56,7 @@ SAMPLES: dict[type, object] = {
     ev.Started: ev.Started(4242, Path("/tmp/a.log"), 8080, 8081),
     ev.EngineChanged: ev.EngineChanged(_transition(State.RESTARTING, "restart in 1.0 s")),
     ev.Ready: ev.Ready("http://h:1", 4242, "llama-server", "ready in 2 s"),
-    ev.Actuals: ev.Actuals(Measured((), None, "no compute line")),
+    ev.Actuals: ev.Actuals(Measured((), format_actuals(()), None, "no compute line")),
     ev.LeftRunning: ev.LeftRunning(Path("/tmp/a.log"), adopted=False),
     ev.Stopped: ev.Stopped("outside"),
     ev.Failed: ev.Failed(EngineError("it broke")),

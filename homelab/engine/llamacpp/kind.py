@@ -109,7 +109,7 @@ class LlamaCpp:
 
     def measure(self, plan: ServePlan, lines: Sequence[str], executable: str) -> Measured | None:
         from homelab.engine.kinds import Measured
-        from homelab.engine.llamacpp.actuals import compare
+        from homelab.engine.llamacpp.actuals import compare, format_actuals
         from homelab.engine.llamacpp.calibrate import record
         from homelab.engine.llamacpp.locate import engine_version
         from homelab.engine.llamacpp.log import parse_load_log
@@ -122,8 +122,8 @@ class LlamaCpp:
                 plan.plan, load_log, engine_version(Path(executable)), model=plan.model
             )
         except CalibrationError as error:
-            return Measured(rows, None, error.message)
-        return Measured(rows, calibration.compute)
+            return Measured(rows, format_actuals(rows), None, error.message)
+        return Measured(rows, format_actuals(rows), calibration.compute)
 
     def logged_kv_tokens(self, lines: Sequence[str]) -> int | None:
         from homelab.engine.llamacpp.log import parse_load_log

@@ -42,6 +42,18 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         help="plan for system RAM and run on the CPU, even where an NVIDIA card is",
     )
     parser.add_argument(
+        "--n-cpu-moe",
+        type=_whole(0),
+        metavar="N",
+        help="keep the routed experts of the first N layers in system RAM (MoE models); "
+        "attention and the KV cache stay on the card",
+    )
+    parser.add_argument(
+        "--cpu-moe",
+        action="store_true",
+        help="keep the routed experts of every layer in system RAM (--n-cpu-moe with all layers)",
+    )
+    parser.add_argument(
         "--gpu",
         metavar="N[,M...]",
         type=parse_gpus,
@@ -168,6 +180,8 @@ def options_from_args(args: argparse.Namespace):
         gpu=args.gpu,
         vram=vram,
         cpu=args.cpu,
+        n_cpu_moe=args.n_cpu_moe,
+        cpu_moe=args.cpu_moe,
         gpu_snapshot=args.gpu_snapshot,
         sample_seconds=args.sample_seconds,
         engine=getattr(args, "engine", DEFAULT_ENGINE),

@@ -95,6 +95,8 @@ class EngineKind(Protocol):
     """The KV cache type planned where the person sets none."""
     takes_rpc_workers: bool
     """It spreads layers over RPC workers (``homelab worker`` on other machines)."""
+    keeps_experts_in_ram: bool
+    """It keeps a MoE model's routed experts in system RAM on request (``--n-cpu-moe``)."""
     loads_gguf: bool
     """Its models are GGUF files (the TUI lists and previews those)."""
     fails_past_pool: bool

@@ -19,6 +19,7 @@ from homelab.plan.options import (
     ServeOptions,
     WorkloadOptions,
 )
+from homelab.plan.placement import EVERY_BLOCK
 from homelab.plan.workload import Workload, parse_workload
 
 
@@ -40,6 +41,8 @@ def plan_options(
     sample_seconds: float = 2.0,
     rpc: Iterable[str] = (),
     cpu: bool = False,
+    n_cpu_moe: int | None = None,
+    cpu_moe: bool = False,
     port: int | None = None,
     engine_memory_limit: int | None = None,
     cache_ram: int | None = None,
@@ -52,10 +55,12 @@ def plan_options(
     ``workload`` is a :class:`~homelab.plan.workload.Workload` or its text ("agent",
     "chat", "32k"); ``cache_type`` sets K and V where ``cache_type_k``/``cache_type_v``
     do not; ``None`` leaves a setting to the plan (or the preset, or the engine).
+    ``n_cpu_moe`` keeps the routed experts of that many leading blocks in system RAM;
+    ``cpu_moe`` keeps every block's there.
 
     Raises:
-        UsageError: a value out of range, an engine homelab does not run, or RPC workers
-            for an engine that cannot use them.
+        UsageError: a value out of range, an engine homelab does not run, RPC workers
+            for an engine that cannot use them, or both experts-in-RAM settings.
     """
     per_slot = (
         (parse_workload(workload) if workload else None) if isinstance(workload, str) else workload
@@ -69,7 +74,13 @@ def plan_options(
         ubatch=ubatch,
         unified=unified,
     )
-    card = CardOptions(gpu, vram, gpu_snapshot, sample_seconds, tuple(rpc), cpu)
+    if cpu_moe and n_cpu_moe is not None:
+        raise UsageError(
+            "Give either the experts of every block in RAM or of the first N, not both.",
+            hint="--cpu-moe is --n-cpu-moe with every block.",
+        )
+    experts = EVERY_BLOCK if cpu_moe else n_cpu_moe
+    card = CardOptions(gpu, vram, gpu_snapshot, sample_seconds, tuple(rpc), cpu, experts)
     kind = engine_kind(engine)
     engine_options = EngineOptions(
         name=kind.name,
@@ -86,5 +97,10 @@ def plan_options(
         raise UsageError(
             f"RPC workers are llama.cpp's (rpc-server); the {engine} engine cannot use them",
             hint=f"drop {SETTING}, or serve with the llama.cpp engine (vLLM spans machines with Ray)",
+        )
+    if card.n_cpu_moe and not kind.keeps_experts_in_ram:
+        raise UsageError(
+            f"the {engine} engine cannot keep a model's experts in system RAM apart from the rest",
+            hint="drop --n-cpu-moe / --cpu-moe, or serve with the llama.cpp engine",
         )
     return PlanOptions(engine_options, card, shape, ServeOptions(prove, force))

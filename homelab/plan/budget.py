@@ -11,12 +11,13 @@ first, tied embeddings are loaded twice.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from homelab.errors import GpuProbeError, UsageError
 from homelab.gguf.header import GgufModel
 from homelab.gpu.report import GpuDevice, GpuReport
+from homelab.plan.placement import TensorSlot, tensor_slots
 from homelab.units import GiB, MiB
 
 HEADROOM_HEADLESS = 512 * MiB
@@ -125,7 +126,14 @@ class WeightPlacement:
     output: int
     """Output head and final norm (the tied embedding's copy when there is no output tensor)."""
     per_block: tuple[int, ...]
-    """Bytes of each repeating block ``blk.N``."""
+    """Bytes of each repeating block ``blk.N`` on its device (less its routed experts when
+    they stay in RAM: ``n_cpu_moe``)."""
+    experts_per_block: tuple[int, ...] = ()
+    """Bytes of each block's routed experts (the tensors ``--n-cpu-moe`` keeps in RAM)."""
+    n_cpu_moe: int = 0
+    """The first this many blocks keep their routed experts in system RAM."""
+    slots: tuple[TensorSlot, ...] = field(default=(), compare=False, repr=False)
+    """Every tensor's place in the files (what the RAM side's mapped buffer spans)."""
 
     def on_device(self, n_gpu_blocks: int | None = None) -> int:
         """Weights on the GPU with the last ``n_gpu_blocks`` blocks offloaded (None: all)."""
@@ -151,13 +159,17 @@ def place_weights(model: GgufModel) -> WeightPlacement:
         if match:
             n_blocks = max(n_blocks, int(match.group(1)) + 1)
     per_block = [0] * n_blocks
+    slots = tensor_slots(model)
+    experts = [0] * n_blocks
     embedding = output = 0
     has_output = False
-    for tensor in model.tensors:
+    for tensor, slot in zip(model.tensors, slots, strict=True):
         size = tensor.n_bytes or 0
         match = _BLOCK.match(tensor.name)
         if match:
             per_block[int(match.group(1))] += size
+            if slot.expert:
+                experts[int(match.group(1))] += size
         elif tensor.name.startswith("token_embd."):
             embedding += size
         else:
@@ -165,4 +177,4 @@ def place_weights(model: GgufModel) -> WeightPlacement:
             output += size
     if not has_output:
         output += embedding  # tied embeddings: llama.cpp loads a device copy for the output head
-    return WeightPlacement(total, output, tuple(per_block))
+    return WeightPlacement(total, output, tuple(per_block), tuple(experts), slots=slots)

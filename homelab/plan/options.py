@@ -50,8 +50,15 @@ class CardOptions:
     cpu: bool = False
     """Plan for system RAM even where a card is (``--cpu``): the only way to run on the CPU on
     a machine with an NVIDIA driver, and then the plan is a CPU plan, not a card's."""
+    n_cpu_moe: int | None = None
+    """Keep the routed experts of the first N blocks in system RAM, attention and KV on the
+    card (llama.cpp's ``--n-cpu-moe``; ``EVERY_BLOCK``: all of them); None or 0: none."""
 
     def __post_init__(self) -> None:
+        if self.n_cpu_moe is not None and (not _whole(self.n_cpu_moe) or self.n_cpu_moe < 0):
+            raise UsageError(
+                f"The experts-in-RAM setting is a number of blocks, 0 or more, not {self.n_cpu_moe!r}."
+            )
         if isinstance(self.gpu, tuple | list):
             if not self.gpu or len(set(self.gpu)) != len(self.gpu):
                 raise UsageError(
@@ -205,4 +212,5 @@ class PlanOptions:
             unified=w.unified,
             flash_attn=self.engine.flash_attn,
             device_indices=self.card.gpus,
+            n_cpu_moe=self.card.n_cpu_moe,
         )

@@ -29,6 +29,7 @@ from homelab.plan.devices import (
 from homelab.plan.engine_state import CUDA_CONTEXT_BYTES
 from homelab.plan.fit import Candidate, ComputeMeasurements, Fitter
 from homelab.plan.kv import CTX_PAD, KvSettings, pad
+from homelab.plan.placement import keep_experts
 from homelab.plan.remote_device import RemoteDevice
 from homelab.plan.split import DeviceShare, SplitFitter, order_devices, split_notes
 from homelab.plan.steps import describe_plan
@@ -60,6 +61,9 @@ class PlanRequest:
     max_slots: int = MAX_SLOTS
     measured_compute: int | None = None
     """One measured compute buffer for every candidate (a test's or a caller's figure)."""
+    n_cpu_moe: int | None = None
+    """Keep the routed experts of the first N blocks in system RAM (``--n-cpu-moe``;
+    :data:`~homelab.plan.placement.EVERY_BLOCK` for ``--cpu-moe``); None or 0: none."""
     calibration: ComputeMeasurements | None = field(default=None, compare=False, repr=False)
     """Measured compute buffers by flags (the calibration store's); each candidate is priced
     with the one for its own flags, in the one planning pass. Ignored with ``measured_compute``."""
@@ -129,8 +133,11 @@ def make_plan(
             hint=f"Use one cache type for both K and V, e.g. {request.type_k}.",
         )
     check_cache_types(geometry.kv_layers, geometry.arch, request.type_k, request.type_v)
-    weights = place_weights(model)
+    on_card = bool(remote or local_devices(report, request.device_indices))
+    weights, notes = keep_experts(place_weights(model), request.n_cpu_moe, on_card=on_card)
     plan = _plan_for(model_path, geometry, weights, report, request, remote)
+    if notes:
+        plan = _with_steps(replace(plan, warnings=(*notes, *plan.warnings)))
     if len(report.devices) > 1 and any(d.device.cuda for d in plan.devices):
         plan = _with_steps(replace(plan, warnings=(*plan.warnings, CUDA_ORDER_NOTE)))
     return plan
@@ -314,7 +321,11 @@ def _fitter(
 ) -> Fitter:
     """The fitter for one placement, with the measurements of its flags (if any)."""
     measurements = None
-    if request.calibration is not None and request.measured_compute is None:
+    if (
+        request.calibration is not None
+        and request.measured_compute is None
+        and not request.n_cpu_moe
+    ):
         device = "gpu" if on_gpu else "cpu"
         measurements = request.calibration.for_flags(device, base, n_gpu_layers)
     return Fitter(

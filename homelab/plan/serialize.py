@@ -5,20 +5,23 @@ from __future__ import annotations
 from typing import Any
 
 from homelab.plan.budget import DeviceBudget
+from homelab.plan.placement import plan_ram
 from homelab.plan.planner import Plan
 from homelab.plan.split import DeviceShare
 from homelab.plan.working import render_steps
 
 
 def plan_to_dict(plan: Plan, argv: list[str]) -> dict[str, Any]:
-    """The documented keys first (model, weights_bytes, ... argv), then extras."""
+    """The documented keys first (model, weights_bytes, ... argv), then extras; a plan that
+    keeps experts in RAM adds ``n_cpu_moe`` and ``ram`` (routed experts there, every weight
+    there, the mapped buffer the load log prints), in bytes."""
     g = plan.geometry
     c = plan.candidate
     alloc = c.allocation
     s = c.settings
     b = plan.budget
     engine = c.engine
-    return {
+    data = {
         "model": {
             "path": plan.model_path,
             "arch": g.arch,
@@ -66,6 +69,14 @@ def plan_to_dict(plan: Plan, argv: list[str]) -> dict[str, Any]:
         "steps": render_steps(plan.steps),
         "argv": argv,
     }
+    if ram := plan_ram(plan):  # only where experts stay in RAM: other plans' JSON is unchanged
+        data["n_cpu_moe"] = ram.n_cpu_moe
+        data["ram"] = {
+            "experts": ram.experts,
+            "weights": ram.tensors,
+            "mapped": ram.mapped,
+        }
+    return data
 
 
 def budget_dict(b: DeviceBudget, engine: int, weights: int, kv: int, left: int) -> dict[str, Any]:

@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING
 
 from homelab.gguf.ggml_types import ggml_type
 from homelab.plan.device_steps import budget_terms, device_lines
+from homelab.plan.placement import plan_ram
 from homelab.plan.working import Step, byte_figure
 from homelab.units import format_bytes
 
 if TYPE_CHECKING:
+    from homelab.plan.placement import RamShare
     from homelab.plan.planner import Plan
 
 
@@ -110,6 +112,8 @@ def _engine_steps(plan: Plan) -> list[Step]:
             plan.weights_on_device,
         )
     ]
+    if ram := plan_ram(plan):
+        steps.append(experts_step(ram))
     if engine.cuda_context:
         steps.append(
             Step(
@@ -174,6 +178,19 @@ def _token_steps(plan: Plan) -> list[Step]:
             )
         )
     return steps
+
+
+def experts_step(ram: RamShare) -> Step:
+    """How many blocks' routed experts stay in system RAM, and the RAM side's bytes."""
+    n = ram.n_cpu_moe
+    which = "block 0" if n == 1 else f"blocks 0–{n - 1}"
+    return Step(
+        f"Routed experts in system RAM (--n-cpu-moe {n})",
+        f"{which}, {n} of {ram.n_blocks} layers: {byte_figure(ram.experts)} off the card; "
+        f"in RAM with the input embedding {byte_figure(ram.tensors)}, "
+        f"mapped from the file {byte_figure(ram.mapped)}",
+        ram.experts,
+    )
 
 
 def _fit_steps(plan: Plan) -> list[Step]:

@@ -81,6 +81,8 @@ def llama_server_argv(
     if plan.on_gpu:
         argv += ["-ngl", "all" if plan.n_gpu_layers is None else str(plan.n_gpu_layers)]
         argv += device_args(plan, visible)
+        if plan.weights.n_cpu_moe:  # the routed experts of the first N blocks stay in RAM
+            argv += ["--n-cpu-moe", str(plan.weights.n_cpu_moe)]
         argv += ["--fit-target", fit_target(plan)]
     else:
         argv += ["-ngl", "0"]

@@ -95,7 +95,7 @@ def record(
 
     Raises:
         CalibrationError: the engine version is unknown, the plan is split over several
-            devices, nothing was measured (see
+            devices or keeps experts in RAM, nothing was measured (see
             :func:`measure`), or the store cannot be written.
         ModelFileError: ``model`` was not given and ``plan.model_path`` cannot be read.
     """
@@ -109,6 +109,12 @@ def record(
             "a plan split over several devices is not remembered: the store keeps one "
             "card's compute buffer, and the log's are per device",
             hint="Nothing to do: the estimate is used for split plans.",
+        )
+    if plan.weights.n_cpu_moe:  # the key has no place for it: it would price plans without
+        raise CalibrationError(
+            "a plan that keeps experts in system RAM is not remembered yet: the store's key "
+            "has no place for --n-cpu-moe, and its compute buffers differ",
+            hint="Nothing to do: the estimate is used for such plans.",
         )
     if model is None:
         from homelab.gguf.model_file import read_model

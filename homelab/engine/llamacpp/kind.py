@@ -26,6 +26,7 @@ class LlamaCpp:
     pulls = True
     default_cache_type = "q8_0"
     takes_rpc_workers = True
+    keeps_experts_in_ram = True
     loads_gguf = True
     fails_past_pool = True
     benched = True

@@ -27,6 +27,7 @@ class Vllm:
     pulls = False
     default_cache_type = "auto"
     takes_rpc_workers = False
+    keeps_experts_in_ram = False
     loads_gguf = False
     fails_past_pool = False
     benched = False

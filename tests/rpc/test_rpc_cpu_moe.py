@@ -1,0 +1,80 @@
+"""Routed experts in system RAM for real: a ``homelab worker`` on 127.0.0.1 is the card, the real
+llama-server serves a generated MoE model with ``--n-cpu-moe N``, and its load log agrees with
+the plan byte for byte (to the log's two decimals of MiB): the worker's model buffer is the
+plan's weights on the device, the ``CPU_Mapped`` buffer is the plan's mapped RAM, the KV cache
+sits on the worker; and the engine answers a completion."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from homelab.engine.llamacpp.log import parse_load_log
+from homelab.engine.options import plan_options
+from homelab.plan.placement import plan_ram
+from homelab.serve.request import ServeRequest
+from homelab.serve.session import ServeSession
+from tests.factory import write_gguf
+from tests.factory.mib import mib_matches
+from tests.factory.server_log import free_port
+
+pytestmark = pytest.mark.engine
+
+GEOMETRIES = {
+    # experts big enough that the moved bytes show in the log's 0.01 MiB
+    "qwen3moe": {"n_layer": 8, "n_expert": 8, "n_ff_exp": 512},
+    # shared experts (and their gate) stay on the card beside the routed ones
+    "qwen2moe": {"n_layer": 6, "n_expert": 8, "n_ff_exp": 256},
+}
+
+
+@pytest.mark.parametrize(("arch", "n_cpu_moe"), [("qwen3moe", 2), ("qwen3moe", 6), ("qwen2moe", 3)])
+def test_experts_of_the_first_n_blocks_are_where_the_plan_says(
+    start_worker, engines, tmp_path: Path, arch: str, n_cpu_moe: int
+) -> None:
+    model = write_gguf(arch, tmp_path / f"{arch}.gguf", **GEOMETRIES[arch])
+    worker = start_worker()
+    options = plan_options(
+        ctx=512, slots=1, port=free_port(), rpc=(worker.endpoint,), n_cpu_moe=n_cpu_moe
+    )
+    session = ServeSession(ServeRequest(str(model), options, gate=None))
+    try:
+        session.start()
+        engines.append(session.supervisor.pid)
+        session.wait_ready()
+        assert session.plan is not None
+        plan = session.plan.plan
+        argv = list(session.supervisor.spec.argv)
+        log = parse_load_log("\n".join(session.supervisor.attempt_lines()))
+        with httpx.Client(timeout=120) as client:
+            reply = client.post(
+                f"{session.supervisor.url}/completion",
+                json={"prompt": "Hello", "n_predict": 4},
+            )
+        session.stop()
+    finally:
+        session.close()
+
+    assert reply.status_code == 200, reply.text
+    assert "content" in reply.json()
+
+    assert argv[argv.index("--n-cpu-moe") + 1] == str(n_cpu_moe)
+    ram = plan_ram(plan)
+    assert ram is not None and ram.n_cpu_moe == n_cpu_moe and ram.experts > 0
+    (share,) = plan.devices
+    print(
+        f"{arch} N={n_cpu_moe}: plan device {share.weights:,} B, mapped {ram.mapped:,} B, "
+        f"experts {ram.experts:,} B, KV {share.kv:,} B; log: "
+        + "; ".join(f"{b.device} {b.kind} {b.mib:.2f} MiB" for b in log.buffers)
+    )
+    device = [b.mib for b in log.buffers if b.kind == "model" and b.worker == worker.endpoint]
+    mapped = [b.mib for b in log.buffers if b.kind == "model" and b.device == "CPU_Mapped"]
+    kv = [b for b in log.buffers if b.kind == "KV"]
+    assert len(device) == 1 and mib_matches(share.weights, device[0]), (share.weights, device)
+    assert share.weights == plan.weights_on_device
+    assert len(mapped) == 1 and mib_matches(ram.mapped, mapped[0]), (ram, mapped)
+    # the whole KV cache stays on the worker (the card), none in RAM
+    assert [b.worker for b in kv] == [worker.endpoint], kv
+    assert mib_matches(share.kv, kv[0].mib)

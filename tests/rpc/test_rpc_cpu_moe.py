@@ -64,11 +64,6 @@ def test_experts_of_the_first_n_blocks_are_where_the_plan_says(
     ram = plan_ram(plan)
     assert ram is not None and ram.n_cpu_moe == n_cpu_moe and ram.experts > 0
     (share,) = plan.devices
-    print(
-        f"{arch} N={n_cpu_moe}: plan device {share.weights:,} B, mapped {ram.mapped:,} B, "
-        f"experts {ram.experts:,} B, KV {share.kv:,} B; log: "
-        + "; ".join(f"{b.device} {b.kind} {b.mib:.2f} MiB" for b in log.buffers)
-    )
     device = [b.mib for b in log.buffers if b.kind == "model" and b.worker == worker.endpoint]
     mapped = [b.mib for b in log.buffers if b.kind == "model" and b.device == "CPU_Mapped"]
     kv = [b for b in log.buffers if b.kind == "KV"]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from homelab.errors import DoesNotFitError
 from homelab.gguf.geometry import Geometry
 from homelab.plan.fit import Candidate, Fitter
+from homelab.plan.kv import CTX_PAD, pad
 
 if TYPE_CHECKING:
     from homelab.plan.planner import PlanRequest
@@ -72,3 +73,16 @@ def nothing_fits(fitter: Fitter, n_seq: int) -> DoesNotFitError:
         hint="Try a smaller quant, cache type q4_0, fewer slots, or close programs using the GPU.",
         short_by=fitter.candidate(MIN_CTX * n_seq, n_seq).cost - max(fitter.room, 0),
     )
+
+
+def wanted_per_slot(request: PlanRequest, geometry: Geometry, warnings: list[str]) -> int:
+    """Tokens each slot should hold: the workload's, capped at the trained context."""
+    wanted = pad(request.workload.tokens_per_slot)
+    trained_cap = geometry.trained_ctx // CTX_PAD * CTX_PAD
+    if trained_cap and wanted > trained_cap:
+        warnings.append(
+            f"This model was trained on {geometry.trained_ctx:,} tokens: each conversation is capped there, "
+            f"below the {request.workload.tokens_per_slot:,} the {request.workload.name} workload wants."
+        )
+        return trained_cap
+    return wanted

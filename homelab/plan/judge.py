@@ -16,9 +16,10 @@ from homelab.errors import DoesNotFitError, HomelabError
 from homelab.gguf.header import GgufModel
 from homelab.gpu.report import GpuReport
 from homelab.plan.calibration import EngineVersion
+from homelab.plan.choose import wanted_per_slot
 from homelab.plan.options import PlanOptions
 from homelab.plan.pipeline import plan_model
-from homelab.plan.planner import Plan, wanted_per_slot
+from homelab.plan.planner import Plan
 from homelab.plan.remote_device import RemoteDevice
 from homelab.plan.workload import AGENT, Workload
 

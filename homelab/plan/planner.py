@@ -8,6 +8,7 @@ as a row a person can check on paper (``Plan.steps``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -15,9 +16,9 @@ from homelab.errors import DoesNotFitError, UsageError
 from homelab.gguf.geometry import Geometry, geometry_of
 from homelab.gguf.header import GgufModel
 from homelab.gguf.plausible import check_cache_types
-from homelab.gpu.report import GpuReport
+from homelab.gpu.report import CpuMemory, GpuReport
 from homelab.plan.budget import DeviceBudget, WeightPlacement, pick_device, place_weights
-from homelab.plan.choose import MIN_CTX, choose
+from homelab.plan.choose import MIN_CTX, choose, wanted_per_slot
 from homelab.plan.devices import (
     CUDA_ORDER_NOTE,
     PlanDevice,
@@ -27,8 +28,9 @@ from homelab.plan.devices import (
     total_budget,
 )
 from homelab.plan.engine_state import CUDA_CONTEXT_BYTES
+from homelab.plan.experts_rung import climb, system_ram
 from homelab.plan.fit import Candidate, ComputeMeasurements, Fitter
-from homelab.plan.kv import CTX_PAD, KvSettings, pad
+from homelab.plan.kv import KvSettings
 from homelab.plan.placement import keep_experts
 from homelab.plan.remote_device import RemoteDevice
 from homelab.plan.split import DeviceShare, SplitFitter, order_devices, split_notes
@@ -90,6 +92,8 @@ class Plan:
     """The working as rows (``homelab.plan.working.render_step`` makes each a line)."""
     devices: tuple[DeviceShare, ...] = ()
     """What each device holds, in llama-server's device order (the last has the output layer)."""
+    rung: str = ""
+    """Why the planner kept experts in system RAM on its own (the ladder's second rung)."""
 
     @property
     def settings(self) -> KvSettings:
@@ -118,12 +122,14 @@ def make_plan(
     request: PlanRequest,
     *,
     remote: tuple[RemoteDevice, ...] = (),
+    ram: Callable[[], CpuMemory] = system_ram,
 ) -> Plan:
     """Work out the plan. Raises DoesNotFitError with the numbers when nothing sensible fits.
 
     With no card asked for, a model that fits the card with most free memory is planned
     there alone; one that does not is split over every card. ``remote`` devices (RPC
-    workers) always join the split.
+    workers) always join the split. A MoE model with no experts setting climbs the offload
+    ladder (:mod:`homelab.plan.experts_rung`), its RAM side weighed against ``ram()``.
     """
     geometry = geometry_of(model)
     if geometry.is_mla and request.type_k != request.type_v:
@@ -134,8 +140,17 @@ def make_plan(
         )
     check_cache_types(geometry.kv_layers, geometry.arch, request.type_k, request.type_v)
     on_card = bool(remote or local_devices(report, request.device_indices))
-    weights, notes = keep_experts(place_weights(model), request.n_cpu_moe, on_card=on_card)
-    plan = _plan_for(model_path, geometry, weights, report, request, remote)
+    placed, notes = place_weights(model), list[str]()
+    if request.n_cpu_moe is None and on_card and any(placed.experts_per_block):
+
+        def plan_with(weights: WeightPlacement, asked: PlanRequest) -> Plan:
+            return _plan_for(model_path, geometry, weights, report, asked, remote)
+
+        climbed = climb(placed, request, plan_with, lambda p: _whole(p, request, geometry), ram)
+        plan = _with_steps(climbed)
+    else:
+        weights, notes = keep_experts(placed, request.n_cpu_moe, on_card=on_card)
+        plan = _plan_for(model_path, geometry, weights, report, request, remote)
     if notes:
         plan = _with_steps(replace(plan, warnings=(*notes, *plan.warnings)))
     if len(report.devices) > 1 and any(d.device.cuda for d in plan.devices):
@@ -336,19 +351,6 @@ def _fitter(
         measured_compute=request.measured_compute,
         measurements=measurements,
     )
-
-
-def wanted_per_slot(request: PlanRequest, geometry: Geometry, warnings: list[str]) -> int:
-    """Tokens each slot should hold: the workload's, capped at the trained context."""
-    wanted = pad(request.workload.tokens_per_slot)
-    trained_cap = geometry.trained_ctx // CTX_PAD * CTX_PAD
-    if trained_cap and wanted > trained_cap:
-        warnings.append(
-            f"This model was trained on {geometry.trained_ctx:,} tokens: each conversation is capped there, "
-            f"below the {request.workload.tokens_per_slot:,} the {request.workload.name} workload wants."
-        )
-        return trained_cap
-    return wanted
 
 
 def _partial_offload(

@@ -114,6 +114,8 @@ def _engine_steps(plan: Plan) -> list[Step]:
     ]
     if ram := plan_ram(plan):
         steps.append(experts_step(ram))
+        if plan.rung:  # the planner chose it: why
+            steps.append(Step("", plan.rung, level=1))
     if engine.cuda_context:
         steps.append(
             Step(

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -153,3 +154,38 @@ def engines() -> Iterator[list[int]]:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
     assert not left, f"engines left running after the test (killed now): {left}"
+
+
+@dataclass
+class Served:
+    """What one serve over the workers planned, ran and logged, and the engine's answer."""
+
+    plan: Any
+    argv: list[str]
+    lines: list[str]
+    reply: Any
+
+
+def serve_and_ask(model: str, options: Any, engines: list[int], path: str, body: dict) -> Served:
+    """Serve ``model`` with no gate (the engine's pid kept for cleanup), POST ``body`` to the
+    engine's ``path`` once, stop it: the plan it served, its argv, its log and the reply."""
+    import httpx
+
+    from homelab.serve.request import ServeRequest
+    from homelab.serve.session import ServeSession
+
+    session = ServeSession(ServeRequest(model, options, gate=None))
+    try:
+        session.start()
+        engines.append(session.supervisor.pid)
+        session.wait_ready()
+        assert session.plan is not None
+        plan = session.plan.plan
+        argv = list(session.supervisor.spec.argv)
+        lines = list(session.supervisor.attempt_lines())
+        with httpx.Client(timeout=120) as client:
+            reply = client.post(f"{session.supervisor.url}{path}", json=body)
+        session.stop()
+    finally:
+        session.close()
+    return Served(plan, argv, lines, reply)

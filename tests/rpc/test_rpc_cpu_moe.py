@@ -8,17 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import pytest
 
 from homelab.engine.llamacpp.log import parse_load_log
 from homelab.engine.options import plan_options
 from homelab.plan.placement import plan_ram
-from homelab.serve.request import ServeRequest
-from homelab.serve.session import ServeSession
 from tests.factory import write_gguf
 from tests.factory.mib import mib_matches
 from tests.factory.server_log import free_port
+from tests.rpc.conftest import serve_and_ask
 
 pytestmark = pytest.mark.engine
 
@@ -39,24 +37,11 @@ def test_experts_of_the_first_n_blocks_are_where_the_plan_says(
     options = plan_options(
         ctx=512, slots=1, port=free_port(), rpc=(worker.endpoint,), n_cpu_moe=n_cpu_moe
     )
-    session = ServeSession(ServeRequest(str(model), options, gate=None))
-    try:
-        session.start()
-        engines.append(session.supervisor.pid)
-        session.wait_ready()
-        assert session.plan is not None
-        plan = session.plan.plan
-        argv = list(session.supervisor.spec.argv)
-        log = parse_load_log("\n".join(session.supervisor.attempt_lines()))
-        with httpx.Client(timeout=120) as client:
-            reply = client.post(
-                f"{session.supervisor.url}/completion",
-                json={"prompt": "Hello", "n_predict": 4},
-            )
-        session.stop()
-    finally:
-        session.close()
-
+    served = serve_and_ask(
+        str(model), options, engines, "/completion", {"prompt": "Hello", "n_predict": 4}
+    )
+    plan, argv, reply = served.plan, served.argv, served.reply
+    log = parse_load_log("\n".join(served.lines))
     assert reply.status_code == 200, reply.text
     assert "content" in reply.json()
 

@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
 from homelab.engine.llamacpp.log import parse_load_log
@@ -20,7 +19,7 @@ from homelab.serve.request import ServeRequest
 from homelab.serve.session import ServeSession
 from tests.factory.mib import mib_matches
 from tests.factory.server_log import free_port
-from tests.rpc.conftest import worker_env
+from tests.rpc.conftest import serve_and_ask, worker_env
 
 pytestmark = pytest.mark.engine
 
@@ -30,25 +29,10 @@ def test_serve_spreads_smollm2_over_two_workers_and_answers(
 ) -> None:
     a, b = two_workers
     options = plan_options(ctx=512, slots=1, port=free_port(), rpc=(f"{a.endpoint},{b.endpoint}",))
-    session = ServeSession(ServeRequest(str(smollm2_gguf), options, gate=None))
-    try:
-        session.start()
-        engines.append(session.supervisor.pid)
-        session.wait_ready()
-        assert session.plan is not None
-        plan = session.plan.plan
-        argv = list(session.supervisor.spec.argv)
-        lines = session.supervisor.attempt_lines()
-        log = parse_load_log("\n".join(lines))
-        url = session.supervisor.url
-        with httpx.Client(timeout=120) as client:
-            reply = client.post(
-                f"{url}/v1/chat/completions",
-                json={"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8},
-            )
-        session.stop()
-    finally:
-        session.close()
+    chat = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8}
+    served = serve_and_ask(str(smollm2_gguf), options, engines, "/v1/chat/completions", chat)
+    plan, argv, lines, reply = served.plan, served.argv, served.lines, served.reply
+    log = parse_load_log("\n".join(lines))
 
     assert reply.status_code == 200, reply.text
     assert reply.json()["choices"][0]["message"]["content"].strip()

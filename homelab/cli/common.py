@@ -17,14 +17,17 @@ VERDICT_WORDS = {
 """A fit verdict as the tables of ``presets`` and ``quants`` word it."""
 
 
+def add_snapshot_option(
+    parser: argparse.ArgumentParser,
+    help: str = "plan against a recorded GPU snapshot (JSON) instead of the live card",
+) -> None:
+    """``--gpu-snapshot FILE``: the machine's cards from a recorded snapshot (replayed)."""
+    parser.add_argument("--gpu-snapshot", metavar="FILE", type=Path, help=help)
+
+
 def add_gpu_options(parser: argparse.ArgumentParser) -> None:
     """``--gpu-snapshot FILE`` (replay a recorded card) and ``--sample-seconds S``."""
-    parser.add_argument(
-        "--gpu-snapshot",
-        metavar="FILE",
-        type=Path,
-        help="plan against a recorded GPU snapshot (JSON) instead of the live card",
-    )
+    add_snapshot_option(parser)
     parser.add_argument(
         "--sample-seconds",
         metavar="S",

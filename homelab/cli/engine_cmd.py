@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from homelab.cli.common import add_snapshot_option
 from homelab.errors import EngineError
 
 if TYPE_CHECKING:
@@ -47,6 +48,9 @@ class ProgressPrinter:
             self._open = False
 
 
+CARDS_FROM_SNAPSHOT = "the machine's cards from a recorded GPU snapshot instead of the live driver"
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``engine`` and its subcommands."""
     parser = subparsers.add_parser(
@@ -83,7 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="parallel compile jobs (default: number of CPUs)",
     )
     build.add_argument("--force", action="store_true", help="rebuild even if already built")
-    _add_card_option(build)
+    add_snapshot_option(build, CARDS_FROM_SNAPSHOT)
     build.set_defaults(func=run_build, variant=None)
 
     fetch = commands.add_parser(
@@ -99,7 +103,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="which archive (default: the newest CUDA this driver runs, else Vulkan)",
     )
     fetch.add_argument("--force", action="store_true", help="install again even if there")
-    _add_card_option(fetch)
+    add_snapshot_option(fetch, CARDS_FROM_SNAPSHOT)
     fetch.set_defaults(func=run_fetch)
 
     path = commands.add_parser(
@@ -116,15 +120,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Print the llama.cpp release (bNNNN-commit) of the llama-server homelab runs.",
     )
     version.set_defaults(func=run_version_cmd)
-
-
-def _add_card_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--gpu-snapshot",
-        metavar="FILE",
-        type=Path,
-        help="the machine's cards from a recorded GPU snapshot instead of the live driver",
-    )
 
 
 def _card(snapshot: Path | None) -> GpuReport | None:

@@ -127,6 +127,8 @@ def cuda_configuration(report: GpuReport | None, progress: ProgressFn) -> CudaCo
         return CudaConfiguration(args, manifest)
     kit = cuda_kit.ensure_kit(progress)
     driver = cuda_kit.driver_library()
+    if driver is not None:
+        cuda_kit.link_driver(kit, driver)
     args = [*cuda_kit.cmake_kit_args(kit, driver), f"-DCMAKE_CUDA_ARCHITECTURES={archs}"]
     manifest = {  # same keys as above, for the wheels
         "toolkit": "wheels",

@@ -144,22 +144,25 @@ def driver_library() -> Path | None:
 
 
 def cmake_kit_args(kit: Kit, driver: Path | None) -> list[str]:
-    """The configure options that build against ``kit``: its nvcc and libraries, the run
-    path to them, and the driver library beside them (or no VMM when there is none)."""
+    """The configure options that build against ``kit``: its nvcc and libraries and the run
+    path to them; without the driver's library (:func:`link_driver`), no VMM."""
     args = [
         f"-DCMAKE_CUDA_COMPILER={kit.nvcc}",
         f"-DCUDAToolkit_ROOT={kit.root}",
         f"-DCMAKE_BUILD_RPATH={kit.lib}",
     ]
-    if driver is None:
-        return [*args, "-DGGML_CUDA_NO_VMM=ON"]
+    return args if driver is not None else [*args, "-DGGML_CUDA_NO_VMM=ON"]
+
+
+def link_driver(kit: Kit, driver: Path) -> None:
+    """Put the driver's ``libcuda.so.1`` where CMake's ``FindCUDAToolkit`` looks for
+    ``CUDA::cuda_driver`` (``lib/stubs/libcuda.so``), replacing an older link."""
     stubs = kit.lib / "stubs"
     stubs.mkdir(exist_ok=True)
     link = stubs / "libcuda.so"
     with contextlib.suppress(FileNotFoundError):
         link.unlink()
     link.symlink_to(driver)
-    return args
 
 
 def ensure_kit(progress: ProgressFn, version: str = KIT_VERSION) -> Kit:

@@ -22,11 +22,17 @@ sizes::
     file_bytes = 5629108736             # the .gguf's size
     embedding_bytes = 593000000         # token_embd (stays in host memory)
     output_bytes = 815000000            # output head; 0 = tied to the embedding
+    experts_bytes = 17553162240         # MoE: the routed experts (blk.N.ffn_*_exps), all
+                                        # blocks together, or one value per block
 
 From these, :func:`stand_in` builds a :class:`~homelab.gguf.header.GgufModel` in memory
 that the planner reads exactly as a real header: the metadata as given, and one tensor
 of the stated bytes for the embedding, the output head and each block (the blocks share
-what is left of the file evenly). A real header, once read, replaces it.
+what is left of the file evenly), and for a MoE one routed-expert tensor per block with
+its experts' bytes, so the offload ladder (:mod:`homelab.plan.experts_rung`) can keep
+them in system RAM as it would a real file's. A MoE preset without ``experts_bytes`` (an
+older file) plans without the ladder, and says so (:func:`lacks_expert_bytes`). A real
+header, once read, replaces it.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ from typing import Any
 from homelab.gguf.header import GgufHeader, GgufModel, LazyArray, TensorInfo
 
 QUANT_FIELDS = ("file_bytes", "embedding_bytes", "output_bytes")
+EXPERTS_FIELD = "experts_bytes"
+"""Optional per quant: the routed experts' bytes (older presets do not give them)."""
 _I8 = (24, "I8")
 """ggml type I8: one byte per element, so a tensor of N elements is N bytes."""
 _STRING = 8
@@ -61,6 +69,8 @@ class QuantSizes:
     embedding_bytes: int
     output_bytes: int
     """0 when the output head is tied to the embedding (llama.cpp loads a copy of it)."""
+    experts: tuple[int, ...] | None = None
+    """Each block's routed-expert bytes; None when the preset does not say (not 0: unknown)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +88,19 @@ class PresetFacts:
         value = self.metadata["block_count"]
         assert isinstance(value, int)
         return value
+
+    @property
+    def is_moe(self) -> bool:
+        """The geometry has routed experts (``expert_count`` above 0)."""
+        count = self.metadata.get("expert_count", 0)
+        return bool(max(count) if isinstance(count, tuple) else count)
+
+
+def lacks_expert_bytes(facts: PresetFacts, quant: str) -> bool:
+    """A MoE preset whose facts for ``quant`` do not say its routed experts' bytes: planned
+    from them, the experts cannot be kept in system RAM (the ladder has nothing to move)."""
+    sizes = facts.quants.get(quant)
+    return facts.is_moe and sizes is not None and sizes.experts is None
 
 
 def parse_facts(data: Any, arch: str | None, quants: tuple[str, ...]) -> PresetFacts:
@@ -106,7 +129,9 @@ def parse_facts(data: Any, arch: str | None, quants: tuple[str, ...]) -> PresetF
             raise FactsProblem(
                 f"facts.{key}", f"has {len(value)} values; block_count says {blocks} layers"
             )
-    return PresetFacts(arch, vocab, metadata, _quants(raw_quants, quants))
+    leading = metadata.get("leading_dense_block_count", 0)
+    dense = leading if isinstance(leading, int) else 0
+    return PresetFacts(arch, vocab, metadata, _quants(raw_quants, quants, blocks, dense))
 
 
 def stand_in(facts: PresetFacts, quant: str, source_name: str) -> GgufModel:
@@ -127,7 +152,12 @@ def stand_in(facts: PresetFacts, quant: str, source_name: str) -> GgufModel:
     named = [("token_embd.weight", sizes.embedding_bytes)]
     if sizes.output_bytes:
         named.append(("output.weight", sizes.output_bytes))
-    named += [(f"blk.{il}.weight", rest // blocks + (il < rest % blocks)) for il in range(blocks)]
+    experts = sizes.experts or (0,) * blocks
+    rest -= sum(experts)
+    for il in range(blocks):
+        named.append((f"blk.{il}.weight", rest // blocks + (il < rest % blocks)))
+        if experts[il]:  # one tensor --n-cpu-moe's pattern takes, as a real file's three are
+            named.append((f"blk.{il}.ffn_up_exps.weight", experts[il]))
     tensors, offset = [], 0
     for name, n_bytes in named:
         tensors.append(TensorInfo(name, (n_bytes,), _I8[0], _I8[1], offset, n_bytes))
@@ -169,7 +199,7 @@ def _value(value: Any, key: str) -> int | tuple[int, ...]:
     raise FactsProblem(key, f"must be a non-negative integer or a list of them, not {value!r}")
 
 
-def _quants(data: Any, quants: tuple[str, ...]) -> dict[str, QuantSizes]:
+def _quants(data: Any, quants: tuple[str, ...], blocks: int, dense: int) -> dict[str, QuantSizes]:
     if data is None:
         raise FactsProblem("facts.quants", "missing: give at least the default quant's sizes")
     if not isinstance(data, Mapping):
@@ -183,18 +213,38 @@ def _quants(data: Any, quants: tuple[str, ...]) -> dict[str, QuantSizes]:
             raise FactsProblem(where, f"{quant!r} is not one of the preset's quants")
         if not isinstance(sizes, Mapping):
             raise FactsProblem(where, "must be a table with " + ", ".join(QUANT_FIELDS))
-        unknown = sorted(set(sizes) - set(QUANT_FIELDS))
+        unknown = sorted(set(sizes) - {*QUANT_FIELDS, EXPERTS_FIELD})
         if unknown:
             raise FactsProblem(f"{where}.{unknown[0]}", "unknown key")
         for name in QUANT_FIELDS:
             if not _is_count(sizes.get(name)):
                 raise FactsProblem(f"{where}.{name}", "must be a non-negative integer (bytes)")
         file_bytes, embedding, output = (int(sizes[name]) for name in QUANT_FIELDS)
-        if embedding + output >= file_bytes:
+        experts = _experts(sizes.get(EXPERTS_FIELD), f"{where}.{EXPERTS_FIELD}", blocks, dense)
+        if embedding + output + sum(experts or ()) >= file_bytes:
             raise FactsProblem(
                 f"{where}.file_bytes",
                 f"{file_bytes:,} B leaves nothing for the blocks after the embedding "
-                f"({embedding:,} B) and output head ({output:,} B)",
+                f"({embedding:,} B), output head ({output:,} B) and routed experts "
+                f"({sum(experts or ()):,} B)",
             )
-        typed[quant] = QuantSizes(file_bytes, embedding, output)
+        typed[quant] = QuantSizes(file_bytes, embedding, output, experts)
     return typed
+
+
+def _experts(value: Any, key: str, blocks: int, dense: int) -> tuple[int, ...] | None:
+    """Each block's routed-expert bytes: as listed, or a total shared evenly by the blocks
+    past the leading dense ones (``leading_dense_block_count``); None when not given."""
+    if value is None:
+        return None
+    if _is_count(value) and value > 0:
+        moe = max(blocks - dense, 1)
+        share = [0] * (blocks - moe) + [value // moe + (i < value % moe) for i in range(moe)]
+        return tuple(share)
+    if isinstance(value, list) and len(value) == blocks and all(_is_count(v) for v in value):
+        return tuple(int(v) for v in value)
+    raise FactsProblem(
+        key,
+        f"must be the routed experts' bytes: a positive integer, or {blocks} non-negative "
+        f"integers (one per block), not {value!r}",
+    )

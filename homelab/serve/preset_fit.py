@@ -10,21 +10,26 @@ something homelab cannot size. A preset that cannot be judged never stops the li
 
 When no header can be had, a preset's own ``[facts]`` (:mod:`homelab.hub.preset_facts`)
 stand in for it and the result says so (``source="preset"``);
-:func:`fit_preset_from_facts` judges from the facts alone, at once and offline.
+:func:`fit_preset_from_facts` judges from the facts alone, at once and offline. The facts
+plan through the same domain as a header (:func:`homelab.plan.judge.judge`), offload ladder
+included: a MoE preset whose facts give its routed experts' bytes is judged with the experts
+of as few layers in system RAM as the workload needs, as its real header would be. One whose
+facts do not (an older preset file) is judged without that rung, and says so
+(:attr:`PresetFit.ladder_skipped`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from homelab.engine.llamacpp.calibrate import current_engine_version
 from homelab.errors import HomelabError
 from homelab.gguf.header import GgufModel
 from homelab.gpu.report import GpuReport
-from homelab.hub.preset_facts import stand_in
+from homelab.hub.preset_facts import lacks_expert_bytes, stand_in
 from homelab.hub.presets import Preset
 from homelab.plan.calibration import EngineVersion
 from homelab.plan.judge import Fit, judge
@@ -54,6 +59,9 @@ class PresetFit:
     """The preset's own (e.g. its arch is not the file's), besides the plan's."""
     source: Source | None = "header"
     """Planned from the real header, or from the preset's facts; None: from neither."""
+    ladder_skipped: str | None = None
+    """Why experts in system RAM were not considered (facts without the experts' bytes);
+    None when they were, or the model has none. Also in ``warnings``."""
 
 
 def fit_preset(
@@ -160,7 +168,30 @@ def _judge(
     )
     if source == "header":
         warnings = _arch_warnings(preset, header)  # type: ignore[arg-type]
-    return PresetFit(preset, fit, warnings, source)
+    skipped = None
+    if source == "preset" and preset.facts and lacks_expert_bytes(preset.facts, preset.quant):
+        skipped = ladder_skipped_note(preset)
+        fit = _with_note(fit, skipped)
+        warnings = (*warnings, skipped)
+    return PresetFit(preset, fit, warnings, source, skipped)
+
+
+def ladder_skipped_note(preset: Preset) -> str:
+    """What a MoE preset's facts without its experts' bytes cost the offline verdict."""
+    return (
+        f"the preset's facts give no routed-expert bytes for {preset.quant} (facts.quants."
+        f"{preset.quant}.experts_bytes; an older preset file), so this verdict cannot keep "
+        "experts in system RAM: the offload ladder was skipped, and a model that would fit "
+        "with its experts in RAM may show as partial or not fitting until its header is read"
+    )
+
+
+def _with_note(fit: Fit, note: str) -> Fit:
+    """``fit`` carrying ``note``: among its plan's warnings, else after its hint."""
+    if fit.plan is not None:
+        return replace(fit, plan=replace(fit.plan, warnings=(*fit.plan.warnings, note)))
+    hint = f"{fit.hint} " if fit.hint else ""
+    return replace(fit, hint=f"{hint}Note: {note}.")
 
 
 def default_resolver() -> Resolver:

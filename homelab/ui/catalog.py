@@ -2,7 +2,10 @@
 
 A row is a preset, a GGUF in the Hugging Face cache or one in a models folder. Its
 verdict comes from the domain's plan (or the preset's fit); this module only words it:
-``fits: 98,304 tokens, 3 slots`` / ``partial: -ngl 20`` / ``does not fit: ...``.
+``fits: 98,304 tokens, 3 slots`` / ``fits: 262,144 tokens, 2 slots, experts of 14 layers in
+RAM (9.8 GiB)`` / ``partial: -ngl 30, 19 of 48 layers on the CPU`` / ``does not fit: ...``.
+Each verdict also has a compact form (``fits: 262k × 2, experts in RAM``) for a column too
+narrow for the whole one (:func:`fitted`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from rich.cells import cell_len
+
+from homelab.plan.placement import plan_ram
 from homelab.units import format_bytes, format_int
 
 if TYPE_CHECKING:
@@ -48,16 +54,63 @@ class Judgement:
     detail: str | None = None
     from_preset: bool = False
     """Planned from the preset's facts: the model's header has not been read yet."""
+    compact: str | None = None
+    """The same verdict in fewer cells, for a narrow column (None: ``text`` is short)."""
 
 
 def judgement_of_plan(plan: Plan, size: int | None) -> Judgement:
     """The words for a plan's verdict."""
+    text, compact = plan_words(plan)
+    return Judgement(plan.verdict, text, size, compact=compact)
+
+
+def plan_words(plan: Plan) -> tuple[str, str]:
+    """A plan's verdict, whole and compact: the tokens and slots it gives, and which weights
+    it keeps off the card (the routed experts of N layers in RAM, or whole layers on the CPU),
+    as the domain's plan and its RAM share say."""
+    ram = plan_ram(plan)
     if plan.verdict == "partial":
-        return Judgement("partial", f"partial: -ngl {plan.n_gpu_layers}", size)
-    slots = plan.settings.n_seq
-    tokens = plan.candidate.allocation.n_ctx
-    text = f"fits: {format_int(tokens)} tokens, {slots} slot{'s' if slots != 1 else ''}"
-    return Judgement("fits", text, size)
+        n_blocks = len(plan.weights.per_block)
+        on_cpu = n_blocks - sum(share.n_blocks for share in plan.devices)
+        text = f"partial: -ngl {plan.n_gpu_layers}, {on_cpu} of {n_blocks} layers on the CPU"
+        compact = f"partial: -ngl {plan.n_gpu_layers}"
+    else:
+        slots = plan.settings.n_seq
+        tokens = plan.candidate.allocation.n_ctx
+        text = f"fits: {format_int(tokens)} tokens, {slots} slot{'s' if slots != 1 else ''}"
+        compact = f"fits: {_thousands(tokens)} × {slots}"
+    if ram is not None:
+        layers = "1 layer" if ram.n_cpu_moe == 1 else f"{ram.n_cpu_moe} layers"
+        text += f", experts of {layers} in RAM ({format_bytes(ram.experts, precision=1)})"
+        compact += ", experts in RAM"
+    return text, compact
+
+
+def _thousands(tokens: int) -> str:
+    """``262,144`` as ``262k`` (a compact verdict's count; the whole one has every digit)."""
+    return f"{tokens // 1000}k" if tokens >= 10_000 else format_int(tokens)
+
+
+ELLIPSIS = "…"
+
+
+def fitted(judgement: Judgement, width: int) -> str:
+    """The judgement's words in at most ``width`` cells: the whole text when it fits, else
+    the compact one, else the compact one cut after a whole word with an ellipsis (the
+    preset's mark kept at the end)."""
+    for words in (judgement.text, judgement.compact):
+        if words is not None and cell_len(words) <= width:
+            return words
+    words = judgement.compact or judgement.text
+    mark = FROM_PRESET if words.endswith(FROM_PRESET) else ""
+    words = words.removesuffix(mark)
+    room = width - cell_len(mark) - cell_len(ELLIPSIS)
+    if room < 1:
+        return words[: max(width, 1)]
+    cut = words[:room]
+    if words[room : room + 1] not in ("", " ") and " " in cut:
+        cut = cut[: cut.rfind(" ")]  # never mid-word
+    return cut.rstrip(" ,:×") + ELLIPSIS + mark
 
 
 FROM_PRESET = " †"
@@ -75,7 +128,10 @@ def judgement_of_fit(fit: Fit, source: str | None = "header") -> Judgement:
     if source != "preset":
         return judgement
     text = judgement.text + FROM_PRESET
-    return Judgement(judgement.verdict, text, judgement.size, judgement.detail, from_preset=True)
+    compact = judgement.compact + FROM_PRESET if judgement.compact else None
+    return Judgement(
+        judgement.verdict, text, judgement.size, judgement.detail, True, compact=compact
+    )
 
 
 def _words(fit: Fit) -> Judgement:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import TYPE_CHECKING
 
 from textual import work
 
@@ -32,6 +33,9 @@ from homelab.ui.messages import (
     while_mounted,
 )
 from homelab.ui.widgets.server import ServerPanel
+
+if TYPE_CHECKING:
+    from homelab.serve.session import ServeSession
 
 
 class ServerFlow(AppFlow):
@@ -121,6 +125,7 @@ class ServerFlow(AppFlow):
             failure_past=health.failure_past,
             note=health.note,
             backend=self.state.engine_backend,
+            verdict=_verdict(running.session),
         )
         actuals = health.actuals if health.state != "stopped" else None
         panel.show_actuals(actuals.rows if actuals is not None else None)  # room for the failure
@@ -157,6 +162,17 @@ class ServerFlow(AppFlow):
     def on_engine_missing(self, message: EngineMissing) -> None:
         self.state.engine_problem = message.error
         self._show_engine()
+
+
+def _verdict(session: ServeSession | None) -> str | None:
+    """The running llama.cpp plan's verdict in words (None: adopted, or another engine's)."""
+    from homelab.plan.planner import Plan
+    from homelab.ui.catalog import plan_words
+
+    served = session.plan if session is not None else None
+    if served is None or not isinstance(served.plan, Plan):
+        return None
+    return plan_words(served.plan)[0]
 
 
 def _planned_restart(transition: Transition) -> bool:

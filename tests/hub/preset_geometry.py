@@ -111,6 +111,45 @@ def gpt_oss_20b() -> GgufHeader:
     )
 
 
+def gpt_oss_120b() -> GgufHeader:
+    """openai/gpt-oss-120b's config.json: 36 layers, 128 experts, the 20B's attention."""
+    return _header(
+        "gpt-oss",
+        201_088,
+        block_count=36,
+        context_length=131_072,
+        embedding_length=2880,
+        feed_forward_length=2880,
+        attention__head_count=64,
+        attention__head_count_kv=8,
+        attention__key_length=64,
+        attention__value_length=64,
+        attention__sliding_window=128,
+        expert_count=128,
+        expert_used_count=4,
+        expert_feed_forward_length=2880,
+    )
+
+
+def qwen3_30b_a3b() -> GgufHeader:
+    """Qwen/Qwen3-30B-A3B-Instruct-2507's config.json: 48 layers, 4 KV heads of 128."""
+    return _header(
+        "qwen3moe",
+        151_936,
+        block_count=48,
+        context_length=262_144,
+        embedding_length=2048,
+        feed_forward_length=6144,
+        attention__head_count=32,
+        attention__head_count_kv=4,
+        attention__key_length=128,
+        attention__value_length=128,
+        expert_count=128,
+        expert_used_count=8,
+        expert_feed_forward_length=768,
+    )
+
+
 def gemma3_12b() -> GgufHeader:
     return _header(
         "gemma3",
@@ -234,6 +273,8 @@ GEOMETRY = {
     "qwen3.6-35b-a3b": qwen36_35b_a3b,
     "qwen3-8b": qwen3_8b,
     "gpt-oss-20b": gpt_oss_20b,
+    "gpt-oss-120b": gpt_oss_120b,
+    "qwen3-30b-a3b": qwen3_30b_a3b,
     "gemma-3-12b": gemma3_12b,
     "mistral-small-3.2-24b": mistral_small_32_24b,
     "granite-4.0-h-small": granite4_h_small,

@@ -38,6 +38,7 @@ FACTORY_ARCH = {
         "nemotron_h",
         "deepseek2",
         "lfm2moe",
+        "qwen3moe",
     )
 }
 """Shipped presets' archs the test factory can write; the others are left off the stand-in Hub."""

@@ -1,7 +1,9 @@
 """The models menu: presets, GGUFs in the HF cache and in the models folders, with verdicts.
 
 ``/`` shows the filter; typing narrows the rows; enter picks the first match. Enter on a
-row picks it (posts :class:`ModelsMenu.Picked`).
+row picks it (posts :class:`ModelsMenu.Picked`). A verdict longer than the room the
+other columns leave is shown compact, or cut after a whole word (:func:`~homelab.ui.catalog.fitted`),
+and worded again when the terminal is resized.
 """
 
 from __future__ import annotations
@@ -14,7 +16,14 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Input
 
-from homelab.ui.catalog import FROM_PRESET_LEGEND, Judgement, ModelEntry, matches, size_text
+from homelab.ui.catalog import (
+    FROM_PRESET_LEGEND,
+    Judgement,
+    ModelEntry,
+    fitted,
+    matches,
+    size_text,
+)
 
 VERDICT_STYLE = {
     "fits": "green",
@@ -23,6 +32,8 @@ VERDICT_STYLE = {
     "unknown": "dim",
     "pending": "dim italic",
 }
+MIN_VERDICT_CELLS = 14
+"""The least a verdict is cut to, however narrow the menu (the table scrolls sideways)."""
 
 
 class ModelsMenu(Vertical):
@@ -60,6 +71,9 @@ class ModelsMenu(Vertical):
         self.border_title = "models"
         self.border_subtitle = "listing…"
 
+    def on_resize(self) -> None:
+        self._reword()
+
     # -- data ------------------------------------------------------------------------------
 
     def set_entries(self, entries: list[ModelEntry]) -> None:
@@ -70,8 +84,8 @@ class ModelsMenu(Vertical):
         self.judgements[key] = judgement
         table = self.query_one("#models", DataTable)
         if key in table.rows:
-            table.update_cell(key, "verdict", self._verdict(key), update_width=True)
             table.update_cell(key, "size", size_text(self._entry_size(key)), update_width=True)
+            table.update_cell(key, "verdict", self._verdict(key), update_width=True)
         self._subtitle()
 
     def _subtitle(self) -> None:
@@ -99,7 +113,25 @@ class ModelsMenu(Vertical):
         judged = self.judgements.get(key)
         if judged is None:
             return Text("judging…", style=VERDICT_STYLE["pending"])
-        return Text(judged.text, style=VERDICT_STYLE[judged.verdict])
+        return Text(fitted(judged, self._verdict_room()), style=VERDICT_STYLE[judged.verdict])
+
+    def _verdict_room(self) -> int:
+        """Cells the verdict column has once the other columns are drawn."""
+        table = self.query_one("#models", DataTable)
+        others = sum(
+            column.get_render_width(table)
+            for key, column in table.columns.items()
+            if key.value != "verdict"
+        )
+        room = table.scrollable_content_region.width - others - 2 * table.cell_padding
+        return max(room, MIN_VERDICT_CELLS)
+
+    def _reword(self) -> None:
+        """Each verdict again for the room there is now (after a resize or a new row)."""
+        table = self.query_one("#models", DataTable)
+        for key in self.judgements:
+            if key in table.rows:
+                table.update_cell(key, "verdict", self._verdict(key), update_width=True)
 
     def _fill(self) -> None:
         table = self.query_one("#models", DataTable)
@@ -115,6 +147,7 @@ class ModelsMenu(Vertical):
                 self._verdict(entry.key),
                 key=entry.key,
             )
+        self._reword()  # the other columns' widths are known now
         self._subtitle()
 
     # -- filter and pick -------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The plan panel: the settings (workload, cache type, context, slots), the working step by
+"""The plan panel: the settings (workload, cache type, context, slots), the verdict in a
+line (what fits, and what stays off the card: experts in RAM, layers on the CPU), the working step by
 step, the warnings, what a stored bench measured at these flags, and the exact
 llama-server command line.
 
@@ -18,12 +19,14 @@ from textual.message import Message
 from textual.widgets import Input, Label, Select, Static
 
 from homelab.plan.working import render_step
+from homelab.ui.catalog import plan_words
 
 if TYPE_CHECKING:
     from homelab.errors import HomelabError
     from homelab.plan.planner import Plan
 
 CACHE_TYPES = ("q8_0", "f16", "q4_0")
+VERDICT_STYLE = {"fits": "green", "partial": "yellow", "does_not_fit": "red"}
 
 
 class PlanPanel(Vertical):
@@ -110,6 +113,7 @@ class PlanPanel(Vertical):
         text = Text()
         if note:
             text.append(note + "\n", style="italic yellow")
+        text.append(plan_words(plan)[0] + "\n", style=f"bold {VERDICT_STYLE[plan.verdict]}")
         for step in plan.steps:  # structured rows: headings bold, figures as the domain words them
             text.append(render_step(step) + "\n", style="" if step.formula else "bold")
         for warning in plan.warnings:

@@ -70,8 +70,10 @@ class ServerPanel(Vertical):
         failure_past: bool = False,
         note: str | None = None,
         backend: str | None = None,
+        verdict: str | None = None,
     ) -> None:
-        """The state line, the URL, and below them: ``detail`` (a problem before any engine),
+        """The state line, the URL, ``verdict`` (the running plan's, worded as the menu words
+        it: what fits and what stays off the card), and below them: ``detail`` (a problem before any engine),
         ``failure`` (the engine's explained ``EngineFailure``: now, or with ``failure_past``
         the last crash before it came back), ``note`` (a re-plan, old vs new) and, while one
         runs, ``backend`` (what the engine binary computes on)."""
@@ -86,6 +88,8 @@ class ServerPanel(Vertical):
             text.append("\n")
             text.append(f"URL {url or '—'}", style="bold" if url else "dim")
             text.append(f"  up {uptime or '—'}  restarts {restarts}")
+            if verdict:
+                text.append(f"\nplan {verdict}")
             if backend:
                 text.append(f"\non {backend}", style="dim")
         if note:

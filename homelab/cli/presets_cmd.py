@@ -20,6 +20,7 @@ from homelab.units import format_bytes
 
 if TYPE_CHECKING:
     from homelab.plan.budget import DeviceBudget
+    from homelab.plan.planner import Plan
     from homelab.serve.preset_fit import PresetFit
 
 
@@ -100,6 +101,7 @@ def fit_to_dict(row: PresetFit) -> dict[str, Any]:
         "ctx_per_slot": fit.ctx_per_slot,
         "ctx_size": plan.candidate.allocation.n_ctx if plan else None,
         "n_gpu_layers": plan.n_gpu_layers if plan else None,
+        "n_cpu_moe": plan.weights.n_cpu_moe if plan else None,
         "warnings": list(row.warnings) + (list(plan.warnings) if plan else []),
     }
 
@@ -123,6 +125,7 @@ def print_table(fits: list[PresetFit], budget: DeviceBudget, user_dir: Path) -> 
         "QUANT",
         "WORKLOAD",
         "FIT",
+        "OFF THE CARD",
         "CONVERSATIONS",
         "TOKENS",
         "WEIGHTS",
@@ -153,6 +156,8 @@ def print_table(fits: list[PresetFit], budget: DeviceBudget, user_dir: Path) -> 
     for entry in fits:
         if entry.fit.reason and not (len(offline) > 1 and entry.preset.key in offline):
             print(f"! {entry.preset.key}: {entry.fit.explanation}")
+        elif entry.ladder_skipped:
+            print(f"! {entry.preset.key}: {entry.ladder_skipped}")
     print(f"Your own presets: {user_dir}/NAME.toml (same name overrides a shipped preset).")
 
 
@@ -163,6 +168,7 @@ def _row(row: PresetFit) -> tuple[str, ...]:
     if fit.plan is not None:
         conversations = f"{fit.slots} × {fit.ctx_per_slot:,}"
         tokens = f"{fit.tokens_fit:,}"
+    off_card = _off_card(fit.plan) if fit.plan is not None else "-"
     weights = fit.weights_bytes
     per_token = format_bytes(fit.kv_bytes_per_token) if fit.kv_bytes_per_token is not None else "-"
     return (
@@ -170,8 +176,22 @@ def _row(row: PresetFit) -> tuple[str, ...]:
         row.preset.quant,
         fit.workload.name,
         VERDICT_WORDS[fit.verdict],
+        off_card,
         conversations,
         tokens,
         format_bytes(weights) if weights is not None else "-",
         per_token,
     )
+
+
+def _off_card(plan: Plan) -> str:
+    """What the plan keeps off the card: the experts of N layers in RAM, or whole layers."""
+    from homelab.plan.placement import plan_ram
+
+    ram = plan_ram(plan)
+    if ram is not None:
+        return f"experts of {ram.n_cpu_moe} layers ({format_bytes(ram.experts, precision=1)})"
+    if plan.n_gpu_layers is not None:
+        n_blocks = len(plan.weights.per_block)
+        return f"{n_blocks - sum(d.n_blocks for d in plan.devices)} of {n_blocks} layers"
+    return "-"

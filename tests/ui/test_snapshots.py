@@ -1,7 +1,7 @@
 """The main screen's look at a fixed size, for four recorded cards (pytest-textual-snapshot).
 
-Deterministic by construction: the card is a replayed snapshot (the no-GPU one with fixed
-RAM figures, since system RAM cannot be recorded), no refresh timer, no cursor blink, no
+Deterministic by construction: the card is a replayed snapshot (with fixed RAM figures,
+since system RAM cannot be recorded), no refresh timer, no cursor blink, no
 engine (so no clock), an empty HF cache, offline presets (the Hub endpoint is a closed
 loopback port), and the models folder given as a relative path so the argv is the same on
 every machine. SmolLM2 is picked, so the bar previews its plan.
@@ -33,10 +33,9 @@ def relative_models(models_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_main_screen(
     fixture: str, relative_models: Path, snap_compare, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if fixture == "no_gpu":
-        monkeypatch.setattr(
-            cpu, "cpu_memory", lambda: CpuMemory(total=32 * GiB, available=24 * GiB)
-        )
+    # system RAM held still for every card: the plan for no card is made in it, and a MoE
+    # preset's experts in RAM are weighed against it
+    monkeypatch.setattr(cpu, "cpu_memory", lambda: CpuMemory(total=32 * GiB, available=24 * GiB))
     app = make_app(
         gpu_snapshot=GPU_FIXTURES / f"{fixture}.json",
         models_dirs=[relative_models],

@@ -85,7 +85,7 @@ class ModelsMenu(Vertical):
         table = self.query_one("#models", DataTable)
         if key in table.rows:
             table.update_cell(key, "size", size_text(self._entry_size(key)), update_width=True)
-            table.update_cell(key, "verdict", self._verdict(key), update_width=True)
+            self._reword()  # the size column may have grown: every verdict's room with it
         self._subtitle()
 
     def _subtitle(self) -> None:
@@ -123,7 +123,10 @@ class ModelsMenu(Vertical):
             for key, column in table.columns.items()
             if key.value != "verdict"
         )
-        room = table.scrollable_content_region.width - others - 2 * table.cell_padding
+        # the vertical scrollbar's cells are kept free whether it shows or not: it comes and
+        # goes with the rows, and a verdict worded before it came would run under it
+        inner = table.size.width - table.styles.gutter.width - table.styles.scrollbar_size_vertical
+        room = inner - others - 2 * table.cell_padding
         return max(room, MIN_VERDICT_CELLS)
 
     def _reword(self) -> None:

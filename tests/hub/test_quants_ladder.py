@@ -31,6 +31,7 @@ from tests.factory import write_gguf
 from tests.hubstub import HubStub
 
 REPO, SOLO, DENSE = "tester/Moe-GGUF", "tester/Moe-Solo-GGUF", "tester/Dense-GGUF"
+UNTAGGED = "tester/Moe-Untagged-GGUF"
 WORKLOAD = "8192"
 MOE = {
     "n_layer": 8,
@@ -94,6 +95,7 @@ def hub(files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         REPO: {**files, "README.md": b"# Moe\n"},
         SOLO: {"Moe-Q8_0.gguf": files["Moe-Q8_0.gguf"]},
         DENSE: {"Dense-Q8_0.gguf": dense},
+        UNTAGGED: {"Moe.gguf": files["Moe-Q8_0.gguf"], "Moe-Q4_1.gguf": files["Moe-Q4_1.gguf"]},
     }
     with HubStub(repos) as stub:
         point_hf_at(stub, monkeypatch, tmp_path / "hf-home")
@@ -165,6 +167,14 @@ def test_one_quant_only(hub: None, vram: int, capsys) -> None:
     assert code == 0 and data["ranking"] == ["Q8_0"]
     assert data["quants"][0]["rung"] == "experts"
     assert data["why"].endswith("; it is the largest quant in the repo.")
+
+
+def test_a_name_without_a_quant_is_weighed_by_its_header_bits(hub: None, vram: int, capsys) -> None:
+    code, out = _quants(capsys, UNTAGGED, "--vram", str(vram), "--json")
+    rows = {row["quant"]: row for row in json.loads(out)["quants"]}
+    assert code == 0 and rows["Moe.gguf"]["bits"] == 8  # Q8_0's 8.5 bits per weight, rounded down
+    assert rows["Q4_1"]["bits"] == 4  # the name's, though its header says 5.0
+    assert json.loads(out)["ranking"] == ["Moe.gguf", "Q4_1"]
 
 
 def test_experts_that_do_not_fit_in_ram_step_down_and_lose_the_rank(hub: None, vram: int) -> None:

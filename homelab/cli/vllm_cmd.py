@@ -54,6 +54,7 @@ def vllm_plan_dict(plan, argv: list[str]) -> dict[str, Any]:
     """The vLLM plan for ``--json``: flags, the budget figures (bytes) and the working."""
     from homelab.plan.working import render_steps
 
+    offload = plan.experts_offload
     return {
         "engine": "vllm",
         "model": plan.model_ref,
@@ -67,6 +68,8 @@ def vllm_plan_dict(plan, argv: list[str]) -> dict[str, Any]:
         "kv_pool": plan.kv_pool,
         "tokens_fit": plan.tokens_fit,
         "longest_fitting": plan.longest_fitting,
+        "n_cpu_moe": offload.n_layers if offload else None,
+        "ram": {"experts": offload.bytes} if offload else None,
         "warnings": list(plan.warnings),
         "steps": render_steps(plan.steps),
         "argv": argv,

@@ -9,14 +9,16 @@ for the model's own trouble; a listing of many models keeps going.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 from homelab.errors import DoesNotFitError, HomelabError
 from homelab.gguf.header import GgufModel
-from homelab.gpu.report import GpuReport
+from homelab.gpu.report import CpuMemory, GpuReport
 from homelab.plan.calibration import EngineVersion
 from homelab.plan.choose import wanted_per_slot
+from homelab.plan.experts_rung import system_ram
 from homelab.plan.options import PlanOptions
 from homelab.plan.pipeline import plan_model
 from homelab.plan.planner import Plan
@@ -107,11 +109,12 @@ def judge(
     default_workload: Workload | None = None,
     engine_version: EngineVersion = None,
     remote: tuple[RemoteDevice, ...] = (),
+    ram: Callable[[], CpuMemory] = system_ram,
 ) -> Fit:
     """``model`` (shown as ``label``) planned on ``report``'s card with ``options``.
 
     ``default_workload`` (e.g. a preset's hint) applies when ``options.workload.per_slot`` is None;
-    ``engine_version`` (calibration) and ``remote`` (RPC devices) are passed to
+    ``engine_version`` (calibration), ``remote`` (RPC devices) and ``ram`` (system RAM) are passed to
     :func:`~homelab.plan.pipeline.plan_model`.
     Never raises for one model's trouble: an error instead of a header, or a header that
     cannot be sized or planned, gives ``unknown``; a plan that cannot fit ``does_not_fit``.
@@ -128,6 +131,7 @@ def judge(
             default_workload=default_workload,
             engine_version=engine_version,
             remote=remote,
+            ram=ram,
         )
     except DoesNotFitError as error:
         return _failed(label, workload, "does_not_fit", error, model)

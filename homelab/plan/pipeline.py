@@ -10,11 +10,13 @@ is known only from the plan it would give, the card, flash attention and batch i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from homelab.gguf.header import GgufModel
-from homelab.gpu.report import GpuReport
+from homelab.gpu.report import CpuMemory, GpuReport
 from homelab.plan.calibration import EngineVersion, measurements_for
+from homelab.plan.experts_rung import system_ram
 from homelab.plan.options import PlanOptions
 from homelab.plan.planner import Plan, PlanRequest, make_plan
 from homelab.plan.remote_device import RemoteDevice
@@ -30,6 +32,7 @@ def plan_model(
     default_workload: Workload | None = None,
     engine_version: EngineVersion = None,
     remote: tuple[RemoteDevice, ...] = (),
+    ram: Callable[[], CpuMemory] = system_ram,
 ) -> Plan:
     """The llama.cpp plan for ``model`` (shown as ``label``) on ``report``'s card.
 
@@ -42,7 +45,8 @@ def plan_model(
 
     ``remote`` are RPC devices (llama.cpp's ``rpc-server`` on other hosts) the plan may
     place layers on, budgeted like cards and split over with the local ones; the argv
-    then carries ``--rpc`` and the devices in llama-server's order.
+    then carries ``--rpc`` and the devices in llama-server's order. ``ram`` gives the system
+    RAM the offload ladder weighs its RAM side against (psutil's, unless a caller holds it).
 
     Raises:
         DoesNotFitError: nothing worth serving fits (the message says what would).
@@ -54,12 +58,12 @@ def plan_model(
         measured = measurements_for(model, engine_version)
         if measured is not None:
             request = replace(request, calibration=measured)
-    plan = make_plan(model, label, report, request, remote=remote)
+    plan = make_plan(model, label, report, request, remote=remote, ram=ram)
     if engine_version is None:
         return plan
     from homelab.plan.calibration_miss import avoid_misses  # an earlier OOM
 
     def replan(narrowed: PlanRequest) -> Plan:
-        return make_plan(model, label, report, narrowed, remote=remote)
+        return make_plan(model, label, report, narrowed, remote=remote, ram=ram)
 
     return avoid_misses(plan, model, request, engine_version, options.engine.memory_limit, replan)

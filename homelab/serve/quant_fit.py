@@ -5,27 +5,28 @@ cache, homelab's header cache, or range requests; see ``homelab.hub.model_ref``)
 judged with :func:`homelab.plan.judge.judge` under the same options as ``homelab plan``:
 fits / partial / does not fit / unknown, the slots of the workload and the tokens that fit.
 
-The best choice is the largest quant (by file size: fewer bits thrown away) that fits
-on the card with at least one *full* workload slot (the workload's tokens per
-conversation, capped at the model's trained context). A bigger one that fits only with
-a shortened conversation, or spills layers to the CPU, is worse in use than a slightly
-smaller quant that serves the workload whole.
+Which of them to pick is :mod:`homelab.serve.quant_rank`'s: each quant carries the bit width
+that ranking weighs (its name's, else its header's).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from homelab.engine.llamacpp.calibrate import current_engine_version
 from homelab.errors import HomelabError
-from homelab.gpu.report import GpuReport
+from homelab.gpu.report import CpuMemory, GpuReport
 from homelab.plan.calibration import EngineVersion
+from homelab.plan.experts_rung import system_ram
 from homelab.plan.judge import Fit, judge
 from homelab.plan.options import PlanOptions
 
 if TYPE_CHECKING:
+    from homelab.gguf.header import GgufModel
     from homelab.hub.header_cache import HeaderCache
     from homelab.hub.model_ref import RepoListing, ResolvedModel
     from homelab.hub.quant_match import QuantChoice
@@ -43,6 +44,9 @@ class QuantFit:
     header_origin: str | None = None
     """Where the headers came from: hf-cache, header-cache, remote (or several, joined)."""
     bytes_fetched: int = 0
+    bits: int | None = None
+    """Bits per weight, as the quant's name says (``Q4_K_M``: 4), else the header's (rounded
+    down); None without a header."""
 
     @property
     def label(self) -> str:
@@ -62,8 +66,10 @@ def fit_quants(
     cache: HeaderCache | None = None,
     workers: int = HEADER_WORKERS,
     engine_version: EngineVersion = current_engine_version,
+    ram: Callable[[], CpuMemory] = system_ram,
 ) -> list[QuantFit]:
     """Judge every quant of ``listing`` on the card in ``report``; smallest file first.
+    ``ram`` is the system RAM a MoE quant's experts-in-RAM rung is weighed against.
 
     Raises:
         QuantNotFoundError: the repo has no GGUF model files.
@@ -94,7 +100,7 @@ def fit_quants(
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(choices)))) as pool:
         resolved = list(pool.map(read, choices))
     return [
-        _judge(choice, result, report, options, engine_version)
+        _judge(choice, result, report, options, engine_version, ram)
         for choice, result in zip(choices, resolved, strict=True)
     ]
 
@@ -105,53 +111,25 @@ def _judge(
     report: GpuReport,
     options: PlanOptions,
     engine_version: EngineVersion,
+    ram: Callable[[], CpuMemory],
 ) -> QuantFit:
     from homelab.hub.errors import HubAuthError, HubNetworkError
+    from homelab.hub.quant_match import quant_bits
 
     if isinstance(resolved, (HubAuthError, HubNetworkError)):
         raise resolved
     if isinstance(resolved, HomelabError):
         return QuantFit(choice, judge(resolved, choice.label, report, options))
-    fit = judge(resolved.model, resolved.display, report, options, engine_version=engine_version)
+    model = resolved.model
+    fit = judge(model, resolved.display, report, options, engine_version=engine_version, ram=ram)
     origins = sorted({p.origin for p in resolved.parts})
-    return QuantFit(choice, fit, "+".join(origins), resolved.bytes_fetched)
+    bits = quant_bits(choice.tag) or header_bits(model)
+    return QuantFit(choice, fit, "+".join(origins), resolved.bytes_fetched, bits)
 
 
-def pick_best(fits: list[QuantFit]) -> QuantFit | None:
-    """The largest quant that fits on the card with at least one full workload slot."""
-    good = [f for f in fits if f.fit.verdict == "fits" and f.fit.full_slots >= 1]
-    return max(good, key=lambda f: (f.size or 0, f.label)) if good else None
-
-
-def explain(fits: list[QuantFit], best: QuantFit | None, workload_name: str) -> str:
-    """One sentence: why ``best`` (and not the next larger quant), or why there is none."""
-    if best is None:
-        fitting = [f for f in fits if f.fit.plan is not None and f.fit.verdict == "fits"]
-        if fitting:
-            most = max(fitting, key=lambda f: f.fit.ctx_per_slot or 0)
-            return (
-                f"No quant fits with a whole conversation of the {workload_name} workload "
-                f"({most.fit.wanted_per_slot:,} tokens); the most is {most.label}'s "
-                f"{most.fit.ctx_per_slot:,} tokens per slot."
-            )
-        return f"No quant fits on this card for the {workload_name} workload."
-    why = (
-        f"{best.label} is the largest quant that fits with whole conversations of the "
-        f"{workload_name} workload ({best.fit.full_slots} slot(s) × {best.fit.ctx_per_slot:,} tokens)"
-    )
-    bigger = sorted(
-        (f for f in fits if (f.size or 0) > (best.size or 0)), key=lambda f: f.size or 0
-    )
-    if not bigger:
-        return why + "; it is the largest quant in the repo."
-    return f"{why}; the next larger, {bigger[0].label}, {_shortfall(bigger[0].fit)}."
-
-
-def _shortfall(fit: Fit) -> str:
-    if fit.verdict == "fits":
-        return f"fits only {fit.ctx_per_slot:,} of the {fit.wanted_per_slot:,} tokens a conversation needs"
-    if fit.verdict == "partial":
-        return "does not fit on the card (layers would run on the CPU)"
-    if fit.verdict == "does_not_fit":
-        return "does not fit"
-    return f"could not be judged ({fit.reason})"
+def header_bits(model: GgufModel) -> int | None:
+    """Whole bits per weight of the header's tensors (bytes × 8 ÷ elements, rounded down);
+    None when a tensor cannot be sized."""
+    total = model.weights_bytes
+    elements = sum(math.prod(t.shape) for t in model.tensors)
+    return None if total is None or not elements else total * 8 // elements

@@ -7,7 +7,7 @@ bookkeeping. Shapes are given in ggml order (``ne0`` first, as in llama.cpp's
 ``create_tensor`` calls); the numpy array is created with the reversed shape.
 
 Weights: matrices are F16 by default (``weight_type="f16"``); ``"q8_0"`` and
-``"q4_0"`` quantize matrices whose first dimension is a multiple of 32 (others
+``"q4_0"`` (and ``"q4_1"``, for header-only tests) quantize matrices whose first dimension is a multiple of 32 (others
 stay F16). Quantized weights are opt-in: a llama-server built with
 ``GGML_NATIVE`` on a CPU that reports AMX died with SIGILL in the AMX int8
 kernels during warm-up unless run with ``--no-repack``. Vectors (norms, biases) and
@@ -30,11 +30,13 @@ _QTYPES = {
     "f16": gguf.GGMLQuantizationType.F16,
     "q8_0": gguf.GGMLQuantizationType.Q8_0,
     "q4_0": gguf.GGMLQuantizationType.Q4_0,
+    "q4_1": gguf.GGMLQuantizationType.Q4_1,
 }
 _FILE_TYPES = {
     "f16": gguf.LlamaFileType.MOSTLY_F16,
     "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
     "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+    "q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
 }
 
 # Geometry keys every architecture accepts, on top of its own defaults.

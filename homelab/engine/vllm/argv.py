@@ -19,6 +19,7 @@ from __future__ import annotations
 from homelab.engine.vllm.kind import Vllm
 from homelab.engine.vllm.locate import launch_prefix
 from homelab.errors import UsageError
+from homelab.plan.vllm.offload import EXPERTS_SEGMENT
 from homelab.plan.vllm.plan import VllmPlan
 
 DEFAULT_HOST = "127.0.0.1"
@@ -60,6 +61,9 @@ def vllm_argv(
     ]
     if plan.tensor_parallel_size > 1:
         argv += ["--tensor-parallel-size", str(plan.tensor_parallel_size)]
+    if plan.experts_offload is not None:  # the routed experts of the first N layers in RAM
+        argv += ["--cpu-offload-gb", plan.experts_offload.gb_flag]
+        argv += ["--cpu-offload-params", EXPERTS_SEGMENT]
     if plan.served_model_name:
         argv += ["--served-model-name", plan.served_model_name]
     argv += ["--host", host, "--port", str(port)]

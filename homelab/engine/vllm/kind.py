@@ -27,7 +27,8 @@ class Vllm:
     pulls = False
     default_cache_type = "auto"
     takes_rpc_workers = False
-    keeps_experts_in_ram = False
+    keeps_experts_in_ram = True
+    """As ``--cpu-offload-gb`` with ``--cpu-offload-params experts`` (homelab.plan.vllm.offload)."""
     loads_gguf = False
     fails_past_pool = False
     benched = False

@@ -96,9 +96,20 @@ def weight_files(directory: Path) -> WeightFiles:
 
 def read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except OSError as error:
         raise ModelFileError(f"cannot read {path}: {error.strerror or error}") from None
+    return json_object(raw, path)
+
+
+def json_object(raw: bytes, path: Path) -> dict[str, Any]:
+    """``raw`` (read from ``path``) as a JSON object.
+
+    Raises:
+        ModelFileError: not JSON, or not an object.
+    """
+    try:
+        data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ModelFileError(f"{path} is not valid JSON ({error})") from None
     if not isinstance(data, dict):

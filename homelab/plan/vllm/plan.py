@@ -18,16 +18,19 @@ crash instead of a smaller measured pool. Without a card (vLLM's CPU backend, se
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from homelab.errors import DoesNotFitError, UsageError
-from homelab.gpu.report import GpuReport
+from homelab.gpu.report import CpuMemory, GpuReport
 from homelab.plan.budget import device_budget, pick_device
+from homelab.plan.experts_rung import system_ram
 from homelab.plan.options import PlanOptions
 from homelab.plan.vllm.config import ModelConfig, load_model_config
 from homelab.plan.vllm.kv import KvLayout, cdiv, kv_layout
 from homelab.plan.vllm.length import LengthAsk, choose_len, most_in_pool
+from homelab.plan.vllm.offload import ExpertOffload, offload_experts
 from homelab.plan.vllm.pricing import MemoryPrice, Utilization, price_memory, utilization_for
 from homelab.plan.vllm.steps import describe
 from homelab.plan.vllm.tensor_parallel import CardSlice, tensor_parallel
@@ -75,6 +78,9 @@ class VllmPlan:
     """vLLM's device: ``cuda`` (an NVIDIA card) or ``cpu`` (its CPU build, from RAM)."""
     kv_cache_memory_bytes: int | None = None
     """The KV pool handed to vLLM (``--kv-cache-memory-bytes``); None: vLLM measures it."""
+    experts_offload: ExpertOffload | None = None
+    """Routed experts kept in system RAM (``--cpu-offload-gb`` + ``--cpu-offload-params
+    experts``); ``model.weights.total`` is then what stays on the card."""
 
     @property
     def gpu_memory_utilization(self) -> float | None:
@@ -114,6 +120,7 @@ def plan_vllm(
     options: PlanOptions,
     *,
     hf_cache_dir: Path | None = None,
+    ram: Callable[[], CpuMemory] = system_ram,
 ) -> VllmPlan:
     """The vLLM plan the options describe: context -> ``--max-model-len``, slots ->
     ``--max-num-seqs``, the cache type -> ``--kv-cache-dtype`` (see :func:`vllm_plan`);
@@ -134,7 +141,11 @@ def plan_vllm(
     if pick_device(report, gpus[0] if gpus else None) is None:
         from homelab.plan.vllm.cpu import vllm_cpu_plan
 
-        return vllm_cpu_plan(model_ref, report, options, hf_cache_dir=hf_cache_dir)
+        plan = vllm_cpu_plan(model_ref, report, options, hf_cache_dir=hf_cache_dir)
+        if not options.card.n_cpu_moe:
+            return plan
+        note = "The plan is for system RAM: the experts are there with everything else."
+        return replace(plan, warnings=(note, *plan.warnings))
     return vllm_plan(
         model_ref,
         report,
@@ -146,6 +157,8 @@ def plan_vllm(
         workload=options.workload.per_slot or AGENT,
         device_indices=gpus,
         hf_cache_dir=hf_cache_dir,
+        n_cpu_moe=options.card.n_cpu_moe,
+        ram=ram,
     )
 
 
@@ -162,10 +175,14 @@ def vllm_plan(
     hf_cache_dir: Path | None = None,
     kv_cache_memory: int | None = None,
     force: bool = False,
+    n_cpu_moe: int | None = None,
+    ram: Callable[[], CpuMemory] = system_ram,
 ) -> VllmPlan:
     """Price vLLM on this card before booting it (``kv_cache_memory``: hand vLLM this
     pool instead of letting it measure one; ``force``: plan an asked length vLLM will
-    refuse, with a warning, so its own refusal can be seen).
+    refuse, with a warning, so its own refusal can be seen; ``n_cpu_moe``: keep the routed
+    experts of that many leading layers in system RAM, :mod:`homelab.plan.vllm.offload`, weighed
+    against ``ram()``).
 
     Raises:
         UsageError: a flag vLLM would reject, no NVIDIA GPU, or a length beyond the model's.
@@ -177,6 +194,9 @@ def vllm_plan(
     _check_flags(max_model_len, max_num_seqs, max_num_batched_tokens)
     model = load_model_config(str(model_dir_or_repo), cache_dir=hf_cache_dir)
     model, utilization, tp, warnings = _on_cards(model, report, device_indices)
+    offload = None
+    if n_cpu_moe:
+        model, offload = _experts_off_card(model, n_cpu_moe, tp, ram(), warnings)
     batched, layout = _batch_and_layout(model, kv_cache_dtype, max_num_batched_tokens, warnings)
     # Price with the fewest sequences first: the length is chosen (or refused) against the pool
     # the final plan can actually have; more sequences are added only while the length still fits.
@@ -225,8 +245,25 @@ def vllm_plan(
         warnings=tuple(warnings),
         tensor_parallel=tp,
         kv_cache_memory_bytes=kv_cache_memory,
+        experts_offload=offload,
     )
     return replace(plan, steps=tuple(describe(plan)))
+
+
+def _experts_off_card(
+    model: ModelConfig, asked: int, tp: CardSlice | None, ram: CpuMemory, warnings: list[str]
+) -> tuple[ModelConfig, ExpertOffload]:
+    """The model as the card holds it with the experts of the first ``asked`` layers in RAM."""
+    if tp is not None:
+        raise UsageError(
+            "homelab prices vLLM's experts in system RAM on one card, not with tensor parallel "
+            "(--cpu-offload-gb is per card, over each card's slice of the experts)",
+            hint="Plan on one card (the GPU setting), or drop --n-cpu-moe / --cpu-moe.",
+        )
+    offload, notes = offload_experts(model, asked, ram)
+    warnings += notes
+    on_card = replace(model.weights, total=model.weights.total - offload.bytes)
+    return replace(model, weights=on_card), offload
 
 
 def _check_flags(max_model_len: int | None, max_num_seqs: int | None, batched: int) -> None:
@@ -351,5 +388,11 @@ def _check_weights_fit(
         f"({format_bytes(memory.cuda_graphs)}) take {format_bytes(memory.before_kv)}, "
         f"leaving {format_bytes(memory.kv_pool)} for the KV cache",
         hint="Use a quantized checkpoint (AWQ, GPTQ, FP8) of this model, or llama.cpp with a GGUF "
-        "(it can keep some layers in system RAM).",
+        "(it can keep some layers in system RAM)."
+        + (
+            " For this MoE model, --n-cpu-moe N keeps the routed experts of the first N layers "
+            "in system RAM (vLLM's --cpu-offload-gb with --cpu-offload-params experts)."
+            if model.moe is not None
+            else ""
+        ),
     )

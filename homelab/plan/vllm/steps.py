@@ -76,13 +76,24 @@ def _model_steps(plan: VllmPlan) -> list[Step]:
                 level=1,
             )
         )
-    total = m.weights.total
+    offload = plan.experts_offload
+    total = m.weights.total + (offload.bytes if offload else 0)
     if m.weights.source == "index":
         what, formula = "Weights (index total_size, shards not downloaded yet)", _b(total)
     else:
         what = "Weights"
         formula = f"{len(m.weights.files)} {m.weights.source} file(s), {_b(total)}"
     steps.append(Step(what, formula, total))
+    if offload:
+        steps.append(
+            _term(
+                f"routed experts of {offload.n_layers} layer(s) in system RAM "
+                f"(--cpu-offload-gb {offload.gb_flag} --cpu-offload-params experts)",
+                offload.bytes,
+                "−",
+            )
+        )
+        steps.append(_term("weights on the card", m.weights.total, "="))
     return steps
 
 

@@ -87,7 +87,11 @@ def plan_words(plan: Plan) -> tuple[str, str]:
 
 
 def _thousands(tokens: int) -> str:
-    """``262,144`` as ``262k`` (a compact verdict's count; the whole one has every digit)."""
+    """``262,144`` as ``262k``, ``1,701,632`` as ``1.7M`` (a compact verdict's count, rounded
+    down so it never promises more; the whole one has every digit)."""
+    if tokens >= 1_000_000:
+        millions, tenths = divmod(tokens // 100_000, 10)
+        return f"{millions}.{tenths}M"
     return f"{tokens // 1000}k" if tokens >= 10_000 else format_int(tokens)
 
 

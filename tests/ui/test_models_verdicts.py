@@ -72,3 +72,21 @@ def test_a_model_that_does_not_fit_says_short_by_how_much() -> None:
     assert fit.verdict == "does_not_fit" and fit.short_by is not None and fit.short_by > 0
     judged = judgement_of_fit(fit)
     assert judged.text.startswith("does not fit: short by ") and judged.text.endswith("GiB")
+
+
+@pytest.mark.parametrize(
+    ("tokens", "words"),
+    [
+        (9_999, "9,999"),
+        (262_144, "262k"),
+        (999_999, "999k"),
+        (1_701_632, "1.7M"),
+        (12_000_000, "12.0M"),
+    ],
+)
+def test_a_compact_count_rounds_down_and_reads_in_millions_past_a_million(
+    tokens: int, words: str
+) -> None:
+    from homelab.ui.catalog import _thousands
+
+    assert _thousands(tokens) == words

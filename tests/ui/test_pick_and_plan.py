@@ -118,3 +118,34 @@ def test_s_starts_the_preview_only_on_the_card_and_settings_it_was_planned_on(
     assert preview.to_start(synthetic_report(16 << 30), options) is None
     assert preview.to_start(report, plan_options(ctx=1024, slots=1)) is None
     assert preview.to_start(None, options) is None
+
+
+def test_the_picked_row_stays_highlighted_and_in_view_when_the_menu_is_refilled(
+    models_dir: Path,
+) -> None:
+    """SmolLM2 is the last of more rows than the menu shows: once picked, the cursor is on it,
+    scrolled into view, and a refill (verdicts judged again) leaves it there."""
+    from tests.ui.helpers import pick_smollm2
+
+    async def go() -> None:
+        app = make_app(
+            gpu_snapshot=GPU_FIXTURES / "rtx3090_wayland.json",
+            models_dirs=[models_dir],
+            refresh_s=0,
+            blink=False,
+            adopt=False,
+        )
+        async with app.run_test(size=(140, 45)) as pilot:
+            await pick_smollm2(pilot)
+            menu = app.query_one("#menu", ModelsMenu)
+            table = menu.query_one("#models")
+            key = str(models_dir / "SmolLM2-135M-Instruct.Q4_1.gguf")
+            for refill in (lambda: None, menu.clear_judgements):
+                refill()
+                await pilot.pause()
+                assert table.row_count > table.size.height - 1  # more rows than the view
+                row_key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+                assert row_key == key
+                assert table.scroll_y <= table.cursor_row < table.scroll_y + table.size.height - 1
+
+    run(go())

@@ -137,7 +137,10 @@ class ModelsMenu(Vertical):
                 table.update_cell(key, "verdict", self._verdict(key), update_width=True)
 
     def _fill(self) -> None:
+        """The rows again; the highlighted model stays highlighted (and in view) when it is
+        still listed: a refill must never move the cursor to a model the person did not pick."""
         table = self.query_one("#models", DataTable)
+        current = self._cursor_key(table)
         table.clear()
         for entry in self.visible_entries():
             label = Text(entry.name)
@@ -151,7 +154,16 @@ class ModelsMenu(Vertical):
                 key=entry.key,
             )
         self._reword()  # the other columns' widths are known now
+        if current is not None and current in table.rows:
+            table.move_cursor(row=table.get_row_index(current), scroll=True)
         self._subtitle()
+
+    @staticmethod
+    def _cursor_key(table: DataTable) -> str | None:
+        """The key of the highlighted row; None when the table is empty."""
+        if not table.row_count:
+            return None
+        return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
 
     # -- filter and pick -------------------------------------------------------------------
 

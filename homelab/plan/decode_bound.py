@@ -274,8 +274,9 @@ def decode_steps(bound: DecodeBound) -> list[Step]:
         was = "unknown" if estimate is None else f"≤ {rate(estimate)}"
         return [
             Step(
-                "Decode speed measured",
-                f"{rate(bound.measured_tps)} ({bound.measured_note}; the estimate was {was})",
+                "Decode speed",
+                f"{rate(bound.measured_tps)} measured ({bound.measured_note}; the estimate was "
+                f"{was})",
                 round(bound.measured_tps),
             )
         ]

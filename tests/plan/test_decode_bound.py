@@ -167,7 +167,8 @@ def test_the_working_and_the_json_say_it_is_an_estimate(moe: GgufModel, card: Gp
     assert sides[1]["weights_bytes_per_token"] == priced.decode.sides[1].weights  # type: ignore[union-attr]
     measured = with_measured(priced, 12.5, "homelab bench, one request at a time")
     text = "\n".join(render_steps(measured.steps))
-    assert "Decode speed measured: 12.5 tok/s" in text and "the estimate was ≤" in text
+    assert "Decode speed: 12.5 tok/s measured (homelab bench" in text
+    assert "the estimate was ≤" in text and "measured:" not in text  # not a bench's line
     assert "Decode speed, estimate" not in text
     assert plan_to_dict(measured, [])["decode"]["estimate"] is False
     for bad in (None, 0.0, -3.0, float("nan")):  # nothing measured: the estimate stays
@@ -309,3 +310,33 @@ def test_plan_cli_prices_decode_with_the_stored_ram_figure(
     assert after["tokens_per_s_max"] > 0
     main(args)
     assert "Decode speed, estimate (memory-bandwidth bound" in capsys.readouterr().out
+
+
+def test_the_rung_the_planner_chose_is_priced_as_it_placed_it(tmp_path: Path) -> None:
+    """A MoE with real-size experts (384 MiB a tensor, header only) on a 6 GiB card that
+    reports its bus: the ladder keeps the experts of the first N blocks in RAM, and the
+    bound reads those N blocks' active experts from RAM, the rest from the card."""
+    from homelab.gpu.report import CpuMemory
+    from homelab.plan.placement import is_routed_expert
+    from homelab.plan.workload import AGENT
+    from homelab.units import GiB
+
+    tiny = read_model(
+        str(write_gguf("qwen3moe", tmp_path / "m.gguf", n_layer=8, n_ctx_train=131072))
+    )
+    offset, tensors = 0, []
+    for t in sorted(tiny.header.tensors, key=lambda t: t.offset):
+        size = 384 << 20 if is_routed_expert(t.name) else t.n_bytes or 0
+        tensors.append(replace(t, offset=offset, n_bytes=size))
+        offset += size
+    model = GgufModel(parts=(replace(tiny.header, tensors=tuple(tensors)),))
+    card = _small_card(probe(snapshot=FIXTURES / "rtx4060ti16_xorg.json"), 6 * GiB)
+    plenty = CpuMemory(total=64 * GiB, available=48 * GiB)
+    plan = make_plan(model, "m.gguf", card, PlanRequest(workload=AGENT), ram=lambda: plenty)
+    n = plan.weights.n_cpu_moe
+    assert 0 < n < 8 and plan.n_gpu_layers is None  # rung 2, not whole layers
+    bound = _bound(plan, model, card)
+    gpu, ram = bound.sides
+    assert (gpu.weights, ram.weights) == table_sums(model, range(8), n, 2, 4)
+    assert gpu.bandwidth == 128 // 8 * 9001 * 1_000_000 * 2  # the 4060 Ti's 288 GB/s
+    assert ram.weights > gpu.weights / 10  # the experts in RAM weigh in the sum

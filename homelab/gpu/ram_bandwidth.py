@@ -16,14 +16,11 @@ positive is no measurement (None: the decode bound says the bandwidth is unknown
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-
-import psutil
 
 from homelab.errors import HomelabError
 from homelab.files import replace_json
@@ -61,6 +58,8 @@ class RamBandwidth:
 
 def machine() -> str:
     """This machine as far as its memory bandwidth goes: its CPUs and its RAM."""
+    import psutil  # only when a measurement is read or taken (start-up time)
+
     return f"{os.cpu_count() or '?'} CPUs, {psutil.virtual_memory().total:,} B RAM"
 
 
@@ -86,6 +85,8 @@ def measure(processes: int | None = None, seconds: float = SECONDS) -> RamBandwi
     """
     n = processes or max(1, min(os.cpu_count() or 1, MAX_PROCESSES))
     size = max(MIN_BUFFER, TOTAL_BUFFER // n)
+    import multiprocessing  # only to measure (start-up time of every plan)
+
     context = multiprocessing.get_context("spawn")  # no fork of a threaded program
     try:
         with context.Pool(n) as pool:

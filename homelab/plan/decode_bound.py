@@ -193,8 +193,9 @@ def decode_bound(
     out = (*out[:ram_at], replace(out[ram_at], row=row))
     bound = DecodeBound(out, alloc.ctx_per_slot, None if isinstance(fraction, tuple) else fraction)
     if bound.unknown is None and bound.tokens_per_s() is None:
-        missing = next(s for s in bound.counted() if s.bandwidth is None)
-        bound = replace(bound, unknown=f"the bandwidth of {missing.where} is {missing.source}")
+        missing = next((s for s in bound.counted() if s.bandwidth is None), None)
+        why = "nothing is read" if missing is None else f"{missing.where}'s bandwidth is"
+        bound = replace(bound, unknown=f"{why} {missing.source if missing else ''}".strip())
     return bound
 
 

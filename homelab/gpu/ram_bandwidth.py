@@ -113,13 +113,14 @@ def save(bandwidth: RamBandwidth, *, where: Path | None = None) -> Path:
     Raises:
         RamBandwidthError: the state folder cannot be written.
     """
-    path = _path(where)
     record = {"schema": SCHEMA, **asdict(bandwidth)}
     try:
+        path = _path(where)
         replace_json(path, record)
     except OSError as error:
+        where_to = error.filename or where or "the state folder"
         raise RamBandwidthError(
-            f"cannot write {path}: {error.strerror or error}",
+            f"cannot write {where_to}: {error.strerror or error}",
             hint="Check that the homelab state folder is writable (HOMELAB_STATE_DIR).",
         ) from None
     return path
@@ -128,7 +129,8 @@ def save(bandwidth: RamBandwidth, *, where: Path | None = None) -> Path:
 def load(*, where: Path | None = None) -> RamBandwidth | None:
     """The stored measurement of this machine; None when there is none that can be trusted."""
     try:
-        data: Any = json.loads(_path(where).read_text("utf-8"))
+        data: Any = json.loads(_path(where).read_text("utf-8"))  # a state folder that cannot
+        # be made is no measurement either (OSError)
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:

@@ -340,3 +340,19 @@ def test_the_rung_the_planner_chose_is_priced_as_it_placed_it(tmp_path: Path) ->
     assert (gpu.weights, ram.weights) == table_sums(model, range(8), n, 2, 4)
     assert gpu.bandwidth == 128 // 8 * 9001 * 1_000_000 * 2  # the 4060 Ti's 288 GB/s
     assert ram.weights > gpu.weights / 10  # the experts in RAM weigh in the sum
+
+
+def test_bench_ram_bandwidth_measures_and_keeps_it(capsys: pytest.CaptureFixture[str]) -> None:
+    assert ram_bandwidth.load() is None
+    assert main(["bench", "--ram-bandwidth", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    stored = ram_bandwidth.load()
+    assert stored is not None and shown["ram_bandwidth"] == stored.bytes_per_s > 0
+    assert Path(shown["stored"]).name == ram_bandwidth.FILE
+
+
+def test_a_state_folder_that_cannot_be_written_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "a file").write_text("")
+    with pytest.raises(ram_bandwidth.RamBandwidthError, match="cannot write") as caught:
+        ram_bandwidth.save(RAM, where=tmp_path / "a file" / "state")
+    assert caught.value.hint and "HOMELAB_STATE_DIR" in caught.value.hint

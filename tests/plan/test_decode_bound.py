@@ -356,3 +356,23 @@ def test_a_state_folder_that_cannot_be_written_is_a_clear_error(tmp_path: Path) 
     with pytest.raises(ram_bandwidth.RamBandwidthError, match="cannot write") as caught:
         ram_bandwidth.save(RAM, where=tmp_path / "a file" / "state")
     assert caught.value.hint and "HOMELAB_STATE_DIR" in caught.value.hint
+
+
+def test_a_worker_s_blocks_are_read_at_an_unknown_bandwidth(
+    moe: GgufModel, card: GpuReport
+) -> None:
+    from homelab.plan.remote_device import RemoteDevice
+
+    worker = RemoteDevice(endpoint="127.0.0.1:50052", name="RPC0", total=8 << 30, free=8 << 30)
+    plan = make_plan(moe, "q3moe", card, REQUEST, remote=(worker,))
+    bound = _bound(plan, moe, card)
+    rpc, gpu, ram = bound.sides
+    blocks = {
+        s.device.llama_name: range(s.first_block, s.first_block + s.n_blocks) for s in plan.devices
+    }
+    assert (rpc.weights, gpu.weights + ram.weights) == (
+        table_sums(moe, blocks["RPC0"], 0, 2, 8)[0] - table_sums(moe, range(0), 0, 2, 8)[0],
+        sum(table_sums(moe, range(8), 0, 2, 8)) - rpc.weights,
+    )
+    assert rpc.bandwidth is None and "worker" in rpc.source and gpu.bandwidth == RTX3090
+    assert bound.tokens_per_s(0) is None and "RPC0" in (bound.unknown or "")

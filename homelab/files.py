@@ -5,15 +5,20 @@ ends: a path typed by a person (a model, a GPU snapshot, a preset) is opened wit
 blocking, checked to be a regular file, and only then read, and a text file is read
 up to a limit. The errors here are ``OSError`` subclasses with the plain reason; each
 caller turns them into its own ``HomelabError`` (a bad model file, a bad snapshot, ...).
+
+A state file homelab writes itself (a bench result, a measurement) is replaced whole and
+atomically (:func:`replace_json`), so a crash mid-write never leaves half a file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import json
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 
 class NotRegularFileError(OSError):
@@ -96,3 +101,21 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
     if len(data) > limit:
         raise FileTooLargeError(Path(path), limit)
     return data
+
+
+def replace_json(path: Path, data: Any) -> None:
+    """Write ``data`` as indented JSON to ``path`` atomically: a temporary file in the same
+    folder (created with it), then a rename. Raises ``OSError`` as the OS does."""
+    import tempfile  # only to write (start-up time)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=1)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -61,6 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--svg", type=Path, metavar="FILE",
                         help="also draw TTFT and tokens/s against concurrency into FILE")  # fmt: skip
     parser.add_argument("--no-store", action="store_true", help="do not keep the result")
+    parser.add_argument("--ram-bandwidth", action="store_true",
+                        help="only measure system RAM's read bandwidth (a few seconds, no "
+                        "engine needed) and keep it for the plans' decode estimate")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="one JSON object (seconds, tokens/s)")
     parser.set_defaults(func=run)
 
@@ -171,12 +174,43 @@ def run(args: argparse.Namespace) -> int:
         raise
 
 
+def _ram_bandwidth(args: argparse.Namespace, *, again: bool) -> None:
+    """Measure system RAM's bandwidth and keep it (``again``: even when one is kept)."""
+    from homelab.gpu import ram_bandwidth
+    from homelab.plan.decode_bound import gb_per_s
+
+    if not again and ram_bandwidth.load() is not None:
+        return
+    print("bench: measuring system RAM's read bandwidth (a few seconds)…", file=sys.stderr)
+    try:
+        measured = ram_bandwidth.measure()
+        path = ram_bandwidth.save(measured)
+    except ram_bandwidth.RamBandwidthError as error:
+        if again:
+            raise
+        print(f"bench: {error.message}; the plans' decode estimate stays unknown in RAM",
+              file=sys.stderr)  # fmt: skip
+        return
+    if args.json and again:
+        print_json({"ram_bandwidth": measured.bytes_per_s, "method": measured.method,
+                    "stored": str(path)})  # fmt: skip
+    else:
+        print(f"bench: system RAM reads {gb_per_s(measured.bytes_per_s)} ({measured.method}); "
+              f"kept in {path}", file=sys.stderr if not again else sys.stdout)  # fmt: skip
+
+
 def _run(args: argparse.Namespace) -> int:
     from homelab.measure.settings import BenchSettings
     from homelab.measure.shapes import Workload
     from homelab.measure.target import find_target
 
+    if args.ram_bandwidth:
+        _ram_bandwidth(args, again=True)
+        return int(ExitCode.OK)
     target = find_target(args.url)
+    if not args.no_store and target.record is not None:  # once, with the first stored bench:
+        # what the plans' decode estimate divides the bytes read from RAM by
+        _ram_bandwidth(args, again=False)
     settings = BenchSettings(
         engine_url=target.engine_url,
         gate_url=target.gate_url,

@@ -212,22 +212,25 @@ def plan_data(prepared) -> dict:
     plan, argv = prepared.plan.plan, list(prepared.argv)
     if not isinstance(plan, Plan):
         return vllm_plan_dict(plan, argv)
+    plan, measured = _measured(prepared)
     data = plan_to_dict(plan, argv)
-    if measured := _measured(prepared):
+    if measured:
         data["measured"] = measured
     return data
 
 
-def _measured(prepared) -> list[str]:
-    """What a stored ``homelab bench`` measured of this plan (llama.cpp plans only)."""
+def _measured(prepared) -> tuple:
+    """The plan as shown, with what a stored ``homelab bench`` measured of it (llama.cpp
+    plans only): its decode estimate replaced by the measured rate, and one line a bench."""
     from homelab.measure.summary import measured_line
     from homelab.plan.planner import Plan
-    from homelab.serve.judge import benches
+    from homelab.serve.judge import with_bench
 
     plan = prepared.plan.plan
     if not isinstance(plan, Plan):
-        return []
-    return [measured_line(r, plan.settings.n_seq) for r in benches(plan, prepared.plan.model)]
+        return plan, []
+    plan, records = with_bench(plan, prepared.plan.model)
+    return plan, [measured_line(r, plan.settings.n_seq) for r in records]
 
 
 def print_engine_plan(plan, argv: list[str]) -> None:
@@ -259,8 +262,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(plan_data(prepared))
     else:
-        print_engine_plan(prepared.plan.plan, list(prepared.argv))
-        for line in _measured(prepared):
+        plan, measured = _measured(prepared)
+        print_engine_plan(plan, list(prepared.argv))
+        for line in measured:
             print(line)
     return exit_code(prepared)
 

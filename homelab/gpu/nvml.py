@@ -121,6 +121,24 @@ class NvmlBackend(Protocol):
         card; what a CUDA build compiles device code for."""
         ...
 
+    def memory_bus_width(self, handle: Any) -> int:
+        """``nvmlDeviceGetMemoryBusWidth``: the memory bus in bits (384 for a 3090); with the
+        memory clock it gives the card's peak bandwidth, what bounds decode speed.
+
+        Raises:
+            NVMLError_NotSupported: boards or drivers that do not report it.
+        """
+        ...
+
+    def max_memory_clock(self, handle: Any) -> int:
+        """``nvmlDeviceGetMaxClockInfo(NVML_CLOCK_MEM)``: the memory clock in MHz (9,751 for a
+        3090); GDDR and HBM move data on both edges, so the bus moves twice this per pin.
+
+        Raises:
+            NVMLError_NotSupported: boards or drivers that do not report it.
+        """
+        ...
+
     def device_count(self) -> int:
         """``nvmlDeviceGetCount``: cards NVML sees (``CUDA_VISIBLE_DEVICES`` has no effect)."""
         ...
@@ -220,6 +238,12 @@ class RealNvml:
     def compute_capability(self, handle: Any) -> tuple[int, int]:
         major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
         return int(major), int(minor)
+
+    def memory_bus_width(self, handle: Any) -> int:
+        return int(pynvml.nvmlDeviceGetMemoryBusWidth(handle))
+
+    def max_memory_clock(self, handle: Any) -> int:
+        return int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM))
 
     def device_count(self) -> int:
         return int(pynvml.nvmlDeviceGetCount())

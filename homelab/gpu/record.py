@@ -104,6 +104,8 @@ def _record_started(
         device["uuid"] = _ask(backend.device_uuid, handle)
         device["display_active"] = _ask(backend.display_active, handle)
         device["compute_capability"] = _ask(backend.compute_capability, handle)
+        device["memory_bus_width"] = _ask(backend.memory_bus_width, handle)
+        device["max_memory_clock"] = _ask(backend.max_memory_clock, handle)
         for key in ("memory_v2", "memory_v1", "graphics_procs", "compute_procs"):
             device[key] = []
 

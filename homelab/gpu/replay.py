@@ -154,6 +154,20 @@ class ReplayNvml:
         major, minor = self._answer(device["compute_capability"])
         return int(major), int(minor)
 
+    def memory_bus_width(self, handle: ReplayHandle) -> int:
+        return self._optional_int(handle, "memory_bus_width")
+
+    def max_memory_clock(self, handle: ReplayHandle) -> int:
+        return self._optional_int(handle, "max_memory_clock")
+
+    def _optional_int(self, handle: ReplayHandle, key: str) -> int:
+        """A field snapshots recorded before homelab asked for it lack: replayed as NVML's own
+        answer for a field a board does not report."""
+        device = self._device(handle)
+        if key not in device:
+            raise make_error("NotSupported")
+        return int(self._answer(device[key]))
+
     def display_active(self, handle: ReplayHandle) -> int:
         return int(self._answer(self._device(handle)["display_active"]))
 

@@ -64,6 +64,20 @@ class GpuDevice:
     compute_capability: tuple[int, int] | None = None
     """CUDA compute capability, (8, 6) for a 3090: what a CUDA build compiles for; None when
     NVML did not say (or a snapshot recorded before homelab asked)."""
+    memory_bus_bits: int | None = None
+    """Width of the memory bus in bits (384 for a 3090); None when NVML did not say."""
+    memory_clock_mhz: int | None = None
+    """Highest memory clock in MHz (9,751 for a 3090); None when NVML did not say."""
+
+    @property
+    def memory_bandwidth(self) -> int | None:
+        """Peak memory bandwidth in bytes per second: bus bytes × clock × 2 (GDDR and HBM
+        move data on both edges; 936 GB/s for a 3090, its data sheet's figure). None when
+        either figure is unknown or not positive (a bad recording): never a made-up number."""
+        bits, mhz = self.memory_bus_bits, self.memory_clock_mhz
+        if bits is None or mhz is None or bits <= 0 or mhz <= 0:
+            return None
+        return bits // 8 * mhz * 1_000_000 * 2
 
     @property
     def homelab_bytes(self) -> int:

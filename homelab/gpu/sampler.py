@@ -26,6 +26,14 @@ from homelab.gpu.nvml import NVMLError, error_name
 from homelab.gpu.report import GpuDevice, GpuProcess
 
 
+def _quiet(call: Callable[[Any], int], handle: Any) -> int | None:
+    """A figure only an estimate uses: unknown (None) when NVML cannot say, no warning."""
+    try:
+        return call(handle)
+    except NVMLError:
+        return None
+
+
 class DeviceLost(Exception):
     """The card cannot be read any more; ``str()`` is the sentence for the report."""
 
@@ -57,6 +65,8 @@ class DeviceSampler:
     samples: list[_Sample] = field(default_factory=list)
     use_v1: bool = False
     compute_capability: tuple[int, int] | None = None
+    memory_bus_bits: int | None = None
+    memory_clock_mhz: int | None = None
     lowest_free: int | None = None
     """Lowest free memory of every sample taken, trimmed ones included."""
 
@@ -89,6 +99,8 @@ class DeviceSampler:
             sampler.compute_capability = backend.compute_capability(handle)
         except NVMLError:
             sampler.compute_capability = None
+        sampler.memory_bus_bits = _quiet(backend.memory_bus_width, handle)  # decode's bound only
+        sampler.memory_clock_mhz = _quiet(backend.max_memory_clock, handle)
         return sampler
 
     def sample(self, at: float = 0.0) -> None:
@@ -132,6 +144,8 @@ class DeviceSampler:
             samples=len(self.samples),
             warnings=tuple(self.warnings),
             compute_capability=self.compute_capability,
+            memory_bus_bits=self.memory_bus_bits,
+            memory_clock_mhz=self.memory_clock_mhz,
         )
 
     # -- reading ------------------------------------------------------------------------

@@ -144,6 +144,11 @@ class _Checker:
         self.value(device, "name", f"{where}.name", str)
         self.value(device, "uuid", f"{where}.uuid", str)
         self.value(device, "display_active", f"{where}.display_active", int)
+        for key in ("memory_bus_width", "max_memory_clock"):  # absent from older recordings
+            if key in device:
+                self.value(device, key, f"{where}.{key}", int)
+                if not is_fault(device[key]) and device[key] < 0:
+                    raise self.fail(f"{where}.{key}", f"should be 0 or more, not {device[key]}")
         v2 = self.memory(device, "memory_v2", where, ("total", "reserved", "used", "free"))
         if "memory_v1" in device or is_fault(v2):
             self.memory(device, "memory_v1", where, ("total", "used", "free"))

@@ -9,15 +9,13 @@ skipped (a broken file never stops a plan) and replaced by the next bench.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from homelab.errors import HomelabError
+from homelab.files import replace_json
 from homelab.measure.key import BenchKey
 from homelab.paths import state_dir
 
@@ -55,17 +53,7 @@ def save(key: BenchKey, report: dict[str, Any], *, where: Path | None = None) ->
         "report": report,
     }
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(record, handle, indent=1)
-                handle.write("\n")
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        replace_json(path, record)
     except OSError as error:
         raise BenchStoreError(
             f"cannot write {path}: {error.strerror or error}",

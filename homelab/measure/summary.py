@@ -41,3 +41,17 @@ def measured_line(record: dict[str, Any], memory_slots: int | None) -> str:
         line += f"; compute runs out at {rec['limited_at']}: max_concurrent {rec['max_concurrent']}"
     when = str(record.get("recorded_at", ""))[:10]
     return f"{line} ({report.get('prompt_tokens')}-token prompts, {when})"
+
+
+def decode_measured(records: list[dict[str, Any]]) -> tuple[float, str] | None:
+    """The newest stored bench's median decode rate of one request at a time (what the
+    decode bound estimates), and where it comes from in words; None when none measured it."""
+    for record in sorted(records, key=lambda r: str(r.get("recorded_at")), reverse=True):
+        for result in record["report"]["results"]:
+            if not isinstance(result, dict) or result.get("concurrency") != 1:
+                continue
+            tps = (result.get("decode_tps") or {}).get("p50")
+            if isinstance(tps, (int, float)) and not isinstance(tps, bool) and tps > 0:
+                when = str(record.get("recorded_at", ""))[:10]
+                return float(tps), f"homelab bench, one request at a time, median, {when}"
+    return None

@@ -6,6 +6,8 @@ many models at once, through :func:`homelab.plan.judge.judge`. The compute buffe
 runs measured price the candidates; a launch that ran out of memory before narrows the
 request once more (:func:`~homelab.plan.calibration_miss.avoid_misses`: which miss applies
 is known only from the plan it would give, the card, flash attention and batch it chose).
+The plan is then priced in decode speed (:mod:`homelab.plan.decode_bound`) with the card's
+bandwidth and system RAM's stored measurement.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from homelab.gguf.header import GgufModel
+from homelab.gpu import ram_bandwidth
 from homelab.gpu.report import CpuMemory, GpuReport
 from homelab.plan.calibration import EngineVersion, measurements_for
+from homelab.plan.decode_bound import with_decode_bound
 from homelab.plan.experts_rung import system_ram
 from homelab.plan.options import PlanOptions
 from homelab.plan.planner import Plan, PlanRequest, make_plan
@@ -59,11 +63,12 @@ def plan_model(
         if measured is not None:
             request = replace(request, calibration=measured)
     plan = make_plan(model, label, report, request, remote=remote, ram=ram)
-    if engine_version is None:
-        return plan
-    from homelab.plan.calibration_miss import avoid_misses  # an earlier OOM
+    if engine_version is not None:
+        from homelab.plan.calibration_miss import avoid_misses  # an earlier OOM
 
-    def replan(narrowed: PlanRequest) -> Plan:
-        return make_plan(model, label, report, narrowed, remote=remote, ram=ram)
+        def replan(narrowed: PlanRequest) -> Plan:
+            return make_plan(model, label, report, narrowed, remote=remote, ram=ram)
 
-    return avoid_misses(plan, model, request, engine_version, options.engine.memory_limit, replan)
+        limit = options.engine.memory_limit
+        plan = avoid_misses(plan, model, request, engine_version, limit, replan)
+    return with_decode_bound(plan, model, report, ram_bandwidth.load())

@@ -19,6 +19,7 @@ from homelab.gguf.plausible import check_cache_types
 from homelab.gpu.report import CpuMemory, GpuReport
 from homelab.plan.budget import DeviceBudget, WeightPlacement, pick_device, place_weights
 from homelab.plan.choose import MIN_CTX, choose, wanted_per_slot
+from homelab.plan.decode_bound import DecodeBound
 from homelab.plan.devices import (
     CUDA_ORDER_NOTE,
     PlanDevice,
@@ -94,6 +95,8 @@ class Plan:
     """What each device holds, in llama-server's device order (the last has the output layer)."""
     rung: str = ""
     """Why the planner kept experts in system RAM on its own (the ladder's second rung)."""
+    decode: DecodeBound | None = None
+    """What it costs in decode speed (:mod:`homelab.plan.decode_bound`); None: not priced."""
 
     @property
     def settings(self) -> KvSettings:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from homelab.plan.budget import DeviceBudget
+from homelab.plan.decode_bound import decode_dict
 from homelab.plan.placement import plan_ram
 from homelab.plan.planner import Plan
 from homelab.plan.split import DeviceShare
@@ -76,6 +77,8 @@ def plan_to_dict(plan: Plan, argv: list[str]) -> dict[str, Any]:
             "weights": ram.tensors,
             "mapped": ram.mapped,
         }
+    if plan.decode is not None:  # what it costs in speed, an estimate unless measured
+        data["decode"] = decode_dict(plan.decode)
     return data
 
 

@@ -11,6 +11,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from homelab.gguf.ggml_types import ggml_type
+from homelab.plan.decode_bound import decode_steps
 from homelab.plan.device_steps import budget_terms, device_lines
 from homelab.plan.placement import plan_ram
 from homelab.plan.working import Step, byte_figure
@@ -69,6 +70,7 @@ def describe_plan(plan: Plan) -> list[Step]:
         *_engine_steps(plan),
         *_token_steps(plan),
         *_fit_steps(plan),
+        *(decode_steps(plan.decode) if plan.decode is not None else ()),
     ]
 
 

@@ -38,3 +38,14 @@ def benches(plan: Plan, model: GgufModel) -> list[dict[str, Any]]:
         return []
     key = key_for_plan(plan, model, current_engine_version())
     return [] if key is None else load_all(key)
+
+
+def with_bench(plan: Plan, model: GgufModel) -> tuple[Plan, list[dict[str, Any]]]:
+    """``plan`` as shown with what ``homelab bench`` stored of it: its decode estimate replaced
+    by the measured rate (when one was measured), and the records."""
+    from homelab.measure.summary import decode_measured
+    from homelab.plan.decode_bound import with_measured
+
+    records = benches(plan, model)
+    found = decode_measured(records)
+    return (plan if found is None else with_measured(plan, *found)), records

@@ -209,20 +209,20 @@ def plan_not_downloaded(
     return fit.plan, llama_server_argv(fit.plan, port=port, model_args=["-hf", preset.ref])
 
 
-def measured(plan: Plan, model: GgufModel) -> tuple[str, ...]:
-    """The stored ``homelab bench`` results of what ``plan`` would run, for the plan panel:
-    one line each, then the newest's chart of TTFT and tokens/s against concurrency; ()
-    when nothing was measured."""
+def measured(plan: Plan, model: GgufModel) -> tuple[Plan, tuple[str, ...]]:
+    """The plan as the panel shows it, with the stored ``homelab bench`` results of what it
+    would run: its decode estimate replaced by the measured rate, and one line each, then
+    the newest's chart of TTFT and tokens/s against concurrency; () when nothing was measured."""
     from homelab.measure.summary import measured_line
     from homelab.measure.text_chart import chart_lines
-    from homelab.serve.judge import benches
+    from homelab.serve.judge import with_bench
 
-    records = benches(plan, model)
+    plan, records = with_bench(plan, model)
     if not records:
-        return ()
+        return plan, ()
     newest = max(records, key=lambda r: str(r.get("recorded_at")))
     lines = [measured_line(r, plan.settings.n_seq) for r in records]
-    return (*lines, *chart_lines(newest["report"], width=12))
+    return plan, (*lines, *chart_lines(newest["report"], width=12))
 
 
 # -- the engine --------------------------------------------------------------------------

@@ -183,7 +183,9 @@ class ModelsFlow(AppFlow):
                 assert entry.preset is not None  # only presets come without a path
                 plan, argv = backend.plan_not_downloaded(entry.preset, report, options)
                 preview = None
-            measured = () if path is None else backend.measured(plan, self._header(path))
+            measured: tuple[str, ...] = ()
+            if path is not None:  # a stored bench: its lines, its decode rate in the working
+                plan, measured = backend.measured(plan, self._header(path))
         except HomelabError as error:
             self.post_message(PlanFailed(entry.key, error))
             return

@@ -4,6 +4,7 @@ llama-server), stored under the key of the plan the app made."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,7 @@ def test_plan_panel_shows_the_stored_bench(
         async with app.run_test(size=(140, 45)) as pilot:
             await pick_smollm2(pilot)
             assert "measured:" not in _steps(app)
+            assert "Decode speed, estimate" in _steps(app)  # the card's bound, marked as one
             slots = app.state.picked.plan.settings.n_seq
             key = key_for_plan(
                 app.state.picked.plan,
@@ -62,5 +64,8 @@ def test_plan_panel_shows_the_stored_bench(
             steps = _steps(app)
             assert f"memory holds {slots} chats; measured: 1 chat TTFT " in steps
             assert "decode" in steps and "t/s" in steps  # the text chart
+            # the bench's decode rate in place of the estimate, in the working itself
+            assert re.search(r"Decode speed: [\d.,]+ tok/s measured", steps), steps
+            assert "Decode speed, estimate" not in steps
 
     run(drive())

@@ -14,7 +14,7 @@ from typing import Any
 
 from homelab.engine.llamacpp.log import parse_load_log
 from homelab.plan.kv import kv_allocation
-from homelab.plan.placement import plan_ram
+from homelab.plan.placement import plan_ram, ram_share
 from tests.factory.mib import mib_matches, mibs_match
 
 
@@ -25,14 +25,14 @@ def flag(argv: list[str], name: str) -> str | None:
 
 def assert_served_as_planned(served: Any, endpoint: str) -> None:
     """The engine answered, and its logged buffers are the plan's bytes (to the log's MiB):
-    a plan with some blocks' routed experts in RAM, served with the worker at ``endpoint``
-    as the one device."""
+    a plan served with the worker at ``endpoint`` as its one device."""
     plan, argv = served.plan, served.argv
     assert served.reply.status_code == 200, served.reply.text
     assert "content" in served.reply.json()
     log = parse_load_log("\n".join(served.lines))
 
-    assert flag(argv, "--n-cpu-moe") == str(plan.weights.n_cpu_moe), argv
+    n_cpu_moe = plan.weights.n_cpu_moe
+    assert flag(argv, "--n-cpu-moe") == (str(n_cpu_moe) if n_cpu_moe else None), argv
     ngl = "all" if plan.n_gpu_layers is None else str(plan.n_gpu_layers)
     assert flag(argv, "-ngl") == ngl, argv
 
@@ -42,9 +42,11 @@ def assert_served_as_planned(served: Any, endpoint: str) -> None:
     assert len(device) == 1 and mib_matches(share.weights, device[0]), (share.weights, device)
     assert share.weights == plan.weights_on_device
 
-    ram = plan_ram(plan)
+    # the RAM side: the input embedding, the blocks below the card's first, the experts of
+    # the first N blocks (the plan's own figure when it keeps experts there)
+    ram = ram_share(plan.weights, share.first_block)
+    assert plan_ram(plan) in (None, ram) and (plan_ram(plan) is None) == (not n_cpu_moe)
     mapped = [b.mib for b in log.buffers if b.kind == "model" and b.device == "CPU_Mapped"]
-    assert ram is not None, "a plan with experts in RAM prices its RAM side"
     assert len(mapped) == 1 and mib_matches(ram.mapped, mapped[0]), (ram, mapped)
     others = [
         b

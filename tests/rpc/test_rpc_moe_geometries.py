@@ -24,7 +24,7 @@ import pytest
 from homelab.engine.llamacpp.rpc_query import query_workers
 from homelab.engine.options import plan_options
 from homelab.plan.budget import HEADROOM_HEADLESS
-from homelab.plan.placement import plan_ram
+from homelab.plan.placement import EVERY_BLOCK, plan_ram
 from tests.factory import write_gguf
 from tests.factory.server_log import free_port
 from tests.rpc.conftest import prepared_on, serve_and_ask
@@ -118,4 +118,26 @@ def test_the_ladder_picks_the_fewest_blocks_whose_experts_make_room(
     assert plan.weights.n_cpu_moe == target, plan.warnings
     assert plan.verdict == "fits" and plan.n_gpu_layers is None
     assert f"experts of {target} layers in RAM" in plan.rung
+    assert_served_as_planned(served, worker.endpoint)
+
+
+@pytest.mark.parametrize("arch", ["gpt-oss", "deepseek2"])
+def test_the_ladder_moves_whole_layers_when_no_n_is_enough(
+    start_worker, engines, tmp_path: Path, arch
+) -> None:
+    """A card too small for every block even with every block's experts in RAM: rung 3,
+    whole layers off the card (``-ngl K``), no experts setting, as before the ladder."""
+    model, worker = _model(arch, tmp_path), start_worker()
+    (answer,) = query_workers((worker.endpoint,))
+    sized = prepared_on(model, _options(worker.endpoint, EVERY_BLOCK), (answer,)).plan.plan
+    (share,) = sized.devices
+    full_block = sized.weights.per_block[-1]
+    small = HEADROOM_HEADLESS + share.used - 2 * full_block
+    options = _options(worker.endpoint)
+    prepared = prepared_on(model, options, (replace(answer, free=small),))
+    served = serve_and_ask(model, options, engines, *ASK, prepared=prepared)
+
+    plan = served.plan
+    assert plan.weights.n_cpu_moe == 0 and not plan.rung
+    assert plan.verdict == "partial" and plan.n_gpu_layers is not None
     assert_served_as_planned(served, worker.endpoint)

@@ -234,7 +234,7 @@ def _plan_on(
     warnings: list[str] = []
     per_slot_wanted = wanted_per_slot(request, geometry, warnings)
     if len(devices) > 1 or devices[0].remote:
-        devices, notes = order_devices(geometry, devices, weights, base, MIN_CTX)
+        devices, notes = order_devices(geometry, devices, weights, base, _shortest(request))
         warnings += notes
         if not devices:
             raise DoesNotFitError(
@@ -268,6 +268,13 @@ def _plan_on(
     return _with_steps(plan)
 
 
+def _shortest(request: PlanRequest) -> int:
+    """The shortest conversation a placement must leave room for: :data:`MIN_CTX`, or the
+    context asked for when that is less (a device that holds what was asked is not left
+    out, nor are blocks moved off it, for want of room nobody asked for)."""
+    return MIN_CTX if request.ctx is None else min(MIN_CTX, request.ctx)
+
+
 def _place(
     geometry: Geometry,
     weights: WeightPlacement,
@@ -288,7 +295,7 @@ def _place(
         warnings += split_notes(devices)
     else:
         fitter = _fitter(geometry, budget.usable - weights_on_device, base, request, on_gpu, None)
-    if not on_gpu or fitter.fits(min(MIN_CTX, per_slot_wanted), 1):
+    if not on_gpu or fitter.fits(min(_shortest(request), per_slot_wanted), 1):
         return _Placement(fitter, None, weights_on_device, "fits")
     want = min(per_slot_wanted, MIN_CTX) if request.ctx is None else request.ctx
     n_gpu_layers, fitter = _partial_offload(geometry, devices, budget, weights, base, request, want)

@@ -166,15 +166,31 @@ class Served:
     reply: Any
 
 
-def serve_and_ask(model: str, options: Any, engines: list[int], path: str, body: dict) -> Served:
+def prepared_on(model: str, options: Any, remote: tuple[Any, ...]) -> Any:
+    """``model`` prepared as ``homelab serve`` prepares it, but on the RPC devices ``remote``
+    (a worker's answer replayed, e.g. with less free memory: the card a test wants) instead
+    of asking the workers again."""
+    from homelab.engine.llamacpp.kind import LlamaCpp
+    from homelab.plan.card import card_for
+    from homelab.serve.prepare import Prepared
+
+    kind = LlamaCpp()
+    plan = kind.plan(model, card_for(options), options, remote=remote)
+    return Prepared(kind, plan, tuple(kind.argv(plan, options.engine.port, None)))
+
+
+def serve_and_ask(
+    model: str, options: Any, engines: list[int], path: str, body: dict, prepared: Any = None
+) -> Served:
     """Serve ``model`` with no gate (the engine's pid kept for cleanup), POST ``body`` to the
-    engine's ``path`` once, stop it: the plan it served, its argv, its log and the reply."""
+    engine's ``path`` once, stop it: the plan it served, its argv, its log and the reply.
+    ``prepared``: serve that planning of ``model`` (:func:`prepared_on`); None: plan it."""
     import httpx
 
     from homelab.serve.request import ServeRequest
     from homelab.serve.session import ServeSession
 
-    session = ServeSession(ServeRequest(model, options, gate=None))
+    session = ServeSession(ServeRequest(model, options, gate=None, prepared=prepared))
     try:
         session.start()
         engines.append(session.supervisor.pid)

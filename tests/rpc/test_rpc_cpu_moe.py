@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from homelab.engine.llamacpp.log import parse_load_log
 from homelab.engine.options import plan_options
 from homelab.plan.placement import plan_ram
 from tests.factory import write_gguf
-from tests.factory.mib import mib_matches
 from tests.factory.server_log import free_port
 from tests.rpc.conftest import serve_and_ask
+from tests.rpc.moe_checks import assert_served_as_planned
 
 pytestmark = pytest.mark.engine
 
@@ -40,21 +39,8 @@ def test_experts_of_the_first_n_blocks_are_where_the_plan_says(
     served = serve_and_ask(
         str(model), options, engines, "/completion", {"prompt": "Hello", "n_predict": 4}
     )
-    plan, argv, reply = served.plan, served.argv, served.reply
-    log = parse_load_log("\n".join(served.lines))
-    assert reply.status_code == 200, reply.text
-    assert "content" in reply.json()
 
-    assert argv[argv.index("--n-cpu-moe") + 1] == str(n_cpu_moe)
-    ram = plan_ram(plan)
+    assert_served_as_planned(served, worker.endpoint)
+    assert served.argv[served.argv.index("--n-cpu-moe") + 1] == str(n_cpu_moe)
+    ram = plan_ram(served.plan)
     assert ram is not None and ram.n_cpu_moe == n_cpu_moe and ram.experts > 0
-    (share,) = plan.devices
-    device = [b.mib for b in log.buffers if b.kind == "model" and b.worker == worker.endpoint]
-    mapped = [b.mib for b in log.buffers if b.kind == "model" and b.device == "CPU_Mapped"]
-    kv = [b for b in log.buffers if b.kind == "KV"]
-    assert len(device) == 1 and mib_matches(share.weights, device[0]), (share.weights, device)
-    assert share.weights == plan.weights_on_device
-    assert len(mapped) == 1 and mib_matches(ram.mapped, mapped[0]), (ram, mapped)
-    # the whole KV cache stays on the worker (the card), none in RAM
-    assert [b.worker for b in kv] == [worker.endpoint], kv
-    assert mib_matches(share.kv, kv[0].mib)

@@ -42,7 +42,9 @@ class LlamaCpp:
             oom.is_oom, oom.oom_lines, oom.heal_line, oom.prompt_cache_line, diagnose.strip_prefix
         )
 
-    def plan(self, model, report, options, *, default_workload=None) -> ServePlan:
+    def plan(self, model, report, options, *, default_workload=None, remote=None) -> ServePlan:
+        """``remote``: the RPC devices as the caller already has them (a worker's answer
+        replayed); None: ask the workers ``options`` name, now."""
         from homelab.engine.kinds import ServePlan
         from homelab.engine.llamacpp.calibrate import current_engine_version
         from homelab.engine.llamacpp.rpc_query import query_workers
@@ -58,7 +60,9 @@ class LlamaCpp:
             options,
             default_workload=default_workload,
             engine_version=current_engine_version,
-            remote=query_workers(options.card.rpc) if options.card.rpc else (),
+            remote=(query_workers(options.card.rpc) if options.card.rpc else ())
+            if remote is None
+            else remote,
         )
         s, alloc = plan.settings, plan.candidate.allocation
         facts = PlanFacts(

@@ -264,6 +264,7 @@ def lfm2_8b_a1b() -> GgufHeader:
         expert_count=32,
         expert_used_count=4,
         expert_feed_forward_length=1792,
+        leading_dense_block_count=2,
     )
 
 

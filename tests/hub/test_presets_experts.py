@@ -88,16 +88,10 @@ def test_a_dense_preset_never_says_the_ladder_was_skipped() -> None:
 
 
 def test_a_total_is_shared_by_the_blocks_past_the_leading_dense_ones(tmp_path: Path) -> None:
-    text = (
-        SHIPPED["glm-4.7-flash"]
-        .source.read_text()
-        .replace(
-            "output_bytes = 260198400\n",
-            "output_bytes = 260198400\nexperts_bytes = 4600000001\n",
-            1,
-        )
+    path = _older_copy("glm-4.7-flash", tmp_path)  # its per-block list replaced by a total
+    text = path.read_text().replace(
+        "output_bytes = 260198400\n", "output_bytes = 260198400\nexperts_bytes = 4600000001\n", 1
     )
-    path = tmp_path / "glm.toml"
     path.write_text(text)
     facts = load_preset_file(path, origin="user").facts
     assert facts is not None

@@ -92,7 +92,8 @@ def test_agents_get_the_served_engines_per_slot_share(
         claude = homelab("agent", "claude", "--print", env={"HOME": str(home)})
         assert claude.returncode == 0, claude.stderr
         env = exports(claude.stdout)
-        assert int(env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"]) == facts.ctx_per_slot
+        assert int(env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"]) == facts.ctx_per_slot
+        assert "CLAUDE_CODE_AUTO_COMPACT_WINDOW" not in env  # below 100k Claude Code overrides it
         assert "unset ANTHROPIC_API_KEY" in claude.stdout.splitlines()
         assert "homelab: warning: Claude Code cannot work" in claude.stderr  # not on stdout
         url = env["ANTHROPIC_BASE_URL"]

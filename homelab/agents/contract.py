@@ -271,3 +271,34 @@ def verdict(agent: str, probes: tuple[Probe, ...]) -> Verdict:
 def check(agent: str, target: AgentTarget, timeout_s: float = PROBE_TIMEOUT_S) -> Verdict:
     """Probe the routes ``agent`` speaks at ``target`` and judge them."""
     return verdict(agent, probe_routes(target, AGENT_ROUTES.get(agent, ()), timeout_s))
+
+
+def check_served(url: str, api_key: str | None) -> dict[str, Verdict]:
+    """Every agent's verdict at ``url`` (a gate or engine), for the model it serves.
+
+    Raises:
+        EngineNotAnsweringError: it does not name its model (``/v1/models``).
+    """
+    from homelab.agents.engine_target import served_model
+    from homelab.agents.target import RequestContext
+
+    model = served_model(url, api_key)
+    context = RequestContext(PROBE_MAX_TOKENS * 2, "the contract check")
+    return check_all(AgentTarget(url, model, context, PROBE_MAX_TOKENS, api_key=api_key))
+
+
+def check_all(target: AgentTarget, timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Verdict]:
+    """Every agent's verdict from one probe of each route (the TUI's line by the URL)."""
+    routes = tuple(route for routes in AGENT_ROUTES.values() for route in routes)
+    probes = probe_routes(target, routes, timeout_s)
+    return {agent: verdict(agent, probes) for agent in AGENT_ROUTES}
+
+
+def summary(verdicts: dict[str, Verdict]) -> str:
+    """One line for all agents: ``tool calls: ok`` or which agents fail and why."""
+    failing = {agent: v.line for agent, v in verdicts.items() if not v.ok}
+    if not failing:
+        return "tool calls: ok"
+    if len(set(failing.values())) == 1 and len(failing) == len(verdicts):
+        return next(iter(failing.values()))
+    return "; ".join(f"{agent}: {line}" for agent, line in failing.items())

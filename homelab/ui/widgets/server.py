@@ -70,6 +70,7 @@ class ServerPanel(Vertical):
         failure_past: bool = False,
         note: str | None = None,
         backend: str | None = None,
+        contract: str | None = None,
     ) -> None:
         """The state line, the URL, and below them: ``detail`` (a problem before any engine),
         ``failure`` (the engine's explained ``EngineFailure``: now, or with ``failure_past``
@@ -86,6 +87,9 @@ class ServerPanel(Vertical):
             text.append("\n")
             text.append(f"URL {url or '—'}", style="bold" if url else "dim")
             text.append(f"  up {uptime or '—'}  restarts {restarts}")
+            if url and contract:  # the agent contract check, next to the URL agents get
+                style = "green" if contract == "tool calls: ok" else "yellow"
+                text.append(f"\nagents: {contract}", style=style)
             if backend:
                 text.append(f"\non {backend}", style="dim")
         if note:

@@ -32,8 +32,9 @@ from homelab.agents.target import AgentTarget
 from homelab.engine.loopback import loopback_client
 
 PROBE_TIMEOUT_S = 60.0
-"""One probe's limit: a short answer, but it may queue at the gate behind real requests."""
-PROBE_MAX_TOKENS = 128
+"""One probe's limit: a short answer, but it may queue at the gate behind real requests
+(``homelab agent --probe-timeout`` sets another)."""
+PROBE_MAX_TOKENS = 48
 """Enough for one small tool call's JSON; the gate caps it anyway."""
 TOOL_NAME = "write_file"
 TOOL_DESCRIPTION = "Write text to a file in the project."
@@ -249,11 +250,13 @@ def probe_route(http: httpx.Client, route: str, model: str) -> Probe:
 
 
 def probe_routes(
-    target: AgentTarget, routes: tuple[str, ...], timeout_s: float = PROBE_TIMEOUT_S
+    target: AgentTarget, routes: tuple[str, ...], timeout_s: float | None = None
 ) -> tuple[Probe, ...]:
-    """Probe each of ``routes`` once at ``target`` (the gate), in order."""
+    """Probe each of ``routes`` once at ``target`` (the gate), in order, each within
+    ``timeout_s`` (None: :data:`PROBE_TIMEOUT_S`)."""
     headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else None
-    with loopback_client(target.base_url, timeout_s=timeout_s, headers=headers) as http:
+    limit = PROBE_TIMEOUT_S if timeout_s is None else timeout_s
+    with loopback_client(target.base_url, timeout_s=limit, headers=headers) as http:
         return tuple(probe_route(http, route, target.model) for route in dict.fromkeys(routes))
 
 
@@ -268,7 +271,7 @@ def verdict(agent: str, probes: tuple[Probe, ...]) -> Verdict:
     return Verdict(agent, True, "tool calls: ok", mine)
 
 
-def check(agent: str, target: AgentTarget, timeout_s: float = PROBE_TIMEOUT_S) -> Verdict:
+def check(agent: str, target: AgentTarget, timeout_s: float | None = None) -> Verdict:
     """Probe the routes ``agent`` speaks at ``target`` and judge them."""
     return verdict(agent, probe_routes(target, AGENT_ROUTES.get(agent, ()), timeout_s))
 
@@ -287,7 +290,7 @@ def check_served(url: str, api_key: str | None) -> dict[str, Verdict]:
     return check_all(AgentTarget(url, model, context, PROBE_MAX_TOKENS, api_key=api_key))
 
 
-def check_all(target: AgentTarget, timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Verdict]:
+def check_all(target: AgentTarget, timeout_s: float | None = None) -> dict[str, Verdict]:
     """Every agent's verdict from one probe of each route (the TUI's line by the URL)."""
     routes = tuple(route for routes in AGENT_ROUTES.values() for route in routes)
     probes = probe_routes(target, routes, timeout_s)

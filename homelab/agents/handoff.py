@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from homelab.agents.catalog import agent_kind, prepare
-from homelab.agents.contract import PROBE_TIMEOUT_S, Verdict, check
+from homelab.agents.contract import Verdict, check
 from homelab.agents.limits import agent_limit
 from homelab.agents.setup import AgentSetup
 from homelab.agents.shortfall import Shortfall, plan_offer, shortfall
@@ -79,7 +79,7 @@ def hand_off(
     options: PlanOptions,
     *,
     probe: bool = True,
-    timeout_s: float = PROBE_TIMEOUT_S,
+    timeout_s: float | None = None,
 ) -> HandOff:
     """Agent ``name``'s hand-off to the engine ``record`` describes (``target``).
 

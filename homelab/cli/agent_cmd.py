@@ -69,6 +69,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="skip the contract check (a short tool-call request per route the agent speaks)",
     )
     parser.add_argument(
+        "--probe-timeout",
+        metavar="S",
+        type=float,
+        default=None,
+        help="seconds each contract probe may take (default 60)",
+    )
+    parser.add_argument(
         "--vram", metavar="SIZE", help="plan the offered re-plan for a card of this size"
     )
     parser.add_argument("--cpu", action="store_true", help="plan the offered re-plan for RAM")
@@ -89,7 +96,7 @@ FLAGS = {
     "--no-probe": "no_probe",
     "--cpu": "cpu",
 }
-VALUED = {"--vram": "vram", "--gpu-snapshot": "gpu_snapshot"}
+VALUED = {"--vram": "vram", "--gpu-snapshot": "gpu_snapshot", "--probe-timeout": "probe_timeout"}
 
 
 def _split(args: argparse.Namespace, rest: list[str]) -> tuple[str, ...]:
@@ -115,11 +122,23 @@ def _split(args: argparse.Namespace, rest: list[str]) -> tuple[str, ...]:
             if len(rest) < 2:
                 raise UsageError(f"{word_} takes a value")
             value = rest[1]
-            setattr(args, VALUED[word_], Path(value) if word_ == "--gpu-snapshot" else value)
+            setattr(args, VALUED[word_], _value(word_, value))
             rest = rest[2:]
         else:
             break
     return tuple(rest)
+
+
+def _value(option: str, text: str) -> object:
+    """An option's value as argparse would give it (a bad number is checked in :func:`run`)."""
+    if option == "--gpu-snapshot":
+        return Path(text)
+    if option == "--probe-timeout":
+        try:
+            return float(text)
+        except ValueError:
+            return float("nan")
+    return text
 
 
 def run(args: argparse.Namespace) -> int:
@@ -134,6 +153,10 @@ def run(args: argparse.Namespace) -> int:
     kind = agent_kind(args.agent)
     extra = _split(args, list(args.agent_args))
     print_only = args.print_only
+    if args.probe_timeout is not None and not 0 < args.probe_timeout < 86_400:
+        raise UsageError(
+            f"--probe-timeout takes seconds (a number above 0), not {args.probe_timeout}"
+        )
     runs_nothing = print_only or args.check or args.json
     if runs_nothing and extra:
         raise UsageError(
@@ -145,7 +168,12 @@ def run(args: argparse.Namespace) -> int:
         program = None if runs_nothing else find_program(kind)
         record, target = running_engine()
         handed = hand_off(
-            kind.name, record, target, _offer_options(args, record), probe=not args.no_probe
+            kind.name,
+            record,
+            target,
+            _offer_options(args, record),
+            probe=not args.no_probe,
+            timeout_s=args.probe_timeout,
         )
         state = state_dir()
         write_files(handed.setup, state)

@@ -75,13 +75,21 @@ def recorded(out: Path) -> tuple[list[str], dict[str, str]]:
     return args, env
 
 
-def test_agents_get_the_served_engines_per_slot_share(
-    smollm2_gguf: Path, engines, tmp_path: Path
-) -> None:
-    served, _ = serve_on_a_free_port(str(smollm2_gguf), *PLAN, "--detach")
+def serve_detached(
+    model: Path, engines
+) -> tuple[subprocess.CompletedProcess[str], EngineRecord | None]:
+    """``homelab serve MODEL`` on :data:`PLAN`, detached, and its record (engine tracked)."""
+    served, _ = serve_on_a_free_port(str(model), *PLAN, "--detach")
     record = StateFile().read()
     if record is not None:
         engines.track(record.pid)
+    return served, record
+
+
+def test_agents_get_the_served_engines_per_slot_share(
+    smollm2_gguf: Path, engines, tmp_path: Path
+) -> None:
+    served, record = serve_detached(smollm2_gguf, engines)
     try:
         assert served.returncode == 0, served.stderr
         assert record is not None and record.facts is not None

@@ -24,9 +24,8 @@ from homelab.agents.contract import NO_TOOL_CALLS, check, probe_routes
 from homelab.agents.engine_target import engine_target
 from homelab.agents.target import AgentTarget, RequestContext
 from homelab.engine.llamacpp.locate import find_llama_server
-from homelab.engine.supervision.state_file import StateFile
-from tests.agents.test_agent_cli import PLAN, homelab
-from tests.engine.supervisor_child import REPO, script_env, serve_on_a_free_port
+from tests.agents.test_agent_cli import homelab, serve_detached
+from tests.engine.supervisor_child import REPO, script_env
 from tests.factory.server_log import free_port
 
 pytestmark = pytest.mark.engine
@@ -36,10 +35,7 @@ measured ~1 token/s under load (48 tokens in 66-122 s)."""
 
 
 def test_smollm2s_template_emits_no_tool_calls_on_any_route(smollm2_gguf: Path, engines) -> None:
-    served, _ = serve_on_a_free_port(str(smollm2_gguf), *PLAN, "--detach")
-    record = StateFile().read()
-    if record is not None:
-        engines.track(record.pid)
+    served, record = serve_detached(smollm2_gguf, engines)
     try:
         assert served.returncode == 0, served.stderr
         assert record is not None and record.gate_url is not None

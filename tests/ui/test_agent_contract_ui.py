@@ -11,6 +11,7 @@ from homelab.agents import contract
 from homelab.agents.contract import NO_TOOL_CALLS
 from tests.factory.server_log import free_port
 from tests.ui.helpers import run, wait_until
+from tests.ui.test_engine_crash import _server_text
 from tests.ui.test_engine_flows import (
     _app,
     _pick_small_plan,
@@ -19,10 +20,6 @@ from tests.ui.test_engine_flows import (
 )
 
 pytestmark = pytest.mark.engine
-
-
-def _server_text(app) -> str:
-    return str(app.query_one("#server-state").render())
 
 
 def test_check_the_agents_shows_the_verdict_under_the_url(

@@ -13,8 +13,11 @@ too, and override the token.
 
 Compaction point (2.1.328's ``AWn=13000`` and its ``/context`` "Autocompact buffer",
 21.2k with an 8,192-token output cap): ``window − min(max_output, 20,000) − 13,000``. Its
-own system prompt, tools and skills take ~12,400 tokens before any conversation
-(``/context``), so a window whose compaction point is below that compacts at once.
+own system prompt, tools and skills take ~12,400 tokens before any conversation by its own
+estimate (``/context`` with no server; through a server it asks ``count_tokens``, so the
+figure follows the model's template), so a window whose compaction point is below that
+compacts at once. Measured through ``homelab agent claude -- -p /context`` on SmolLM2 at
+2 × 1,024: "3.6k / 1k" — it plans on the per-slot share, not 100k nor 1M.
 """
 
 from __future__ import annotations

@@ -23,6 +23,9 @@ class ExitCode(IntEnum):
     GPU_PROBE_FAILED = 5
     ENGINE = 6
     WORKER = 7
+    AGENT_CONTRACT = 8
+    """The server fails an agent's contract (``homelab agent --check``): no tool calls, a
+    route it speaks missing or broken."""
 
 
 class HomelabError(Exception):

@@ -6,10 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from homelab.agents import aider, claude, codex, continue_dev, opencode
+from homelab.agents.limits import agent_limit
 from homelab.agents.setup import AgentSetup
 from homelab.agents.target import AgentTarget
 from homelab.engine.kinds import KINDS
 from homelab.errors import UsageError
+from homelab.plan.workload import Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,16 @@ def agent_kind(name: str) -> AgentKind:
             hint=f"choose one of: {', '.join(AGENTS)}",
         )
     return kind
+
+
+def workload_for(name: str) -> Workload:
+    """What ``--for NAME`` plans each slot for (:meth:`AgentLimit.workload
+    <homelab.agents.limits.AgentLimit.workload>`).
+
+    Raises:
+        UsageError: homelab knows no such agent.
+    """
+    return agent_limit(name).workload(agent_kind(name).title)
 
 
 def target_warnings(target: AgentTarget) -> tuple[str, ...]:

@@ -4,19 +4,25 @@ Keys (Claude Code's env-vars reference, code.claude.com/docs/en/env-vars):
 ``ANTHROPIC_BASE_URL`` (the gate, no ``/v1``), ``ANTHROPIC_AUTH_TOKEN`` (sent as
 ``Authorization: Bearer``; a placeholder when the gate checks no key),
 ``ANTHROPIC_MODEL`` and ``ANTHROPIC_DEFAULT_{OPUS,SONNET,HAIKU}_MODEL`` (so background
-and sub-agent calls go to the same model), ``CLAUDE_CODE_AUTO_COMPACT_WINDOW`` (the
-context used for auto-compaction, capped at the model's window, which Claude Code takes
-as 200,000 for a model it does not know) and ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``.
-``ANTHROPIC_API_KEY`` is removed: it would be sent too, and override the token.
+and sub-agent calls go to the same model), ``CLAUDE_CODE_MAX_CONTEXT_TOKENS`` (the window
+of a model id it does not know, taken as given; without it 2.1.328 assumes 1,000,000),
+``CLAUDE_CODE_AUTO_COMPACT_WINDOW`` only from 100,000 tokens (below that Claude Code reads
+it as 100,000: :mod:`homelab.agents.limits`; unset, the window is the compaction window)
+and ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``. ``ANTHROPIC_API_KEY`` is removed: it would be sent
+too, and override the token.
 
-Compaction point (public analyses of Claude Code's ``autoCompact``, see
-shared/research/tui-gate.md §C): ``window − min(max_output, 20,000) − 13,000``; with a 32k
-window that leaves 11.6–15.7k tokens of conversation, so below ~64k per request Claude
-Code has little room to work.
+Compaction point (2.1.328's ``AWn=13000`` and its ``/context`` "Autocompact buffer",
+21.2k with an 8,192-token output cap): ``window − min(max_output, 20,000) − 13,000``. Its
+own system prompt, tools and skills take ~12,400 tokens before any conversation by its own
+estimate (``/context`` with no server; through a server it asks ``count_tokens``, so the
+figure follows the model's template), so a window whose compaction point is below that
+compacts at once. Measured through ``homelab agent claude -- -p /context`` on SmolLM2 at
+2 × 1,024: "3.6k / 1k" — it plans on the per-slot share, not 100k nor 1M.
 """
 
 from __future__ import annotations
 
+from homelab.agents.limits import CLAUDE_MINIMUM_TOKENS
 from homelab.agents.setup import AgentSetup
 from homelab.agents.target import AgentTarget
 
@@ -26,8 +32,8 @@ PLACEHOLDER_TOKEN = "homelab"
 """Sent when the gate checks no key (Claude Code wants some credential to start)."""
 AUTOCOMPACT_BUFFER_TOKENS = 13_000
 OUTPUT_RESERVE_LIMIT = 20_000
-USABLE_WINDOW = 65_536
-"""Below this many tokens per request Claude Code has little room (tui-gate.md §0.9)."""
+OWN_PROMPT_TOKENS = 12_400
+"""Claude Code 2.1.328's system prompt, tools and skills (``claude -p /context``: 12.4k)."""
 
 
 def compaction_point(window: int, max_output: int) -> int:
@@ -36,23 +42,24 @@ def compaction_point(window: int, max_output: int) -> int:
 
 
 def warnings(target: AgentTarget) -> tuple[str, ...]:
-    """Why the window may be too small for Claude Code."""
+    """Why the window is too small for Claude Code (one line), or nothing from 100,000."""
     window, out = target.context_tokens, target.max_output_tokens
+    if window >= CLAUDE_MINIMUM_TOKENS:
+        return ()
     point = compaction_point(window, out)
-    if point <= 0:
+    remedy = target.context.remedy
+    if point <= OWN_PROMPT_TOKENS:
         return (
             f"Claude Code cannot work in {window:,} tokens per request: it compacts at "
-            f"window − min(output {out:,}, 20,000) − 13,000 = {point:,}, i.e. at once. "
-            f"Give each request more context ({target.context.remedy}).",
+            f"{point:,} (window − output {min(out, OUTPUT_RESERVE_LIMIT):,} − 13,000), under "
+            f"its own ~{OWN_PROMPT_TOKENS:,}-token prompt; it needs {CLAUDE_MINIMUM_TOKENS:,} "
+            f"({remedy}).",
         )
-    if window < USABLE_WINDOW:
-        return (
-            f"Claude Code compacts this conversation at {point:,} tokens (window {window:,} "
-            f"− output {min(out, OUTPUT_RESERVE_LIMIT):,} − 13,000 buffer): below ~64k tokens "
-            "per request it has little room left. Give each request more context "
-            f"({target.context.remedy}).",
-        )
-    return ()
+    return (
+        f"Claude Code needs {CLAUDE_MINIMUM_TOKENS:,} tokens per request and gets {window:,} "
+        f"(it compacts at {point:,}); below {CLAUDE_MINIMUM_TOKENS:,} it reads its compaction "
+        f"window as {CLAUDE_MINIMUM_TOKENS:,}, so it is told only its real window ({remedy}).",
+    )
 
 
 def setup(target: AgentTarget) -> AgentSetup:
@@ -65,14 +72,19 @@ def setup(target: AgentTarget) -> AgentSetup:
         "ANTHROPIC_DEFAULT_OPUS_MODEL": model,
         "ANTHROPIC_DEFAULT_SONNET_MODEL": model,
         "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
-        "CLAUDE_CODE_AUTO_COMPACT_WINDOW": str(target.context_tokens),
+        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(target.context_tokens),
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(target.max_output_tokens),
     }
+    if target.context_tokens >= CLAUDE_MINIMUM_TOKENS:  # below it Claude Code overrides it
+        env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = str(target.context_tokens)
     return AgentSetup(
         agent=NAME,
         program=PROGRAM,
         target=target,
         env=env,
-        unset=("ANTHROPIC_API_KEY",),
+        unset=("ANTHROPIC_API_KEY",)
+        + (
+            () if "CLAUDE_CODE_AUTO_COMPACT_WINDOW" in env else ("CLAUDE_CODE_AUTO_COMPACT_WINDOW",)
+        ),
         warnings=warnings(target),
     )

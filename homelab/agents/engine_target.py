@@ -125,8 +125,8 @@ def engine_target(record: EngineRecord) -> AgentTarget:
     )
 
 
-def running_target(store: StateFile | None = None) -> AgentTarget:
-    """The target of the engine homelab runs now (see :func:`engine_target`).
+def running_engine(store: StateFile | None = None) -> tuple[EngineRecord, AgentTarget]:
+    """The record of the engine homelab runs now and its target (see :func:`engine_target`).
 
     Raises:
         NoEngineError: homelab runs none.
@@ -139,4 +139,9 @@ def running_target(store: StateFile | None = None) -> AgentTarget:
             hint="start one with `homelab serve MODEL` (`detach` keeps it running), "
             "then run this again",
         )
-    return engine_target(record)
+    return record, engine_target(record)
+
+
+def running_target(store: StateFile | None = None) -> AgentTarget:
+    """The target of the engine homelab runs now (see :func:`running_engine`)."""
+    return running_engine(store)[1]

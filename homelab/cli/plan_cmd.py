@@ -66,6 +66,14 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         help="agent (~100k tokens per slot), chat (~8k) or a token count",
     )
     parser.add_argument(
+        "--for",
+        dest="for_agent",
+        metavar="AGENT",
+        choices=_agent_names(),
+        help="plan each slot for what this coding agent accepts (claude: 100,000 tokens; "
+        f"{', '.join(_agent_names()[1:])}: the agent workload)",
+    )
+    parser.add_argument(
         "--ctx", type=_whole(1), metavar="N", help="total context (-c) instead of the workload's"
     )
     parser.add_argument(
@@ -99,6 +107,31 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         help="llama-server's host-RAM prompt cache, e.g. 2GiB, 0 for off (default: sized "
         "under --engine-memory-limit when one is set, else llama-server's 8 GiB)",
     )
+
+
+def _agent_names() -> list[str]:
+    from homelab.agents.catalog import AGENTS
+
+    return list(AGENTS)
+
+
+def _workload_of(args: argparse.Namespace):
+    """``--workload``, or ``--for AGENT``'s (not both).
+
+    Raises:
+        UsageError: both are given.
+    """
+    agent = getattr(args, "for_agent", None)
+    if agent is None:
+        return args.workload
+    if args.workload is not None:
+        raise UsageError(
+            f"--for {agent} is a workload: give it or --workload, not both",
+            hint=f"--for {agent} plans each slot for what that agent accepts",
+        )
+    from homelab.agents.catalog import workload_for
+
+    return workload_for(agent)
 
 
 def _size_of(args: argparse.Namespace, name: str) -> int | None:
@@ -169,7 +202,7 @@ def options_from_args(args: argparse.Namespace):
 
     vram = parse_vram(args.vram) if args.vram is not None else None
     return plan_options(
-        workload=args.workload,
+        workload=_workload_of(args),
         ctx=args.ctx,
         slots=args.parallel,
         cache_type=args.cache_type,

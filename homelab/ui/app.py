@@ -142,6 +142,11 @@ class HomelabApp(
             "Copy the URL", "The engine's URL to the clipboard (c)", self.action_copy_url
         )
         yield SystemCommand(
+            "Check the agents",
+            "Probe the URL's routes for structured tool calls (homelab agent --check)",
+            self.action_check_agents,
+        )
+        yield SystemCommand(
             "Quit homelab", "Ask about a running engine first (q)", self.action_quit_app
         )
 

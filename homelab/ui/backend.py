@@ -44,11 +44,14 @@ def plan_options(
     cache_type: str | None = None,
 ) -> PlanOptions:
     """The typed plan request the plan panel's fields describe (``UsageError`` if one is
-    bad); without them, the request that reads the card."""
+    bad); without them, the request that reads the card. A coding agent's name as the
+    workload (``claude``) plans each slot for what that agent accepts (``--for``)."""
+    from homelab.agents.catalog import AGENTS, workload_for
     from homelab.engine.options import plan_options as build
 
+    name = (workload or "").strip().lower()
     return build(
-        workload=workload,
+        workload=workload_for(name) if name in AGENTS else workload,
         ctx=ctx,
         slots=slots,
         cache_type=cache_type,

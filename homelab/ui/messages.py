@@ -142,6 +142,13 @@ class EngineBackend(Message, bubble=False):
 
 
 @dataclass
+class AgentContract(Message, bubble=False):
+    """The agent contract check's one line for the engine's URL (None: not known)."""
+
+    words: str | None
+
+
+@dataclass
 class ServeEvent(Message, bubble=False):
     """An event of the domain's serve session that the server panel shows."""
 

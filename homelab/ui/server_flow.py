@@ -1,6 +1,8 @@
 """The server panel's view of the engine: its state, crashes, restarts and pushed log.
 
-A mixin of :class:`homelab.ui.app.HomelabApp`. Supervisor transitions arrive as
+A mixin of :class:`homelab.ui.app.HomelabApp`. The palette's "Check the agents" runs the
+agent contract check (:mod:`homelab.agents.contract`) through the URL and shows its line
+next to it. Supervisor transitions arrive as
 :class:`~homelab.ui.messages.EngineChanged` (from the serve session's thread), the log
 as :class:`~homelab.ui.log_feed.LogArrived` (from the supervisor's event hub). A crash
 keeps the engine's own explained failure (``EngineFailure``: title, what happened, the
@@ -25,6 +27,7 @@ from homelab.ui import backend
 from homelab.ui.flow import AppFlow
 from homelab.ui.log_feed import LogArrived
 from homelab.ui.messages import (
+    AgentContract,
     EngineBackend,
     EngineChanged,
     EngineFailed,
@@ -83,10 +86,43 @@ class ServerFlow(AppFlow):
             health.gave_up = transition.state.value == "stopped"  # the supervisor stopped trying
         elif transition.state.value == "ready" and health.failure is not None:
             health.failure_past = True  # back: the crash stays on the panel as "last crash"
+        if transition.state.value != "ready":
+            self.state.agent_contract = None
         self._show_engine()
         url = backend.public_url(running.session)  # the gate's, in front of the engine
         if transition.state.value == "ready" and url:
             self.notify(f"{running.entry.name if running.entry else 'engine'} is ready at {url}")
+
+    def action_check_agents(self) -> None:
+        """Run the agent contract check through the ready engine's URL (the palette's "Check
+        the agents"): asked for, never on its own, since it sends requests of its own."""
+        ready = self.state.engine_alive() and self.state.health.state == "ready"
+        url = backend.public_url(self.state.running.session) if ready else None
+        if url is None:
+            self.notify("No engine is ready.", title="Agents")
+            return
+        self.state.agent_contract = "checking…"
+        self._show_engine()
+        self.check_agent_contract(url)
+
+    @work(thread=True, exclusive=True, group="agent-contract", exit_on_error=False)
+    def check_agent_contract(self, url: str) -> None:
+        """One short probe of each route the agents speak, through the URL they get."""
+        from homelab.agents.contract import check_served, summary
+        from homelab.gate.key_file import stored_key
+
+        try:
+            words: str | None = summary(check_served(url, stored_key()))
+        except HomelabError as error:
+            words = f"not checked ({error.message})"
+        self.post_message(AgentContract(words))
+
+    @while_mounted
+    def on_agent_contract(self, message: AgentContract) -> None:
+        if self.state.health.state == "ready":
+            self.state.agent_contract = message.words
+            self._show_engine()
+            self.notify(message.words or "", title="Agents")
 
     @while_mounted
     def on_engine_failed(self, message: EngineFailed) -> None:
@@ -126,6 +162,7 @@ class ServerFlow(AppFlow):
             note=health.note,
             backend=self.state.engine_backend,
             verdict=_verdict(running.session),
+            contract=self.state.agent_contract,
         )
         actuals = health.actuals if health.state != "stopped" else None
         panel.show_actuals(actuals.rows if actuals is not None else None)  # room for the failure

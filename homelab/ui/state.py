@@ -144,6 +144,9 @@ class AppState:
     """Why no engine can start (no llama-server, or one without a GPU backend where a card
     is). Written by the server flow (the check at start) and the engine-setup flow (one
     found); read by both."""
+    agent_contract: str | None = None
+    """The agent contract check's line for the URL (``tool calls: ok``); None: not run for
+    the engine that is ready now."""
     engine_backend: str | None = None
     """What the llama-server found computes on (its own ``--list-devices``), for the server
     panel. Written by the server flow's engine check; None: not asked yet, or it did not say."""

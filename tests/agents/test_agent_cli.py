@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from homelab.agents.contract import NO_TOOL_CALLS
 from homelab.agents.engine_target import EngineNotAnsweringError, engine_target, served_model
 from homelab.engine.supervision.facts import PlanFacts
 from homelab.engine.supervision.record import EngineRecord
@@ -74,13 +75,21 @@ def recorded(out: Path) -> tuple[list[str], dict[str, str]]:
     return args, env
 
 
-def test_agents_get_the_served_engines_per_slot_share(
-    smollm2_gguf: Path, engines, tmp_path: Path
-) -> None:
-    served, _ = serve_on_a_free_port(str(smollm2_gguf), *PLAN, "--detach")
+def serve_detached(
+    model: Path, engines
+) -> tuple[subprocess.CompletedProcess[str], EngineRecord | None]:
+    """``homelab serve MODEL`` on :data:`PLAN`, detached, and its record (engine tracked)."""
+    served, _ = serve_on_a_free_port(str(model), *PLAN, "--detach")
     record = StateFile().read()
     if record is not None:
         engines.track(record.pid)
+    return served, record
+
+
+def test_agents_get_the_served_engines_per_slot_share(
+    smollm2_gguf: Path, engines, tmp_path: Path
+) -> None:
+    served, record = serve_detached(smollm2_gguf, engines)
     try:
         assert served.returncode == 0, served.stderr
         assert record is not None and record.facts is not None
@@ -89,12 +98,17 @@ def test_agents_get_the_served_engines_per_slot_share(
         home = tmp_path / "home"
         home.mkdir()
 
-        claude = homelab("agent", "claude", "--print", env={"HOME": str(home)})
+        claude = homelab(
+            "agent", "claude", "--print", "--probe-timeout", "600", env={"HOME": str(home)}
+        )
         assert claude.returncode == 0, claude.stderr
         env = exports(claude.stdout)
-        assert int(env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"]) == facts.ctx_per_slot
+        assert int(env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"]) == facts.ctx_per_slot
+        assert "CLAUDE_CODE_AUTO_COMPACT_WINDOW" not in env  # below 100k Claude Code overrides it
         assert "unset ANTHROPIC_API_KEY" in claude.stdout.splitlines()
         assert "homelab: warning: Claude Code cannot work" in claude.stderr  # not on stdout
+        assert f"homelab: agent contract: {NO_TOOL_CALLS}" in claude.stderr.splitlines()
+        assert "homelab: offer: " in claude.stderr
         url = env["ANTHROPIC_BASE_URL"]
         assert url == record.gate_url  # through the admission gate
         models = httpx.get(f"{url}/v1/models", timeout=10, trust_env=False)
@@ -113,7 +127,7 @@ def test_agents_get_the_served_engines_per_slot_share(
         )
         assert answer.status_code == 200 and answer.json()["type"] == "message"
 
-        opencode = homelab("agent", "opencode", "--print", env={"HOME": str(home)})
+        opencode = homelab("agent", "opencode", "--print", "--no-probe", env={"HOME": str(home)})
         assert opencode.returncode == 0, opencode.stderr
         config = json.loads(exports(opencode.stdout)["OPENCODE_CONFIG_CONTENT"])
         provider_id, model = config["model"].split("/", 1)
@@ -133,14 +147,14 @@ def test_agents_get_the_served_engines_per_slot_share(
             "AGENT_OUT": str(out),
             "ANTHROPIC_API_KEY": "the-users-own",
         }
-        ran = homelab("agent", "claude", "--", "-p", "say hi", env=launch_env)
+        ran = homelab("agent", "claude", "--no-probe", "--", "-p", "say hi", env=launch_env)
         assert ran.returncode == 0, ran.stderr
         args, seen = recorded(out)
         assert args == ["-p", "say hi"]
         assert "ANTHROPIC_API_KEY" not in seen
         assert {k: seen[k] for k in env} == env
 
-        ran = homelab("agent", "codex", "--", "exec", "list files", env=launch_env)
+        ran = homelab("agent", "codex", "--no-probe", "--", "exec", "list files", env=launch_env)
         assert ran.returncode == 0, ran.stderr
         args, _ = recorded(out)
         assert args[-2:] == ["exec", "list files"]

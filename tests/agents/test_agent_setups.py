@@ -37,7 +37,7 @@ def read_back(setup: AgentSetup, state: Path) -> dict[str, object]:
     if setup.agent == "claude":
         env = setup.env
         return {
-            "context": int(env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"]),
+            "context": int(env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"]),
             "output": int(env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"]),
             "url": env["ANTHROPIC_BASE_URL"],
             "model": env["ANTHROPIC_MODEL"],
@@ -129,7 +129,7 @@ def test_the_gates_key_reaches_every_agent_and_a_placeholder_stands_in_without_o
     bare = {name: prepare(name, split_target(smol_split)) for name in AGENTS}
     assert keyed["claude"].env["ANTHROPIC_AUTH_TOKEN"] == key
     assert bare["claude"].env["ANTHROPIC_AUTH_TOKEN"] == claude.PLACEHOLDER_TOKEN
-    assert keyed["claude"].unset == ("ANTHROPIC_API_KEY",)
+    assert keyed["claude"].unset[0] == "ANTHROPIC_API_KEY"
 
     def options(setup: AgentSetup) -> dict[str, str]:
         config = json.loads(setup.env["OPENCODE_CONFIG_CONTENT"])
@@ -155,19 +155,22 @@ def test_claude_codes_compaction_point_matches_the_published_rule() -> None:
     assert claude.compaction_point(200_000, 64_000) == 167_000  # output reserve capped at 20k
 
 
-def test_claude_code_is_warned_below_64k_per_request(
+def test_claude_code_is_warned_below_its_100k_minimum(
     smol_split, smol_unified, llama_split, llama8b_gguf
 ) -> None:
-
     tiny = prepare("claude", split_target(smol_split))  # 1,024 per slot
     assert len(tiny.warnings) == 1 and "cannot work in 1,024 tokens" in tiny.warnings[0]
     small_facts = plan_facts(llama8b_gguf, vram=24 << 30, ctx=65536, slots=2)
     small = prepare("claude", split_target(small_facts))
-    assert small_facts.ctx_per_slot == 32768
-    assert "compacts this conversation at 11,576 tokens" in small.warnings[0]
-    assert "little room" in small.warnings[0] and "`slots`" in small.warnings[0]
-    roomy = prepare("claude", split_target(llama_split))  # 65,536 per slot
-    assert llama_split.ctx_per_slot == 65536 and roomy.warnings == ()
+    assert small_facts.ctx_per_slot == 32768  # compacts at 11,576: under its 12.4k own prompt
+    assert "cannot work in 32,768 tokens" in small.warnings[0] and "11,576" in small.warnings[0]
+    assert "`slots`" in small.warnings[0]
+    mid = prepare("claude", split_target(llama_split))  # 65,536 per slot
+    assert llama_split.ctx_per_slot == 65536 and len(mid.warnings) == 1
+    assert "needs 100,000 tokens per request and gets 65,536" in mid.warnings[0]
+    assert "compacts at 44,344" in mid.warnings[0]
+    roomy_facts = plan_facts(llama8b_gguf, vram=24 << 30, ctx=131072, slots=1)
+    assert prepare("claude", split_target(roomy_facts)).warnings == ()
     # on a unified pool only a larger pool helps: fewer slots would not
     pooled = prepare("claude", unified_target(smol_unified))
     assert "`ctx`" in pooled.warnings[0] and "`slots`" not in pooled.warnings[0]

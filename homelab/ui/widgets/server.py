@@ -71,6 +71,7 @@ class ServerPanel(Vertical):
         note: str | None = None,
         backend: str | None = None,
         verdict: str | None = None,
+        contract: str | None = None,
     ) -> None:
         """The state line, the URL, ``verdict`` (the running plan's, worded as the menu words
         it: what fits and what stays off the card), and below them: ``detail`` (a problem before any engine),
@@ -90,6 +91,9 @@ class ServerPanel(Vertical):
             text.append(f"  up {uptime or '—'}  restarts {restarts}")
             if verdict:
                 text.append(f"\nplan {verdict}")
+            if url and contract:  # the agent contract check, next to the URL agents get
+                style = "green" if contract == "tool calls: ok" else "yellow"
+                text.append(f"\nagents: {contract}", style=style)
             if backend:
                 text.append(f"\non {backend}", style="dim")
         if note:

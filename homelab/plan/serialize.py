@@ -14,7 +14,8 @@ from homelab.plan.working import render_steps
 def plan_to_dict(plan: Plan, argv: list[str]) -> dict[str, Any]:
     """The documented keys first (model, weights_bytes, ... argv), then extras; a plan that
     keeps experts in RAM adds ``n_cpu_moe`` and ``ram`` (routed experts there, every weight
-    there, the mapped buffer the load log prints), in bytes."""
+    there, the mapped and repacked buffers and the CPU compute buffer the load log prints,
+    the RAM available and the headroom kept), in bytes; an unknown figure is null."""
     g = plan.geometry
     c = plan.candidate
     alloc = c.allocation
@@ -71,11 +72,11 @@ def plan_to_dict(plan: Plan, argv: list[str]) -> dict[str, Any]:
     }
     if ram := plan_ram(plan):  # only where experts stay in RAM: other plans' JSON is unchanged
         data["n_cpu_moe"] = ram.n_cpu_moe
-        data["ram"] = {
-            "experts": ram.experts,
-            "weights": ram.tensors,
-            "mapped": ram.mapped,
-        }
+        data["ram"] = {"experts": ram.experts, "weights": ram.tensors, "mapped": ram.mapped}
+        if (check := plan.ram) is not None:  # the RAM side as the load log prints it
+            side = check.side
+            data["ram"] |= {"mapped": side.mapped, "repack": side.repack, "compute": side.compute}
+            data["ram"] |= {"available": check.available, "headroom": check.headroom}
     return data
 
 

@@ -72,11 +72,13 @@ def plan_to_dict(plan: Plan, argv: list[str]) -> dict[str, Any]:
     }
     if ram := plan_ram(plan):  # only where experts stay in RAM: other plans' JSON is unchanged
         data["n_cpu_moe"] = ram.n_cpu_moe
-        data["ram"] = {"experts": ram.experts, "weights": ram.tensors, "mapped": ram.mapped}
+        terms: dict[str, int | None] = {"experts": ram.experts, "weights": ram.tensors}
+        terms["mapped"] = ram.mapped
         if (check := plan.ram) is not None:  # the RAM side as the load log prints it
             side = check.side
-            data["ram"] |= {"mapped": side.mapped, "repack": side.repack, "compute": side.compute}
-            data["ram"] |= {"available": check.available, "headroom": check.headroom}
+            terms |= {"mapped": side.mapped, "repack": side.repack, "compute": side.compute}
+            terms |= {"available": check.available, "headroom": check.headroom}
+        data["ram"] = terms
     return data
 
 

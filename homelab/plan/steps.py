@@ -114,7 +114,7 @@ def _engine_steps(plan: Plan) -> list[Step]:
         )
     ]
     if ram := plan_ram(plan):
-        steps.append(experts_step(ram))
+        steps.append(experts_step(ram, mapped=plan.ram is None))
         if plan.rung:  # the planner chose it: why
             steps.append(Step("", plan.rung, level=1))
         if plan.ram is not None:
@@ -185,15 +185,16 @@ def _token_steps(plan: Plan) -> list[Step]:
     return steps
 
 
-def experts_step(ram: RamShare) -> Step:
-    """How many blocks' routed experts stay in system RAM, and the RAM side's bytes."""
+def experts_step(ram: RamShare, *, mapped: bool = True) -> Step:
+    """How many blocks' routed experts stay in system RAM, and the RAM side's bytes (the
+    mapped span here only when no RAM check prices it buffer by buffer)."""
     n = ram.n_cpu_moe
     which = "block 0" if n == 1 else f"blocks 0–{n - 1}"
+    span = f", mapped from the file {byte_figure(ram.mapped)}" if mapped else ""
     return Step(
         f"Routed experts in system RAM (--n-cpu-moe {n})",
         f"{which}, {n} of {ram.n_blocks} layers: {byte_figure(ram.experts)} off the card; "
-        f"in RAM with the input embedding {byte_figure(ram.tensors)}, "
-        f"mapped from the file {byte_figure(ram.mapped)}",
+        f"in RAM with the input embedding {byte_figure(ram.tensors)}{span}",
         ram.experts,
     )
 

@@ -42,6 +42,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, GgufModel]:
         for kind, extra in {
             "q4_0": {**geometry, "weight_type": "q4_0"},
             "q8_0": {**geometry, "weight_type": "q8_0"},
+            # Q4_K where a row is 256 wide (the down experts), F16 elsewhere
+            "q4_k": {**geometry, "weight_type": "q4_k"},
             "f16": geometry,
             # gate/up of 36 rows: Q4_0, but no 8-row layout fits them
             "odd": {**geometry, "n_ff_exp": 36, "weight_type": "q4_0"},
@@ -91,6 +93,20 @@ def test_repacked_experts_leave_the_mapped_span(models: dict[str, GgufModel]) ->
     unknown = ram_side(weights, 0, None, host_buffer=False, compute=7)
     assert unknown.repack is None and unknown.total is None
     assert ram_side(weights, 0, None, host_buffer=True, compute=7).total == beside_cuda.mapped + 7
+
+
+def test_a_mixed_model_repacks_only_its_q4_k_experts(models: dict[str, GgufModel]) -> None:
+    weights = with_experts_in_ram(place_weights(models["q4_k"]), 2)
+    slots = list(in_ram(weights, 0))
+    packed = [s for s in slots if s.type_name == "Q4_K"]
+    assert packed and all(s.expert for s in packed)
+    side = ram_side(weights, 0, EPYC, host_buffer=False, compute=0)
+    assert side.repack == sum(repacked_size(s.n_bytes) for s in packed)
+    # the embedding and the F16 gate/up experts of blocks 0-1 stay mapped: from the
+    # embedding's first byte to block 1's last F16 expert's last (the cards' tensors between)
+    kept = [s for s in slots if s.type_name != "Q4_K"]
+    first, last = min(s.offset for s in kept), max(s.offset + s.n_bytes for s in kept)
+    assert side.mapped == last - first < ram_share(weights, 0).mapped
 
 
 @pytest.mark.parametrize("kind", ["q8_0", "f16", "odd"])

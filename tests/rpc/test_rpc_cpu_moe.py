@@ -66,12 +66,13 @@ def _model_mib(log: LoadLog, device: str) -> list[float]:
     return [b.mib for b in log.buffers if b.kind == "model" and b.device == device]
 
 
-@pytest.mark.parametrize("weight_type", ["q4_0", "q8_0"])
+@pytest.mark.parametrize("weight_type", ["q4_0", "q4_k", "q8_0"])
 def test_the_ram_side_is_what_the_cpu_backend_holds(
     start_worker, engines, tmp_path: Path, weight_type: str
 ) -> None:
-    """Q4_0 experts are repacked on an AVX2 CPU (their own ``CPU_REPACK`` buffer, out of the
-    mapped span); Q8_0 ones are not on x86 (all mapped): the plan's RAM side is the log's."""
+    """Q4_0 experts (and Q4_K down experts, between F16 gate/up ones) are repacked on an AVX2
+    CPU (their own ``CPU_REPACK`` buffer, out of the mapped span); Q8_0 ones are not on x86
+    (all mapped): the plan's RAM side is the log's."""
     model = write_gguf(
         "qwen3moe",
         tmp_path / f"{weight_type}.gguf",
@@ -89,7 +90,7 @@ def test_the_ram_side_is_what_the_cpu_backend_holds(
     check = plan.ram
     assert check is not None and check.side.repack is not None and check.fits
     features = engine_features(cpu_flags())
-    if weight_type == "q4_0" and features is not None and "avx2" in features:
+    if weight_type != "q8_0" and features is not None and "avx2" in features:
         assert check.side.repack > 0
     (share,) = plan.devices
     device = [b.mib for b in log.buffers if b.kind == "model" and b.worker == worker.endpoint]

@@ -104,4 +104,6 @@ def test_the_ram_side_is_what_the_cpu_backend_holds(
         assert repack == [], repack
     compute = [b.mib for b in log.buffers if b.kind == "compute" and b.device == "CPU"]
     assert len(compute) == 1, compute
-    print(f"CPU compute: log {compute[0]} MiB, plan {check.side.compute / 2**20:.2f} MiB")
+    # the compute buffer is an estimate (the experts' gate/up/GLU products of one micro-batch
+    # dominate it: 6.25 MiB here; the log adds the graph's inputs, its KQ mask among them)
+    assert abs(compute[0] * 2**20 - check.side.compute) <= 2**20, (compute, check.side)

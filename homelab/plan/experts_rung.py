@@ -10,12 +10,13 @@ person gave (``--n-cpu-moe`` / ``--cpu-moe``) skips the ladder: it is honoured a
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from homelab.errors import DoesNotFitError
 from homelab.gpu.report import CpuMemory
 from homelab.plan.placement import ram_share, with_experts_in_ram
+from homelab.plan.ram_side import RamCheck, check_ram, ram_side
 from homelab.units import format_bytes
 
 if TYPE_CHECKING:
@@ -26,11 +27,65 @@ PlanWith = Callable[["WeightPlacement", "PlanRequest"], "Plan"]
 """Plans these weights for this request (the planner's own pass)."""
 
 
-def system_ram() -> CpuMemory:
-    """psutil's figures, looked up through the module so a caller can hold them still."""
+def system_ram() -> CpuMemory | None:
+    """psutil's figures (None when it cannot say), looked up through the module so a caller
+    can hold them still."""
     from homelab.gpu import cpu
 
-    return cpu.cpu_memory()
+    return cpu.ram_now()
+
+
+def system_cpu() -> frozenset[str] | None:
+    """The CPU's feature flags (None: a CPU homelab cannot read)."""
+    from homelab.gpu import cpu
+
+    return cpu.cpu_flags()
+
+
+@dataclass(frozen=True, slots=True)
+class RamProbe:
+    """Where a plan's RAM side is weighed: the machine's RAM and CPU now, and the CPU's
+    compute buffer for this model and micro-batch."""
+
+    compute: int = 0
+    ram: Callable[[], CpuMemory | None] = system_ram
+    cpu: Callable[[], frozenset[str] | None] = system_cpu
+
+    def check(self, plan: Plan) -> RamCheck:
+        """The plan's RAM side (experts in RAM, blocks below -ngl on the CPU) against RAM now."""
+        n_blocks = len(plan.weights.per_block)
+        first = 0 if plan.n_gpu_layers is None else n_blocks - (plan.n_gpu_layers - 1)
+        host = any(not share.device.remote for share in plan.devices)
+        side = ram_side(plan.weights, first, self.cpu(), host_buffer=host, compute=self.compute)
+        return check_ram(side, self.ram())
+
+
+def honour(plan: Plan, probe: RamProbe) -> Plan:
+    """The person's own experts setting, with its RAM side weighed: refused when it would
+    push the machine into swap, said so when it could not be weighed.
+
+    Raises:
+        DoesNotFitError: the RAM side is more than the RAM free for it.
+    """
+    if not plan.weights.n_cpu_moe or not plan.on_gpu:
+        return plan
+    check = probe.check(plan)
+    if check.fits is False:
+        n = plan.weights.n_cpu_moe
+        short = (check.side.total or 0) - (check.usable or 0)
+        raise DoesNotFitError(
+            f"the experts of {n} blocks in system RAM would push this machine into swap: "
+            f"{check.words()}",
+            hint="Keep fewer blocks' experts in RAM (a smaller --n-cpu-moe), close programs "
+            "that hold RAM, or pick a smaller quant.",
+            short_by=short,
+        )
+    return replace(plan, ram=check, warnings=(*plan.warnings, *_unknown(check)))
+
+
+def _unknown(check: RamCheck) -> tuple[str, ...]:
+    why = check.unknown_reason()
+    return () if why is None else (f"The RAM check could not be made: {why}. {check.words()}.",)
 
 
 def _try(plan_with: PlanWith, weights: WeightPlacement, request: PlanRequest) -> Plan | None:
@@ -86,9 +141,10 @@ def climb(
     request: PlanRequest,
     plan_with: PlanWith,
     whole: Callable[[Plan], bool],
-    ram: Callable[[], CpuMemory] = system_ram,
+    probe: RamProbe,
 ) -> Plan:
-    """Rung 1, else rung 2 with the smallest N that serves the workload, else rung 3.
+    """Rung 1, else rung 2 with the smallest N that serves the workload (if its RAM side fits
+    the RAM free for it), else rung 3.
 
     Raises:
         DoesNotFitError: no rung gives anything worth serving.
@@ -107,21 +163,20 @@ def climb(
             raise failure
         return plain
     n, plan = found
-    share = ram_share(plan.weights, 0)
-    available = ram().available
+    check = probe.check(plan)
     layers = "1 layer" if n == 1 else f"{n} layers"
-    if share.mapped > available:
+    if check.fits is False:
         note = (
-            f"The experts of {layers} in system RAM would give {_gives(plan)}, but llama-server "
-            f"would map {format_bytes(share.mapped)} of the file there and "
-            f"{format_bytes(available)} is available: whole layers go off the card instead."
+            f"The experts of {layers} in system RAM would give {_gives(plan)}, but would push "
+            f"this machine into swap ({check.words()}): whole layers go off the card instead."
         )
         if plain is None:
             assert failure is not None
             raise DoesNotFitError(failure.message, hint=note, short_by=failure.short_by)
         return replace(plain, warnings=(note, *plain.warnings))
+    share = ram_share(plan.weights, 0)
     why = (
         f"{_plain_words(plain)}; experts of {layers} in RAM "
         f"({format_bytes(share.experts)}) give {_gives(plan)}"
     )
-    return replace(plan, rung=why)
+    return replace(plan, rung=why, ram=check, warnings=(*plan.warnings, *_unknown(check)))

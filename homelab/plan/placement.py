@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 from homelab.errors import UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
     from homelab.gguf.header import GgufModel
     from homelab.plan.budget import WeightPlacement
     from homelab.plan.planner import Plan
@@ -66,6 +68,11 @@ class TensorSlot:
     """A routed expert of its block (moved by that block's ``--n-cpu-moe`` override)."""
     embedding: bool
     """The input embedding (always in RAM)."""
+    type_name: str = ""
+    """Its ggml type (``Q4_K``, ``F32``, ...)."""
+    matmul_rows: int | None = None
+    """``ne[1]`` of a weight llama.cpp multiplies by (``MUL_MAT`` when 2-D, ``MUL_MAT_ID``
+    when a 3-D routed expert): the CPU backend's repack needs it; None for any other tensor."""
 
 
 def tensor_slots(model: GgufModel) -> tuple[TensorSlot, ...]:
@@ -75,17 +82,31 @@ def tensor_slots(model: GgufModel) -> tuple[TensorSlot, ...]:
         for t in header.tensors:
             match = _BLOCK.match(t.name)
             block = int(match.group(1)) if match else None
+            expert = expert_block(t.name) is not None
             slots.append(
                 TensorSlot(
                     part,
                     t.offset,
                     t.n_bytes or 0,
                     block,
-                    expert_block(t.name) is not None,
+                    expert,
                     t.name.startswith("token_embd."),
+                    t.type_name,
+                    _matmul_rows(t.name, t.shape, expert=expert),
                 )
             )
     return tuple(slots)
+
+
+def _matmul_rows(name: str, shape: tuple[int, ...], *, expert: bool) -> int | None:
+    """``ne[1]`` when llama.cpp uses the tensor as a matrix to multiply by: a ``.weight`` of
+    2 dimensions (``MUL_MAT``) or a routed expert's of 3 (``MUL_MAT_ID``), but not a lookup
+    table (``token_embd``, ``position_embd``, ``per_layer_token_embd``: ``GET_ROWS``)."""
+    if not name.endswith(".weight") or "_embd." in name:
+        return None
+    if len(shape) == (3 if expert else 2):
+        return shape[1]
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,24 +180,36 @@ def clamp_note(asked: int, weights: WeightPlacement) -> str | None:
     )
 
 
-def ram_share(weights: WeightPlacement, first_gpu_block: int) -> RamShare:
-    """What stays in RAM when blocks below ``first_gpu_block`` run on the CPU and the first
-    ``weights.n_cpu_moe`` blocks' experts stay there too."""
+def in_ram(weights: WeightPlacement, first_gpu_block: int) -> Iterator[TensorSlot]:
+    """The tensors llama-server keeps on the CPU when blocks below ``first_gpu_block`` run
+    there and the first ``weights.n_cpu_moe`` blocks' experts stay there too: those, and
+    the input embedding."""
     n = weights.n_cpu_moe
-    experts = tensors = 0
-    spans: dict[int, tuple[int, int]] = {}
     for slot in weights.slots:
         on_cpu_block = slot.block is not None and slot.block < first_gpu_block
         moved = slot.expert and slot.block is not None and slot.block < n
-        if not (slot.embedding or on_cpu_block or moved):
-            continue
-        if moved and not on_cpu_block:
-            experts += slot.n_bytes
-        tensors += slot.n_bytes
+        if slot.embedding or on_cpu_block or moved:
+            yield slot
+
+
+def ram_share(weights: WeightPlacement, first_gpu_block: int) -> RamShare:
+    """What stays in RAM (:func:`in_ram`), the mapped span as if nothing were repacked."""
+    slots = tuple(in_ram(weights, first_gpu_block))
+    experts = sum(
+        s.n_bytes for s in slots if s.expert and s.block is not None and s.block >= first_gpu_block
+    )
+    tensors = sum(s.n_bytes for s in slots)
+    return RamShare(weights.n_cpu_moe, len(weights.per_block), experts, tensors, mapped_span(slots))
+
+
+def mapped_span(slots: Iterable[TensorSlot]) -> int:
+    """The ``CPU_Mapped`` buffers over these tensors: per file, first byte to last
+    (``get_mapping_range``)."""
+    spans: dict[int, tuple[int, int]] = {}
+    for slot in slots:
         lo, hi = spans.get(slot.part, (slot.offset, slot.offset + slot.n_bytes))
         spans[slot.part] = (min(lo, slot.offset), max(hi, slot.offset + slot.n_bytes))
-    mapped = sum(hi - lo for lo, hi in spans.values())
-    return RamShare(n, len(weights.per_block), experts, tensors, mapped)
+    return sum(hi - lo for lo, hi in spans.values())
 
 
 def plan_ram(plan: Plan) -> RamShare | None:

@@ -29,10 +29,11 @@ from homelab.plan.devices import (
     total_budget,
 )
 from homelab.plan.engine_state import CUDA_CONTEXT_BYTES
-from homelab.plan.experts_rung import climb, system_ram
+from homelab.plan.experts_rung import RamProbe, climb, honour, system_cpu, system_ram
 from homelab.plan.fit import Candidate, ComputeMeasurements, Fitter
 from homelab.plan.kv import KvSettings
 from homelab.plan.placement import keep_experts
+from homelab.plan.ram_side import RamCheck, cpu_compute_estimate
 from homelab.plan.remote_device import RemoteDevice
 from homelab.plan.split import DeviceShare, SplitFitter, order_devices, split_notes
 from homelab.plan.steps import describe_plan
@@ -97,6 +98,8 @@ class Plan:
     """Why the planner kept experts in system RAM on its own (the ladder's second rung)."""
     decode: DecodeBound | None = None
     """What it costs in decode speed (:mod:`homelab.plan.decode_bound`); None: not priced."""
+    ram: RamCheck | None = None
+    """The RAM side of a plan that keeps experts in RAM, weighed against the RAM free."""
 
     @property
     def settings(self) -> KvSettings:
@@ -125,14 +128,16 @@ def make_plan(
     request: PlanRequest,
     *,
     remote: tuple[RemoteDevice, ...] = (),
-    ram: Callable[[], CpuMemory] = system_ram,
+    ram: Callable[[], CpuMemory | None] = system_ram,
+    cpu: Callable[[], frozenset[str] | None] = system_cpu,
 ) -> Plan:
     """Work out the plan. Raises DoesNotFitError with the numbers when nothing sensible fits.
 
     With no card asked for, a model that fits the card with most free memory is planned
     there alone; one that does not is split over every card. ``remote`` devices (RPC
     workers) always join the split. A MoE model with no experts setting climbs the offload
-    ladder (:mod:`homelab.plan.experts_rung`), its RAM side weighed against ``ram()``.
+    ladder (:mod:`homelab.plan.experts_rung`); a plan with experts in RAM has its RAM side
+    weighed against ``ram()`` (for the CPU whose flags ``cpu()`` gives).
     """
     geometry = geometry_of(model)
     if geometry.is_mla and request.type_k != request.type_v:
@@ -144,16 +149,19 @@ def make_plan(
     check_cache_types(geometry.kv_layers, geometry.arch, request.type_k, request.type_v)
     on_card = bool(remote or local_devices(report, request.device_indices))
     placed, notes = place_weights(model), list[str]()
+    probe = RamProbe(cpu_compute_estimate(model, geometry, request.ubatch, request.batch), ram, cpu)
     if request.n_cpu_moe is None and on_card and any(placed.experts_per_block):
 
         def plan_with(weights: WeightPlacement, asked: PlanRequest) -> Plan:
             return _plan_for(model_path, geometry, weights, report, asked, remote)
 
-        climbed = climb(placed, request, plan_with, lambda p: _whole(p, request, geometry), ram)
+        climbed = climb(placed, request, plan_with, lambda p: _whole(p, request, geometry), probe)
         plan = _with_steps(climbed)
     else:
         weights, notes = keep_experts(placed, request.n_cpu_moe, on_card=on_card)
-        plan = _plan_for(model_path, geometry, weights, report, request, remote)
+        plan = _with_steps(
+            honour(_plan_for(model_path, geometry, weights, report, request, remote), probe)
+        )
     if notes:
         plan = _with_steps(replace(plan, warnings=(*notes, *plan.warnings)))
     if len(report.devices) > 1 and any(d.device.cuda for d in plan.devices):

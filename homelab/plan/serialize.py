@@ -15,7 +15,8 @@ from homelab.plan.working import render_steps
 def plan_to_dict(plan: Plan, argv: list[str]) -> dict[str, Any]:
     """The documented keys first (model, weights_bytes, ... argv), then extras; a plan that
     keeps experts in RAM adds ``n_cpu_moe`` and ``ram`` (routed experts there, every weight
-    there, the mapped buffer the load log prints), in bytes."""
+    there, the mapped and repacked buffers and the CPU compute buffer the load log prints,
+    the RAM available and the headroom kept), in bytes; an unknown figure is null."""
     g = plan.geometry
     c = plan.candidate
     alloc = c.allocation
@@ -72,11 +73,13 @@ def plan_to_dict(plan: Plan, argv: list[str]) -> dict[str, Any]:
     }
     if ram := plan_ram(plan):  # only where experts stay in RAM: other plans' JSON is unchanged
         data["n_cpu_moe"] = ram.n_cpu_moe
-        data["ram"] = {
-            "experts": ram.experts,
-            "weights": ram.tensors,
-            "mapped": ram.mapped,
-        }
+        terms: dict[str, int | None] = {"experts": ram.experts, "weights": ram.tensors}
+        terms["mapped"] = ram.mapped
+        if (check := plan.ram) is not None:  # the RAM side as the load log prints it
+            side = check.side
+            terms |= {"mapped": side.mapped, "repack": side.repack, "compute": side.compute}
+            terms |= {"available": check.available, "headroom": check.headroom}
+        data["ram"] = terms
     if plan.decode is not None:  # what it costs in speed, an estimate unless measured
         data["decode"] = decode_dict(plan.decode)
     return data

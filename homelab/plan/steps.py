@@ -20,6 +20,7 @@ from homelab.units import format_bytes
 if TYPE_CHECKING:
     from homelab.plan.placement import RamShare
     from homelab.plan.planner import Plan
+    from homelab.plan.ram_side import RamCheck
 
 
 def type_fraction(cache_type: str) -> tuple[str, float]:
@@ -115,9 +116,11 @@ def _engine_steps(plan: Plan) -> list[Step]:
         )
     ]
     if ram := plan_ram(plan):
-        steps.append(experts_step(ram))
+        steps.append(experts_step(ram, mapped=plan.ram is None))
         if plan.rung:  # the planner chose it: why
             steps.append(Step("", plan.rung, level=1))
+        if plan.ram is not None:
+            steps.extend(ram_check_steps(plan.ram))
     if engine.cuda_context:
         steps.append(
             Step(
@@ -184,17 +187,45 @@ def _token_steps(plan: Plan) -> list[Step]:
     return steps
 
 
-def experts_step(ram: RamShare) -> Step:
-    """How many blocks' routed experts stay in system RAM, and the RAM side's bytes."""
+def experts_step(ram: RamShare, *, mapped: bool = True) -> Step:
+    """How many blocks' routed experts stay in system RAM, and the RAM side's bytes (the
+    mapped span here only when no RAM check prices it buffer by buffer)."""
     n = ram.n_cpu_moe
     which = "block 0" if n == 1 else f"blocks 0–{n - 1}"
+    span = f", mapped from the file {byte_figure(ram.mapped)}" if mapped else ""
     return Step(
         f"Routed experts in system RAM (--n-cpu-moe {n})",
         f"{which}, {n} of {ram.n_blocks} layers: {byte_figure(ram.experts)} off the card; "
-        f"in RAM with the input embedding {byte_figure(ram.tensors)}, "
-        f"mapped from the file {byte_figure(ram.mapped)}",
+        f"in RAM with the input embedding {byte_figure(ram.tensors)}{span}",
         ram.experts,
     )
+
+
+def ram_check_steps(check: RamCheck) -> list[Step]:
+    """The RAM side as llama-server's load log will print it, and the RAM free for it."""
+    side = check.side
+    repack = "unknown" if side.repack is None else byte_figure(side.repack)
+    rows = [
+        Step(
+            "System RAM the engine holds",
+            f"CPU_Mapped {byte_figure(side.mapped)} + CPU_REPACK {repack} + "
+            f"CPU compute ~{byte_figure(side.compute)} (estimated)",
+            side.total,
+        )
+    ]
+    if check.available is None:
+        return [*rows, Step("", f"not checked: {check.unknown_reason()}", level=1)]
+    usable = check.available - check.headroom
+    verdict = {True: "fits", False: "would swap", None: "not checked"}[check.fits]
+    rows.append(
+        Step(
+            "System RAM free for it",
+            f"{byte_figure(check.available)} available − {format_bytes(check.headroom)} "
+            f"headroom = {byte_figure(usable)}: {verdict}",
+            usable,
+        )
+    )
+    return rows
 
 
 def _fit_steps(plan: Plan) -> list[Step]:

@@ -31,12 +31,14 @@ _QTYPES = {
     "q8_0": gguf.GGMLQuantizationType.Q8_0,
     "q4_0": gguf.GGMLQuantizationType.Q4_0,
     "q4_1": gguf.GGMLQuantizationType.Q4_1,
+    "q4_k": gguf.GGMLQuantizationType.Q4_K,
 }
 _FILE_TYPES = {
     "f16": gguf.LlamaFileType.MOSTLY_F16,
     "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
     "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
     "q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
+    "q4_k": gguf.LlamaFileType.MOSTLY_Q4_K_M,
 }
 
 # Geometry keys every architecture accepts, on top of its own defaults.
@@ -192,10 +194,24 @@ class ModelWriter:
     def matrix(self, name: str, *ne: int, scale: float = 0.02) -> None:
         """A weight matrix of ggml shape ``ne``: F16, or the quantized type if ne0 % 32 == 0."""
         data = self._rng.standard_normal(tuple(reversed(ne)), dtype=np.float32) * scale
-        if self._qtype != gguf.GGMLQuantizationType.F16 and ne[0] % 32 == 0:
+        if self._qtype == gguf.GGMLQuantizationType.Q4_K:
+            if ne[0] % 256 == 0:
+                self.w.add_tensor(name, self._q4_k_blocks(data), raw_dtype=self._qtype)
+            else:
+                self.w.add_tensor(name, data.astype(np.float16))
+        elif self._qtype != gguf.GGMLQuantizationType.F16 and ne[0] % 32 == 0:
             self.w.add_tensor(name, gguf.quants.quantize(data, self._qtype), raw_dtype=self._qtype)
         else:
             self.w.add_tensor(name, data.astype(np.float16))
+
+    def _q4_k_blocks(self, data: np.ndarray) -> np.ndarray:
+        """Q4_K blocks of ``data``'s shape (gguf-py cannot quantize Q4_K): small f16 scales
+        and random 6-bit sub-scales and 4-bit values, a valid block of small finite weights."""
+        rows, n_blocks = data.shape[0] * int(np.prod(data.shape[1:-1])), data.shape[-1] // 256
+        blocks = self._rng.integers(0, 256, size=(rows, n_blocks, 144), dtype=np.uint8)
+        scale = np.frombuffer(np.array([1e-4, 1e-4], dtype=np.float16).tobytes(), np.uint8)
+        blocks[:, :, :4] = scale  # d and dmin
+        return blocks.reshape(*data.shape[:-1], n_blocks * 144)
 
     def f32(self, name: str, *ne: int, value: float | None = None, scale: float = 0.02) -> None:
         """An F32 tensor: constant ``value`` if given, else small random numbers."""

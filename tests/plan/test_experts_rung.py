@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from homelab.engine.llamacpp.argv import llama_server_argv
+from homelab.errors import DoesNotFitError
 from homelab.gguf.header import GgufModel
 from homelab.gguf.model_file import read_model
 from homelab.gpu.report import CpuMemory, synthetic_report
@@ -89,6 +90,24 @@ def test_too_little_ram_falls_back_to_whole_layers_and_says_why(moe: GgufModel) 
     assert "--n-cpu-moe" not in argv and argv[argv.index("-ngl") + 1] != "all"
     assert any("whole layers go off the card instead" in w for w in plan.warnings)
     assert not plan.rung
+
+
+def test_the_whole_ram_side_and_the_headroom_are_weighed(moe: GgufModel) -> None:
+    """Not the mapped span against ``available`` alone: mapped + repacked + compute against
+    available less the headroom, to the byte."""
+    chosen = _plan(moe)
+    check = chosen.ram
+    assert check is not None and check.fits and check.side.total is not None
+    assert check.side.repack == 0  # beside a CUDA card nothing is repacked
+    assert check.side.compute > 0
+    need = check.side.total + check.headroom
+    just = _plan(moe, ram=CpuMemory(total=64 * GiB, available=need))
+    assert just.weights.n_cpu_moe == chosen.weights.n_cpu_moe and just.rung
+    short = _plan(moe, ram=CpuMemory(total=64 * GiB, available=need - 1))
+    assert short.weights.n_cpu_moe == 0 and not short.rung and short.ram is None
+    assert any("push this machine into swap" in w for w in short.warnings)
+    with pytest.raises(DoesNotFitError, match="push this machine into swap"):
+        _plan(moe, chosen.weights.n_cpu_moe, ram=CpuMemory(total=64 * GiB, available=need - 1))
 
 
 def test_the_person_s_own_setting_wins(moe: GgufModel) -> None:

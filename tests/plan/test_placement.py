@@ -168,7 +168,19 @@ def test_the_plan_prices_says_and_passes_it(qwen3moe: Path) -> None:
     assert "--n-cpu-moe" not in llama_server_argv(plain)
     data = plan_to_dict(moe, argv)
     assert data["n_cpu_moe"] == 3
-    assert data["ram"] == {"experts": ram.experts, "weights": ram.tensors, "mapped": ram.mapped}
+    check = moe.ram
+    assert check is not None
+    # beside a CUDA card nothing is repacked (its host buffer comes first): all of it is mapped
+    assert check.side.repack == 0 and check.side.mapped == ram.mapped
+    assert data["ram"] == {
+        "experts": ram.experts,
+        "weights": ram.tensors,
+        "mapped": ram.mapped,
+        "repack": 0,
+        "compute": check.side.compute,
+        "available": check.available,
+        "headroom": check.headroom,
+    }
     assert data["budget"]["weights"] == moe.weights_on_device
     assert "n_cpu_moe" not in plan_to_dict(plain, llama_server_argv(plain))
 

@@ -109,7 +109,7 @@ def judge(
     default_workload: Workload | None = None,
     engine_version: EngineVersion = None,
     remote: tuple[RemoteDevice, ...] = (),
-    ram: Callable[[], CpuMemory] = system_ram,
+    ram: Callable[[], CpuMemory | None] = system_ram,
 ) -> Fit:
     """``model`` (shown as ``label``) planned on ``report``'s card with ``options``.
 

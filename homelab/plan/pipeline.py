@@ -36,7 +36,7 @@ def plan_model(
     default_workload: Workload | None = None,
     engine_version: EngineVersion = None,
     remote: tuple[RemoteDevice, ...] = (),
-    ram: Callable[[], CpuMemory] = system_ram,
+    ram: Callable[[], CpuMemory | None] = system_ram,
 ) -> Plan:
     """The llama.cpp plan for ``model`` (shown as ``label``) on ``report``'s card.
 

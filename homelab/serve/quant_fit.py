@@ -66,7 +66,7 @@ def fit_quants(
     cache: HeaderCache | None = None,
     workers: int = HEADER_WORKERS,
     engine_version: EngineVersion = current_engine_version,
-    ram: Callable[[], CpuMemory] = system_ram,
+    ram: Callable[[], CpuMemory | None] = system_ram,
 ) -> list[QuantFit]:
     """Judge every quant of ``listing`` on the card in ``report``; smallest file first.
     ``ram`` is the system RAM a MoE quant's experts-in-RAM rung is weighed against.
@@ -111,7 +111,7 @@ def _judge(
     report: GpuReport,
     options: PlanOptions,
     engine_version: EngineVersion,
-    ram: Callable[[], CpuMemory],
+    ram: Callable[[], CpuMemory | None],
 ) -> QuantFit:
     from homelab.hub.errors import HubAuthError, HubNetworkError
     from homelab.hub.quant_match import quant_bits

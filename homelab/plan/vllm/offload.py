@@ -112,11 +112,11 @@ def experts_per_layer(model: ModelConfig) -> tuple[int, ...]:
 
 
 def offload_experts(
-    model: ModelConfig, asked: int, ram: CpuMemory
+    model: ModelConfig, asked: int, ram: CpuMemory | None
 ) -> tuple[ExpertOffload, list[str]]:
     """The experts of the first ``asked`` layers in RAM (clamped to the layer count, as
     llama.cpp's ``--n-cpu-moe`` is), and what to say about it; ``ram`` is the system RAM
-    the pinned copy must fit in.
+    the pinned copy must fit in (None: it could not be read, and the plan says so).
 
     Raises:
         UsageError: the model has no routed experts.
@@ -138,7 +138,7 @@ def offload_experts(
         )
     n = min(asked, model.n_layers)
     offload = ExpertOffload(n, per_layer)
-    if offload.bytes > ram.available:
+    if ram is not None and offload.bytes > ram.available:
         raise DoesNotFitError(
             f"vLLM would pin the routed experts of {n} layer(s) ({format_bytes(offload.bytes)}) "
             f"in system RAM, and {format_bytes(ram.available)} is available",
@@ -152,6 +152,11 @@ def offload_experts(
         "over PCIe in every forward pass (vLLM does not compute them on the CPU, as llama.cpp's "
         "--n-cpu-moe does); that RAM is locked while vLLM runs."
     ]
+    if ram is None:
+        notes.append(
+            "System RAM could not be read (psutil failed), so whether it holds the pinned "
+            "experts was not checked."
+        )
     if model.n_layers < asked != EVERY_BLOCK:
         notes.append(
             f"The experts of {asked} layers were asked for; {model.name} has {model.n_layers}, "

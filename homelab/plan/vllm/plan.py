@@ -120,7 +120,7 @@ def plan_vllm(
     options: PlanOptions,
     *,
     hf_cache_dir: Path | None = None,
-    ram: Callable[[], CpuMemory] = system_ram,
+    ram: Callable[[], CpuMemory | None] = system_ram,
 ) -> VllmPlan:
     """The vLLM plan the options describe: context -> ``--max-model-len``, slots ->
     ``--max-num-seqs``, the cache type -> ``--kv-cache-dtype`` (see :func:`vllm_plan`);
@@ -176,7 +176,7 @@ def vllm_plan(
     kv_cache_memory: int | None = None,
     force: bool = False,
     n_cpu_moe: int | None = None,
-    ram: Callable[[], CpuMemory] = system_ram,
+    ram: Callable[[], CpuMemory | None] = system_ram,
 ) -> VllmPlan:
     """Price vLLM on this card before booting it (``kv_cache_memory``: hand vLLM this
     pool instead of letting it measure one; ``force``: plan an asked length vLLM will
@@ -251,7 +251,7 @@ def vllm_plan(
 
 
 def _experts_off_card(
-    model: ModelConfig, asked: int, tp: CardSlice | None, ram: CpuMemory, warnings: list[str]
+    model: ModelConfig, asked: int, tp: CardSlice | None, ram: CpuMemory | None, warnings: list[str]
 ) -> tuple[ModelConfig, ExpertOffload]:
     """The model as the card holds it with the experts of the first ``asked`` layers in RAM."""
     if tp is not None:

@@ -111,7 +111,7 @@ def moe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def _plan(folder: Path, ram: CpuMemory = PLENTY, **options):
+def _plan(folder: Path, ram: CpuMemory | None = PLENTY, **options):
     options = plan_options(engine="vllm", vram=CARD, **options)
     return plan_vllm(folder, synthetic_report(CARD), options, ram=lambda: ram)
 
@@ -162,6 +162,14 @@ def test_experts_that_do_not_fit_in_free_ram_are_refused_with_the_numbers(moe_di
     assert "49.50 GiB" in caught.value.message and "20.00 GiB is available" in caught.value.message
     pinned = sum(_layer_experts(_tensors(CONFIG), i) for i in range(44))
     assert caught.value.short_by == pinned - scarce.available
+
+
+def test_unreadable_ram_is_not_taken_for_none_free_the_plan_says_it_was_not_checked(
+    moe_dir: Path,
+) -> None:
+    plan = _plan(moe_dir, ram=None, n_cpu_moe=44)
+    assert plan.experts_offload is not None and plan.experts_offload.n_layers == 44
+    assert any("could not be read" in w and "not checked" in w for w in plan.warnings)
 
 
 def test_the_cli_plan_and_its_json(moe_dir: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,6 +17,7 @@ from typing import Literal
 from homelab.errors import GpuProbeError, UsageError
 from homelab.gguf.header import GgufModel
 from homelab.gpu.report import GpuDevice, GpuReport
+from homelab.plan.cuda_padding import cuda_alloc_size
 from homelab.plan.placement import TensorSlot, tensor_slots
 from homelab.units import GiB, MiB
 
@@ -147,8 +148,12 @@ class WeightPlacement:
         return self.output + sum(blocks)
 
 
-def place_weights(model: GgufModel) -> WeightPlacement:
-    """Split the model's exact tensor bytes into the output and per-block parts."""
+def place_weights(model: GgufModel, *, cuda: bool = False) -> WeightPlacement:
+    """Split the model's exact tensor bytes into the output and per-block parts.
+
+    ``cuda``: the blocks and the output are priced as a CUDA card's model buffer holds
+    them (:func:`~homelab.plan.cuda_padding.cuda_alloc_size`); ``total`` and the slots
+    (the file, what RAM maps) stay the file's bytes."""
     total = model.weights_bytes
     if total is None:
         unknown = sorted({t.type_name for t in model.tensors if t.n_bytes is None})
@@ -165,6 +170,8 @@ def place_weights(model: GgufModel) -> WeightPlacement:
     has_output = False
     for tensor, slot in zip(model.tensors, slots, strict=True):
         size = tensor.n_bytes or 0
+        if cuda and not slot.embedding:  # the input embedding stays on the CPU
+            size = cuda_alloc_size(tensor.ggml_type, tensor.shape, size)
         match = _BLOCK.match(tensor.name)
         if match:
             per_block[int(match.group(1))] += size
@@ -176,5 +183,8 @@ def place_weights(model: GgufModel) -> WeightPlacement:
             has_output = has_output or tensor.name == "output.weight"
             output += size
     if not has_output:
+        tied = next((t for t in model.tensors if t.name.startswith("token_embd.")), None)
+        if cuda and tied is not None:
+            embedding = cuda_alloc_size(tied.ggml_type, tied.shape, embedding)
         output += embedding  # tied embeddings: llama.cpp loads a device copy for the output head
     return WeightPlacement(total, output, tuple(per_block), tuple(experts), slots=slots)

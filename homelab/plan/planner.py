@@ -139,8 +139,10 @@ def make_plan(
             hint=f"Use one cache type for both K and V, e.g. {request.type_k}.",
         )
     check_cache_types(geometry.kv_layers, geometry.arch, request.type_k, request.type_v)
-    on_card = bool(remote or local_devices(report, request.device_indices))
-    placed, notes = place_weights(model), list[str]()
+    cards = local_devices(report, request.device_indices)
+    on_card = bool(remote or cards)
+    # a CUDA card pads its tensors (a worker's too, when it joins cards: priced high, not low)
+    placed, notes = place_weights(model, cuda=bool(cards)), list[str]()
     if request.n_cpu_moe is None and on_card and any(placed.experts_per_block):
 
         def plan_with(weights: WeightPlacement, asked: PlanRequest) -> Plan:

@@ -119,7 +119,7 @@ def climb(
         if plain is None:
             assert failure is not None
             raise DoesNotFitError(failure.message, hint=note, short_by=failure.short_by)
-        return replace(plain, warnings=(note, *plain.warnings))
+        return replace(plain, warnings=(note, *plain.warnings), rung=note)
     why = (
         f"{_plain_words(plain)}; experts of {layers} in RAM "
         f"({format_bytes(share.experts)}) give {_gives(plan)}"

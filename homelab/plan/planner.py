@@ -287,7 +287,8 @@ def _place(
         fitter: Fitter = SplitFitter(geometry, devices, weights, base)
         warnings += split_notes(devices)
     else:
-        fitter = _fitter(geometry, budget.usable - weights_on_device, base, request, on_gpu, None)
+        room = budget.usable - weights_on_device
+        fitter = _fitter(geometry, room, base, request, on_gpu, None, weights.n_cpu_moe)
     if not on_gpu or fitter.fits(min(MIN_CTX, per_slot_wanted), 1):
         return _Placement(fitter, None, weights_on_device, "fits")
     want = min(per_slot_wanted, MIN_CTX) if request.ctx is None else request.ctx
@@ -336,16 +337,14 @@ def _fitter(
     request: PlanRequest,
     on_gpu: bool,
     n_gpu_layers: int | None,
+    n_cpu_moe: int,
 ) -> Fitter:
-    """The fitter for one placement, with the measurements of its flags (if any)."""
+    """The fitter for one placement, with the measurements of its flags (if any): those of
+    its ``-ngl`` and its ``--n-cpu-moe`` (experts in RAM change the card's compute buffer)."""
     measurements = None
-    if (
-        request.calibration is not None
-        and request.measured_compute is None
-        and not request.n_cpu_moe
-    ):
+    if request.calibration is not None and request.measured_compute is None:
         device = "gpu" if on_gpu else "cpu"
-        measurements = request.calibration.for_flags(device, base, n_gpu_layers)
+        measurements = request.calibration.for_flags(device, base, n_gpu_layers, n_cpu_moe)
     return Fitter(
         geometry,
         room,
@@ -382,7 +381,7 @@ def _partial_offload(
                 geometry, layers=tuple(layer for layer in geometry.layers if layer.index >= first)
             )
             room = budget.usable - weights.on_device(gpu_blocks)
-            fitter = _fitter(sub, room, base, request, True, gpu_blocks + 1)
+            fitter = _fitter(sub, room, base, request, True, gpu_blocks + 1, weights.n_cpu_moe)
         if fitter.fits(want, 1):
             return gpu_blocks + 1, fitter
     raise DoesNotFitError(

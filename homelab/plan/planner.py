@@ -149,16 +149,16 @@ def make_plan(
         def plan_with(weights: WeightPlacement, asked: PlanRequest) -> Plan:
             return _plan_for(model_path, geometry, weights, report, asked, remote)
 
-        climbed = climb(placed, request, plan_with, lambda p: _whole(p, request, geometry), ram)
-        plan = _with_steps(climbed)
+        plan = climb(placed, request, plan_with, lambda p: _whole(p, request, geometry), ram)
     else:
         weights, notes = keep_experts(placed, request.n_cpu_moe, on_card=on_card)
         plan = _plan_for(model_path, geometry, weights, report, request, remote)
     if notes:
-        plan = _with_steps(replace(plan, warnings=(*notes, *plan.warnings)))
+        plan = replace(plan, warnings=(*notes, *plan.warnings))
     if len(report.devices) > 1 and any(d.device.cuda for d in plan.devices):
-        plan = _with_steps(replace(plan, warnings=(*plan.warnings, CUDA_ORDER_NOTE)))
-    return plan
+        plan = replace(plan, warnings=(*plan.warnings, CUDA_ORDER_NOTE))
+    # the working of the plan chosen, once: not of every plan the ladder weighed
+    return _with_steps(plan)
 
 
 def _plan_for(
@@ -220,7 +220,8 @@ def _plan_on(
     request: PlanRequest,
     devices: tuple[PlanDevice, ...],
 ) -> Plan:
-    """The plan on these devices: one (a card, or system RAM), or a split over several."""
+    """The plan on these devices: one (a card, or system RAM), or a split over several;
+    without its working (:func:`make_plan` renders that once, for the plan it keeps)."""
     base = KvSettings(
         n_ctx=0,
         n_seq=1,
@@ -265,7 +266,7 @@ def _plan_on(
         warnings=tuple(warnings + list(geometry.notes) + list(budget.notes)),
         devices=_shares(place, candidate, devices, weights),
     )
-    return _with_steps(plan)
+    return plan
 
 
 def _place(
@@ -369,10 +370,14 @@ def _partial_offload(
 
     llama.cpp offloads the output layer first, then blocks from the last one down;
     a layer's KV lives where the layer does, so only offloaded blocks' KV counts here.
+    One block fewer on the device only frees it (its weights and its KV), so the most
+    that fit are found by bisection: a few plans, not one per block (a 40k-tensor
+    header has thousands of blocks).
     """
     split = len(devices) > 1 or devices[0].remote
     n_blocks = len(weights.per_block)
-    for gpu_blocks in range(n_blocks, -1, -1):
+
+    def fitting(gpu_blocks: int) -> Fitter | None:
         first = n_blocks - gpu_blocks
         if split:
             fitter: Fitter = SplitFitter(geometry, devices, weights, base, first_block=first)
@@ -382,8 +387,19 @@ def _partial_offload(
             )
             room = budget.usable - weights.on_device(gpu_blocks)
             fitter = _fitter(sub, room, base, request, True, gpu_blocks + 1, weights.n_cpu_moe)
-        if fitter.fits(want, 1):
-            return gpu_blocks + 1, fitter
+        return fitter if fitter.fits(want, 1) else None
+
+    best = fitting(0)
+    if best is not None:
+        lo, hi = 0, n_blocks  # fitting(lo) holds; the most that fit lie in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            found = fitting(mid)
+            if found is None:
+                hi = mid - 1
+            else:
+                lo, best = mid, found
+        return lo + 1, best
     raise DoesNotFitError(
         f"not even the output layer of this model fits on {budget.name} "
         f"({budget.usable:,} bytes usable{' in all' if split else ''}, output layer {weights.output:,} bytes)",

@@ -52,15 +52,8 @@ def rung_why(plan: Plan) -> str:
         n = plan.weights.n_cpu_moe
         return f"{asked} was given: the experts of {n} of {len(plan.weights.per_block)} blocks stay in system RAM ({gives})."
     if kind == "whole":
-        if (
-            moe
-            and asked is None
-            and plan.candidate.allocation.ctx_per_slot
-            < min(
-                plan.request.workload.tokens_per_slot,
-                plan.geometry.trained_ctx or alloc.ctx_per_slot,
-            )
-        ):
+        wanted = min(plan.request.workload.tokens_per_slot, plan.geometry.trained_ctx or 1 << 62)
+        if moe and asked is None and plan.request.ctx is None and alloc.ctx_per_slot < wanted:
             return (
                 f"Whole on the card gives {gives}, short of the {plan.request.workload.describe()}; "
                 "not even every block's experts in RAM would serve it whole."

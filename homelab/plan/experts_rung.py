@@ -88,7 +88,8 @@ def climb(
     whole: Callable[[Plan], bool],
     ram: Callable[[], CpuMemory] = system_ram,
 ) -> Plan:
-    """Rung 1, else rung 2 with the smallest N that serves the workload, else rung 3.
+    """Rung 1, else rung 2 with the smallest N that serves the workload, else rung 3
+    (whose ``rung`` then says why, when system RAM could not hold the experts).
 
     Raises:
         DoesNotFitError: no rung gives anything worth serving.

@@ -93,8 +93,7 @@ class Plan:
     devices: tuple[DeviceShare, ...] = ()
     """What each device holds, in llama-server's device order (the last has the output layer)."""
     rung: str = ""
-    """Why the ladder chose this rung on its own: experts in system RAM (the second rung),
-    or whole layers off the card because RAM could not hold them; empty otherwise."""
+    """Why the planner kept experts in system RAM on its own (the ladder's second rung)."""
 
     @property
     def settings(self) -> KvSettings:

@@ -10,13 +10,13 @@ first, tied embeddings are loaded twice.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Literal
 
 from homelab.errors import GpuProbeError, UsageError
 from homelab.gguf.header import GgufModel
 from homelab.gpu.report import GpuDevice, GpuReport
+from homelab.plan.cuda_padding import cuda_alloc_size
 from homelab.plan.placement import TensorSlot, tensor_slots
 from homelab.units import GiB, MiB
 
@@ -26,8 +26,6 @@ HEADROOM_DISPLAY = 1024 * MiB
 allocate without warning, and an engine at the edge is killed by them."""
 HEADROOM_RAM = 2 * GiB
 """Planning in system RAM leaves room for the OS and the user's programs."""
-
-_BLOCK = re.compile(r"^blk\.(\d+)\.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +130,9 @@ class WeightPlacement:
     """Bytes of each block's routed experts (the tensors ``--n-cpu-moe`` keeps in RAM)."""
     n_cpu_moe: int = 0
     """The first this many blocks keep their routed experts in system RAM."""
+    cuda_padded: bool = False
+    """Priced as a CUDA card holds the tensors (quantized rows padded, 128-byte aligned):
+    the device's figures are then a little above the file's bytes."""
     slots: tuple[TensorSlot, ...] = field(default=(), compare=False, repr=False)
     """Every tensor's place in the files (what the RAM side's mapped buffer spans)."""
 
@@ -147,34 +148,40 @@ class WeightPlacement:
         return self.output + sum(blocks)
 
 
-def place_weights(model: GgufModel) -> WeightPlacement:
-    """Split the model's exact tensor bytes into the output and per-block parts."""
+def place_weights(model: GgufModel, *, cuda: bool = False) -> WeightPlacement:
+    """Split the model's exact tensor bytes into the output and per-block parts.
+
+    ``cuda``: the blocks and the output are priced as a CUDA card's model buffer holds
+    them (:func:`~homelab.plan.cuda_padding.cuda_alloc_size`); ``total`` and the slots
+    (the file, what RAM maps) stay the file's bytes."""
     total = model.weights_bytes
     if total is None:
         unknown = sorted({t.type_name for t in model.tensors if t.n_bytes is None})
         raise UsageError(f"the model uses tensor types homelab cannot size: {', '.join(unknown)}")
-    n_blocks = 0
-    for tensor in model.tensors:
-        match = _BLOCK.match(tensor.name)
-        if match:
-            n_blocks = max(n_blocks, int(match.group(1)) + 1)
+    slots = tensor_slots(model)  # each tensor's block, parsed once (40k tensors: once counts)
+    n_blocks = max((slot.block + 1 for slot in slots if slot.block is not None), default=0)
     per_block = [0] * n_blocks
-    slots = tensor_slots(model)
     experts = [0] * n_blocks
     embedding = output = 0
     has_output = False
     for tensor, slot in zip(model.tensors, slots, strict=True):
         size = tensor.n_bytes or 0
-        match = _BLOCK.match(tensor.name)
-        if match:
-            per_block[int(match.group(1))] += size
+        if cuda and not slot.embedding:  # the input embedding stays on the CPU
+            size = cuda_alloc_size(tensor.ggml_type, tensor.shape, size)
+        if slot.block is not None:
+            per_block[slot.block] += size
             if slot.expert:
-                experts[int(match.group(1))] += size
-        elif tensor.name.startswith("token_embd."):
+                experts[slot.block] += size
+        elif slot.embedding:
             embedding += size
         else:
             has_output = has_output or tensor.name == "output.weight"
             output += size
     if not has_output:
+        tied = next((t for t in model.tensors if t.name.startswith("token_embd.")), None)
+        if cuda and tied is not None:
+            embedding = cuda_alloc_size(tied.ggml_type, tied.shape, embedding)
         output += embedding  # tied embeddings: llama.cpp loads a device copy for the output head
-    return WeightPlacement(total, output, tuple(per_block), tuple(experts), slots=slots)
+    return WeightPlacement(
+        total, output, tuple(per_block), tuple(experts), cuda_padded=cuda, slots=slots
+    )

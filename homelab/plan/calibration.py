@@ -97,7 +97,7 @@ def _calibration_from_dict(data: dict[str, Any]) -> Calibration:
     fields["key"] = key = key_from_dict(fields["key"])
     calibration = Calibration(**fields)
     sizes = (calibration.compute, calibration.measured_compute, calibration.predicted_compute)
-    counts = (key.ctx, key.parallel, key.ubatch, key.batch, key.model.size)
+    counts = (key.ctx, key.parallel, key.ubatch, key.batch, key.model.size, key.n_cpu_moe)
     optional = (calibration.model, calibration.kv, calibration.recurrent, calibration.output)
     if (
         not all(_is_int(v) and v >= 0 for v in (*sizes, *counts))
@@ -152,7 +152,7 @@ class MeasuredCompute:
 
     Implements :class:`homelab.plan.fit.ComputeMeasurements`: for one set of
     compute-relevant flags (device, micro-batch, batch, cache types, flash attention,
-    unified KV, ``-ngl``) it answers, for each (context, slots) the fitter tries, the
+    unified KV, ``-ngl``, ``--n-cpu-moe``) it answers, for each (context, slots) the fitter tries, the
     record of exactly that setting, else the nearest one of the same flags (fewest
     slots apart, then the closest context; the fitter then takes only its error), else
     nothing.
@@ -163,10 +163,16 @@ class MeasuredCompute:
     by_key: Mapping[CalibrationKey, Calibration]
 
     def for_flags(
-        self, device: str, base: KvSettings, n_gpu_layers: int | None
+        self, device: str, base: KvSettings, n_gpu_layers: int | None, n_cpu_moe: int = 0
     ) -> MeasurementFor | None:
         probe = key_of(
-            self.identity, self.engine_version, device, base, n_ctx=0, n_gpu_layers=n_gpu_layers
+            self.identity,
+            self.engine_version,
+            device,
+            base,
+            n_ctx=0,
+            n_gpu_layers=n_gpu_layers,
+            n_cpu_moe=n_cpu_moe,
         )
         family = {
             (k.ctx, k.parallel): Measurement(

@@ -8,8 +8,10 @@ the flags that shape llama-server's worst-case graph. The key is
   the downloaded file give the same identity);
 - the engine version (``b11312-0c1e57098``);
 - the flags: context, slots, micro-batch, batch, K/V cache types, flash
-  attention, unified KV, ``-ngl`` (partial offload) and the device kind
-  (``gpu``/``cpu``).
+  attention, unified KV, ``-ngl`` (partial offload), the device kind
+  (``gpu``/``cpu``) and ``--n-cpu-moe`` (the blocks whose routed experts stay in system
+  RAM: the graph then runs their expert matmuls on the CPU, and the card's compute buffer
+  is another one). A record stored before that field existed had none: 0.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class CalibrationKey:
     flash_attn: bool
     unified: bool
     n_gpu_layers: int | None
+    n_cpu_moe: int = 0
+    """Blocks whose routed experts stay in RAM (``--n-cpu-moe``, clamped to the block count)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,6 +109,7 @@ def key_for(plan: Plan, model: GgufModel, engine_version: str) -> CalibrationKey
         plan.settings,
         n_ctx=plan.candidate.allocation.n_ctx,
         n_gpu_layers=plan.n_gpu_layers,
+        n_cpu_moe=plan.weights.n_cpu_moe,
     )
 
 
@@ -116,6 +121,7 @@ def key_of(
     *,
     n_ctx: int,
     n_gpu_layers: int | None,
+    n_cpu_moe: int = 0,
 ) -> CalibrationKey:
     """The key of one candidate setting (``n_ctx``: the allocated, padded context)."""
     return CalibrationKey(
@@ -131,6 +137,7 @@ def key_of(
         flash_attn=settings.flash_attn,
         unified=settings.unified,
         n_gpu_layers=n_gpu_layers,
+        n_cpu_moe=n_cpu_moe,
     )
 
 

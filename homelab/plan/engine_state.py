@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from homelab.gguf.geometry import Geometry
 from homelab.plan.kv import KvAllocation, KvSettings
+from homelab.plan.layer_shapes import kv_shapes
 from homelab.units import MiB
 
 CUDA_CONTEXT_BYTES = 456 * MiB
@@ -30,9 +31,10 @@ def fa_scratch_bytes_per_cell(geometry: Geometry, settings: KvSettings, *, on_gp
     Only on a GPU, only with flash attention, only for a cache that is not already
     F16; sized by the widest layer that holds the most cells.
     """
-    if not on_gpu or not settings.flash_attn or not geometry.kv_layers:
+    shapes = kv_shapes(geometry)
+    if not on_gpu or not settings.flash_attn or not shapes:
         return 0
-    layers = geometry.full_layers or geometry.swa_layers
+    layers = [s for s in shapes if s.kind == "full"] or [s for s in shapes if s.kind == "swa"]
     k_width = max(layer.k_width for layer in layers)
     v_width = max(layer.v_width for layer in layers)
     per_cell = 0
@@ -78,16 +80,17 @@ def estimate_engine_state(
     n_ubatch = min(settings.n_ubatch, settings.n_batch, allocation.n_ctx)
     n_vocab = geometry.n_vocab or UNKNOWN_VOCAB
     n_outputs = min(n_ubatch, settings.n_seq)  # llama-server reserves one output row per slot
-    widest_kv = max((layer.k_width + layer.v_width for layer in geometry.kv_layers), default=0)
+    shapes = kv_shapes(geometry)
+    widest_kv = max((shape.k_width + shape.v_width for shape in shapes), default=0)
     head_dim = max(
-        (layer.k_width // layer.n_head_kv for layer in geometry.kv_layers if layer.n_head_kv),
-        default=0,
+        (shape.k_width // shape.n_head_kv for shape in shapes if shape.n_head_kv), default=0
     )
     q_width = geometry.n_head * head_dim  # queries and the attention output, as wide as all heads
     per_token_activations = 3 * geometry.n_embd + 2 * geometry.n_ff_max + widest_kv + 2 * q_width
     # a chunked delta-net / selective scan keeps several d_inner-wide intermediates per token
     per_token_activations = max(per_token_activations, 6 * geometry.ssm_d_inner)
-    cells = allocation.ctx_per_seq if geometry.full_layers else allocation.swa_cells
+    full = any(shape.kind == "full" for shape in shapes)
+    cells = allocation.ctx_per_seq if full else allocation.swa_cells
     scratch = (
         fa_scratch_bytes_per_cell(geometry, settings, on_gpu=on_gpu) * cells * allocation.n_stream
     )

@@ -144,7 +144,8 @@ def climb(
     probe: RamProbe,
 ) -> Plan:
     """Rung 1, else rung 2 with the smallest N that serves the workload (if its RAM side fits
-    the RAM free for it), else rung 3.
+    the RAM free for it), else rung 3 (whose ``rung`` then says why, when system RAM could not
+    hold the experts).
 
     Raises:
         DoesNotFitError: no rung gives anything worth serving.
@@ -173,7 +174,7 @@ def climb(
         if plain is None:
             assert failure is not None
             raise DoesNotFitError(failure.message, hint=note, short_by=failure.short_by)
-        return replace(plain, warnings=(note, *plain.warnings))
+        return replace(plain, warnings=(note, *plain.warnings), rung=note)
     share = ram_share(plan.weights, 0)
     why = (
         f"{_plain_words(plain)}; experts of {layers} in RAM "

@@ -40,7 +40,7 @@ class ComputeMeasurements(Protocol):
     """Measured compute buffers of one model under one engine build (the calibration store's)."""
 
     def for_flags(
-        self, device: str, base: KvSettings, n_gpu_layers: int | None
+        self, device: str, base: KvSettings, n_gpu_layers: int | None, n_cpu_moe: int = 0
     ) -> MeasurementFor | None:
         """The lookup for candidates of ``base``'s flags (context and slots vary), or None."""
         ...

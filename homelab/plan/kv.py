@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from homelab.errors import UsageError
 from homelab.gguf.geometry import Geometry
 from homelab.gguf.ggml_types import row_bytes
+from homelab.plan.layer_shapes import kv_shapes
 
 CTX_PAD = 256
 """llama.cpp pads n_ctx (and the per-slot context, and the SWA cache) to 256 cells."""
@@ -116,22 +117,23 @@ def kv_allocation(geometry: Geometry, settings: KvSettings) -> KvAllocation:
     """Bytes llama-server will allocate for KV, SWA and recurrent state at these settings."""
     n_ctx, ctx_seq, n_stream = context_cells(settings, geometry.trained_ctx)
     n_ubatch = min(settings.n_ubatch, settings.n_batch, n_ctx)
+    shapes = kv_shapes(geometry)
     swa_cells = 0
-    if geometry.swa_layers:
+    if any(shape.kind == "swa" for shape in shapes):
         window = geometry.n_swa * (settings.n_seq if settings.unified else 1) + n_ubatch
         swa_cells = pad(min(ctx_seq, window))
-    v_max = max((layer.v_width for layer in geometry.kv_layers), default=0)
+    v_max = max((shape.v_width for shape in shapes), default=0)
 
     sums = {"full_k": 0, "full_v": 0, "swa_k": 0, "swa_v": 0}
     per_token_k = per_token_v = 0
-    for layer in geometry.kv_layers:
-        cells = (swa_cells if layer.kind == "swa" else ctx_seq) * n_stream
-        v_width = layer.v_width if (settings.flash_attn or layer.v_width == 0) else v_max
-        k_row = row_bytes(settings.type_k, layer.k_width)
-        v_row = row_bytes(settings.type_v, v_width) if v_width else 0
-        sums[f"{layer.kind}_k"] += k_row * cells
-        sums[f"{layer.kind}_v"] += v_row * cells
-        if layer.kind == "full":
+    for shape in shapes:  # each shape priced once, times its layers
+        cells = (swa_cells if shape.kind == "swa" else ctx_seq) * n_stream
+        v_width = shape.v_width if (settings.flash_attn or shape.v_width == 0) else v_max
+        k_row = row_bytes(settings.type_k, shape.k_width) * shape.count
+        v_row = row_bytes(settings.type_v, v_width) * shape.count if v_width else 0
+        sums[f"{shape.kind}_k"] += k_row * cells
+        sums[f"{shape.kind}_v"] += v_row * cells
+        if shape.kind == "full":
             per_token_k += k_row
             per_token_v += v_row
 

@@ -147,26 +147,26 @@ def make_plan(
             hint=f"Use one cache type for both K and V, e.g. {request.type_k}.",
         )
     check_cache_types(geometry.kv_layers, geometry.arch, request.type_k, request.type_v)
-    on_card = bool(remote or local_devices(report, request.device_indices))
-    placed, notes = place_weights(model), list[str]()
+    cards = local_devices(report, request.device_indices)
+    on_card = bool(remote or cards)
+    # a CUDA card pads its tensors (a worker's too, when it joins cards: priced high, not low)
+    placed, notes = place_weights(model, cuda=bool(cards)), list[str]()
     probe = RamProbe(cpu_compute_estimate(model, geometry, request.ubatch, request.batch), ram, cpu)
     if request.n_cpu_moe is None and on_card and any(placed.experts_per_block):
 
         def plan_with(weights: WeightPlacement, asked: PlanRequest) -> Plan:
             return _plan_for(model_path, geometry, weights, report, asked, remote)
 
-        climbed = climb(placed, request, plan_with, lambda p: _whole(p, request, geometry), probe)
-        plan = _with_steps(climbed)
+        plan = climb(placed, request, plan_with, lambda p: _whole(p, request, geometry), probe)
     else:
         weights, notes = keep_experts(placed, request.n_cpu_moe, on_card=on_card)
-        plan = _with_steps(
-            honour(_plan_for(model_path, geometry, weights, report, request, remote), probe)
-        )
+        plan = honour(_plan_for(model_path, geometry, weights, report, request, remote), probe)
     if notes:
-        plan = _with_steps(replace(plan, warnings=(*notes, *plan.warnings)))
+        plan = replace(plan, warnings=(*notes, *plan.warnings))
     if len(report.devices) > 1 and any(d.device.cuda for d in plan.devices):
-        plan = _with_steps(replace(plan, warnings=(*plan.warnings, CUDA_ORDER_NOTE)))
-    return plan
+        plan = replace(plan, warnings=(*plan.warnings, CUDA_ORDER_NOTE))
+    # the working of the plan chosen, once: not of every plan the ladder weighed
+    return _with_steps(plan)
 
 
 def _plan_for(
@@ -228,7 +228,8 @@ def _plan_on(
     request: PlanRequest,
     devices: tuple[PlanDevice, ...],
 ) -> Plan:
-    """The plan on these devices: one (a card, or system RAM), or a split over several."""
+    """The plan on these devices: one (a card, or system RAM), or a split over several;
+    without its working (:func:`make_plan` renders that once, for the plan it keeps)."""
     base = KvSettings(
         n_ctx=0,
         n_seq=1,
@@ -273,7 +274,7 @@ def _plan_on(
         warnings=tuple(warnings + list(geometry.notes) + list(budget.notes)),
         devices=_shares(place, candidate, devices, weights),
     )
-    return _with_steps(plan)
+    return plan
 
 
 def _shortest(request: PlanRequest) -> int:
@@ -302,7 +303,8 @@ def _place(
         fitter: Fitter = SplitFitter(geometry, devices, weights, base)
         warnings += split_notes(devices)
     else:
-        fitter = _fitter(geometry, budget.usable - weights_on_device, base, request, on_gpu, None)
+        room = budget.usable - weights_on_device
+        fitter = _fitter(geometry, room, base, request, on_gpu, None, weights.n_cpu_moe)
     if not on_gpu or fitter.fits(min(_shortest(request), per_slot_wanted), 1):
         return _Placement(fitter, None, weights_on_device, "fits")
     want = min(per_slot_wanted, MIN_CTX) if request.ctx is None else request.ctx
@@ -351,16 +353,14 @@ def _fitter(
     request: PlanRequest,
     on_gpu: bool,
     n_gpu_layers: int | None,
+    n_cpu_moe: int,
 ) -> Fitter:
-    """The fitter for one placement, with the measurements of its flags (if any)."""
+    """The fitter for one placement, with the measurements of its flags (if any): those of
+    its ``-ngl`` and its ``--n-cpu-moe`` (experts in RAM change the card's compute buffer)."""
     measurements = None
-    if (
-        request.calibration is not None
-        and request.measured_compute is None
-        and not request.n_cpu_moe
-    ):
+    if request.calibration is not None and request.measured_compute is None:
         device = "gpu" if on_gpu else "cpu"
-        measurements = request.calibration.for_flags(device, base, n_gpu_layers)
+        measurements = request.calibration.for_flags(device, base, n_gpu_layers, n_cpu_moe)
     return Fitter(
         geometry,
         room,
@@ -385,10 +385,14 @@ def _partial_offload(
 
     llama.cpp offloads the output layer first, then blocks from the last one down;
     a layer's KV lives where the layer does, so only offloaded blocks' KV counts here.
+    One block fewer on the device only frees it (its weights and its KV), so the most
+    that fit are found by bisection: a few plans, not one per block (a 40k-tensor
+    header has thousands of blocks).
     """
     split = len(devices) > 1 or devices[0].remote
     n_blocks = len(weights.per_block)
-    for gpu_blocks in range(n_blocks, -1, -1):
+
+    def fitting(gpu_blocks: int) -> Fitter | None:
         first = n_blocks - gpu_blocks
         if split:
             fitter: Fitter = SplitFitter(geometry, devices, weights, base, first_block=first)
@@ -397,9 +401,20 @@ def _partial_offload(
                 geometry, layers=tuple(layer for layer in geometry.layers if layer.index >= first)
             )
             room = budget.usable - weights.on_device(gpu_blocks)
-            fitter = _fitter(sub, room, base, request, True, gpu_blocks + 1)
-        if fitter.fits(want, 1):
-            return gpu_blocks + 1, fitter
+            fitter = _fitter(sub, room, base, request, True, gpu_blocks + 1, weights.n_cpu_moe)
+        return fitter if fitter.fits(want, 1) else None
+
+    best = fitting(0)
+    if best is not None:
+        lo, hi = 0, n_blocks  # fitting(lo) holds; the most that fit lie in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            found = fitting(mid)
+            if found is None:
+                hi = mid - 1
+            else:
+                lo, best = mid, found
+        return lo + 1, best
     raise DoesNotFitError(
         f"not even the output layer of this model fits on {budget.name} "
         f"({budget.usable:,} bytes usable{' in all' if split else ''}, output layer {weights.output:,} bytes)",

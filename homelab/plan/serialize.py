@@ -8,12 +8,14 @@ from homelab.plan.budget import DeviceBudget
 from homelab.plan.decode_bound import decode_dict
 from homelab.plan.placement import plan_ram
 from homelab.plan.planner import Plan
+from homelab.plan.rung import rung_dict
 from homelab.plan.split import DeviceShare
 from homelab.plan.working import render_steps
 
 
 def plan_to_dict(plan: Plan, argv: list[str]) -> dict[str, Any]:
-    """The documented keys first (model, weights_bytes, ... argv), then extras; a plan that
+    """The documented keys first (model, weights_bytes, ... argv), then extras;
+    ``rung`` says which rung of the offload ladder the plan stands on and why; a plan that
     keeps experts in RAM adds ``n_cpu_moe`` and ``ram`` (routed experts there, every weight
     there, the mapped and repacked buffers and the CPU compute buffer the load log prints,
     the RAM available and the headroom kept), in bytes; an unknown figure is null."""
@@ -57,6 +59,7 @@ def plan_to_dict(plan: Plan, argv: list[str]) -> dict[str, Any]:
         },
         "verdict": plan.verdict,
         "n_gpu_layers": plan.n_gpu_layers,
+        "rung": rung_dict(plan),
         "budget": budget_dict(
             b, engine.total, plan.weights_on_device, alloc.total, plan.left_for_conversations
         ),

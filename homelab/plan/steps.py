@@ -108,6 +108,8 @@ def _engine_steps(plan: Plan) -> list[Step]:
     g, s, engine = plan.geometry, plan.settings, plan.candidate.engine
     where = ("on the devices" if plan.split else "on the card") if plan.on_gpu else "in RAM"
     embd_note = " (the input embedding stays in system RAM)" if plan.on_gpu else ""
+    if plan.on_gpu and plan.weights.cuda_padded:
+        embd_note += "; CUDA pads quantized rows to 512 values and aligns tensors to 128 B"
     steps = [
         Step(
             f"Weights {where}",

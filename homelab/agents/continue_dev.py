@@ -8,6 +8,12 @@ Keys (continuedev/continue ``docs/reference.mdx`` and the zod schema in
 assumes a small default). The same text is a whole config and a local model block, so a
 person can save it as ``.continue/models/homelab.yaml`` without touching their
 ``config.yaml``. The Continue CLI takes it with ``cn --config FILE`` (docs/cli/configuration).
+
+``maxTokens`` is at most a quarter of the window: Continue keeps room for the answer and
+as much again for compaction (cn 1.5.47's context check, seen in its bundle: input room =
+``contextLength − maxTokens − min(max(maxTokens, 0.2 × (contextLength − maxTokens)),
+15,000)``) and refuses to run at all ("max_tokens is larger than context_length") when that
+is not positive — which half the window, homelab's usual output bound, makes exactly 0.
 """
 
 from __future__ import annotations
@@ -20,6 +26,12 @@ PROGRAM = "cn"
 CONFIG_FILE = "agents/continue.yaml"
 PLACEHOLDER_KEY = "homelab"
 ROLES = ("chat", "edit", "apply")
+
+
+def max_tokens(target: AgentTarget) -> int:
+    """The answer bound Continue is told: the target's, at most a quarter of the window
+    (see the module docstring), so half the window stays for the conversation."""
+    return max(1, min(target.max_output_tokens, target.context_tokens // 4))
 
 
 def config_yaml(target: AgentTarget) -> str:
@@ -39,7 +51,7 @@ def config_yaml(target: AgentTarget) -> str:
         *(f"      - {role}" for role in ROLES),
         "    defaultCompletionOptions:",
         f"      contextLength: {target.context_tokens}",
-        f"      maxTokens: {target.max_output_tokens}",
+        f"      maxTokens: {max_tokens(target)}",
     ]
     return "\n".join(lines) + "\n"
 

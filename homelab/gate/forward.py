@@ -21,6 +21,7 @@ from collections.abc import Callable
 import aiohttp
 from aiohttp import web
 
+from homelab.gate.access_log import CHARGE_KEY, Charge
 from homelab.gate.admission import Refusal
 from homelab.gate.core import Gate
 from homelab.gate.engine_wait import post_when_up
@@ -46,6 +47,9 @@ async def complete(gate: Gate, request: web.Request, route: Route) -> web.Stream
     except BadRequest as error:
         gate.metrics.bad_requests.inc()
         return error_reply(error.status, error.message, kind=error.kind, anthropic=anthropic)
+    model = asked.body.get("model")
+    charge = Charge(asked.max_tokens, asked.stream, model=model if isinstance(model, str) else None)
+    request[CHARGE_KEY] = charge
     queue = await gate.ready_queue()
     if queue is None:
         return error_reply(
@@ -64,6 +68,8 @@ async def complete(gate: Gate, request: web.Request, route: Route) -> web.Stream
     ceiling = queue.limits.ceiling_tokens
     largest = max(prompts)
     completion = completion_cap(asked, largest, cap=gate.settings.max_tokens_cap, ceiling=ceiling)
+    charge.prompt_tokens, charge.prompt_exact = sum(prompts), exact
+    charge.completion_cap, charge.ceiling_tokens = completion, ceiling
     if completion < 1:
         queue.refuse(Refusal.TOO_LARGE)
         return _too_large(largest, exact, ceiling, asked)
@@ -216,6 +222,13 @@ async def _run(
         clean = True
         return result
     finally:
+        charge = request.get(CHARGE_KEY)
+        if charge is not None:
+            charge.engine_prompt_tokens, charge.engine_completion_tokens = (
+                outcome.prompt,
+                outcome.completion,
+            )
+            charge.engine_error = outcome.error
         if single:
             _account(gate, asked, outcome, slot if slot is not None else asked.id_slot)
         if clean:  # released now: a corrected charge would change nothing

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 from aiohttp import web
 
+from homelab.gate.access_log import access_log
 from homelab.gate.core import Gate
 from homelab.gate.forward import complete
 from homelab.gate.replies import error_reply
@@ -34,7 +35,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def build_app(gate: Gate) -> web.Application:
-    app = web.Application(middlewares=[_auth], client_max_size=64 * 1024 * 1024)
+    app = web.Application(middlewares=[access_log, _auth], client_max_size=64 * 1024 * 1024)
     app[GATE_KEY] = gate
     for route in ROUTES.values():
         app.router.add_post(route.path, _completion(route))

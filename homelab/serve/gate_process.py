@@ -8,7 +8,7 @@ plan's facts and the engine record's path), runs the one
 (the HomelabError it met). Then it serves until SIGTERM, or until the engine record no
 longer describes an engine with this gate (``homelab stop``, a replace, a start that
 failed), looked at every second. It runs in a session of its own, logging to
-``state_dir()/logs/gate-….log``. When the engine restarts on another plan (the record's
+``state_dir()/logs/gate-….log`` (one line per request: :mod:`homelab.gate.access_log`). When the engine restarts on another plan (the record's
 facts change), the gate takes the new limits on its live queue.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import select
 import signal
@@ -159,6 +160,16 @@ def _follow_plan(runner: GateRunner, record: EngineRecord, state_file: Path) -> 
             StateFile(state_file).update(record.pid, gate_budget_tokens=limits.ceiling_tokens)
 
 
+def _log_to_stderr() -> None:
+    """homelab's INFO lines (the gate's limits, one line per request: homelab.gate.access_log)
+    into the gate's log."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    logger = logging.getLogger("homelab")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
 def main() -> int:
     from homelab.engine.supervision.facts import PlanFacts
     from homelab.gate.runner import GateRunner
@@ -168,6 +179,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    _log_to_stderr()
     payload = json.loads(sys.stdin.read())
     facts = None if payload["facts"] is None else PlanFacts.from_json(payload["facts"])
     state_file = Path(payload["state_file"])

@@ -4,6 +4,7 @@ context of a real plan: the per-slot share (split slots) or the gate's ceiling (
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import stat
@@ -18,7 +19,7 @@ from homelab.agents import aider, claude, codex, continue_dev, opencode
 from homelab.agents.catalog import AGENTS, prepare
 from homelab.agents.launch import write_files
 from homelab.agents.setup import AgentSetup, shell_lines
-from homelab.agents.target import AgentTarget, target_for
+from homelab.agents.target import AgentTarget, RequestContext, target_for
 from tests.agents.conftest import gate_ceiling, plan_facts, split_target, unified_target
 
 PLANS = ["smol_split", "llama_split", "smol_unified", "llama_unified"]
@@ -115,7 +116,8 @@ def test_each_agent_gets_the_context_one_request_really_has(
     seen = read_back(setup, tmp_path)
     assert seen["context"] == expected == target.context_tokens
     assert seen["context"] < facts.ctx_total  # never the whole -c
-    assert seen["output"] == target.max_output_tokens
+    told = continue_dev.max_tokens(target) if agent == "continue" else target.max_output_tokens
+    assert seen["output"] == told
     assert seen["model"] == "model.gguf"
     openai_style = agent != "claude"
     assert seen["url"] == ("http://127.0.0.1:8080/v1" if openai_style else "http://127.0.0.1:8080")
@@ -144,6 +146,23 @@ def test_the_gates_key_reaches_every_agent_and_a_placeholder_stands_in_without_o
     assert yaml.safe_load(keyed["continue"].config_block)["models"][0]["apiKey"] == key
     written = write_files(keyed["continue"], tmp_path)
     assert stat.S_IMODE(os.stat(written[0]).st_mode) == 0o600  # it holds the key
+
+
+def continue_input_room(context: int, max_tokens: int) -> int:
+    """cn 1.5.47's room for the prompt (its bundle's context check); it refuses to run at
+    all ("max_tokens is larger than context_length") when this is not positive."""
+    reserve = min(max(max_tokens, math.ceil(0.2 * (context - max_tokens))), 15_000)
+    return context - max_tokens - reserve
+
+
+@pytest.mark.parametrize("window", [1_024, 8_192, 32_768, 131_072])
+def test_continue_is_told_an_answer_bound_it_accepts(window: int) -> None:
+    target = AgentTarget("http://127.0.0.1:8080", "m", RequestContext(window, "t"), window // 2)
+    if window // 2 <= 15_000:  # half the window, while under its 15k cap: cn refuses to run
+        assert continue_input_room(window, target.max_output_tokens) <= 0
+    told = yaml.safe_load(continue_dev.config_yaml(target))["models"][0]
+    bound = told["defaultCompletionOptions"]["maxTokens"]
+    assert continue_input_room(window, bound) >= window // 2 - 1
 
 
 def test_claude_codes_compaction_point_matches_the_published_rule() -> None:

@@ -41,8 +41,12 @@ def geometry(arch: str, **overrides: Any) -> dict[str, Any]:
     return merge_geometry(arch, DEFAULTS[arch], overrides)
 
 
-def write_gguf(arch: str, path: Path, **geometry_overrides: Any) -> Path:
+def write_gguf(
+    arch: str, path: Path, *, name: str | None = "homelab-factory-tiny", **geometry_overrides: Any
+) -> Path:
     """Write a tiny ``arch`` GGUF to ``path`` and return ``path``.
+
+    ``name``: its ``general.name`` (None: the file has none).
 
     ``geometry_overrides`` replace the architecture's defaults (see
     :data:`DEFAULTS`; every arch also takes ``weight_type`` and ``seed``).
@@ -51,7 +55,7 @@ def write_gguf(arch: str, path: Path, **geometry_overrides: Any) -> Path:
     mw = ModelWriter(Path(path), arch, weight_type=g["weight_type"], seed=g["seed"])
     # Not the arch name: llama.cpp keys vocab quirks on general.name (a name containing
     # "phi3" requires Llama-style <s>/</s>/<unk> tokens).
-    mw.general("homelab-factory-tiny")
+    mw.general(name)
     mw.vocab()
     _BUILDERS[arch](mw, g)
     return mw.write()

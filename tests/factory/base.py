@@ -163,9 +163,10 @@ class ModelWriter:
 
     # -- metadata -----------------------------------------------------------------
 
-    def general(self, name: str) -> None:
-        """``general.*`` keys the converter always writes."""
-        self.w.add_name(name)
+    def general(self, name: str | None) -> None:
+        """``general.*`` keys the converter always writes (``general.name`` unless None)."""
+        if name is not None:
+            self.w.add_name(name)
         self.w.add_file_type(self._file_type)
         self.w.add_quantization_version(gguf.GGML_QUANT_VERSION)
 

@@ -62,10 +62,13 @@ def llama_server_argv(
     model_args: list[str] | None = None,
     visible: frozenset[str] | None = None,
     cache_ram_mib: int | None = None,
+    alias: str | None = None,
 ) -> list[str]:
     """The flags the plan derived, in the order a person would write them.
 
     ``cache_ram_mib``: ``--cache-ram`` (:mod:`homelab.plan.cache_ram`); None: not passed.
+    ``alias``: ``--alias``, the model id ``/v1/models`` reports
+    (:mod:`homelab.engine.llamacpp.served_id`); None: llama-server names it by its path.
 
     ``model_args`` replaces ``-m PATH`` (e.g. ``-hf REPO:QUANT`` for a model not yet downloaded).
     ``visible``: the devices the engine binary lists (see ``visible_devices``); None: unknown.
@@ -74,6 +77,8 @@ def llama_server_argv(
     """
     s = plan.settings
     argv = [server, *(model_args or ["-m", plan.model_path])]
+    if alias is not None:
+        argv += ["--alias", alias]
     argv += ["-c", str(plan.candidate.allocation.n_ctx), "-np", str(s.n_seq)]
     if s.unified:
         argv.append("-kvu")

@@ -88,14 +88,17 @@ class LlamaCpp:
 
     def argv(self, plan: ServePlan, port: int, executable: str | None) -> list[str]:
         from homelab.engine.llamacpp.argv import llama_server_argv
+        from homelab.engine.llamacpp.served_id import served_id
         from homelab.engine.llamacpp.visible_devices import visible_devices
 
+        metadata = getattr(plan.model, "metadata", None)
         argv = llama_server_argv(
             plan.plan,
             port=port,
             model_args=list(plan.fetch_args) or None,
             visible=None if executable is None else visible_devices(executable),
             cache_ram_mib=plan.cache_ram_mib,
+            alias=served_id(metadata if isinstance(metadata, dict) else None, plan.model_path),
         )
         return argv if executable is None else [executable, *argv[1:]]
 

@@ -1,0 +1,73 @@
+"""The gate's log of its requests (``homelab.gate.access``), against the real llama-server:
+one line per request with its route, status and charge; no key in it; garbage lines read as
+nothing."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from homelab.gate.access_log import PREFIX, Entry, entry_of_line
+from tests.gate.conftest import SPLIT_FACTS, client, words
+
+pytestmark = pytest.mark.engine
+KEY = "sk-secret-0451"
+
+
+def logged(caplog: pytest.LogCaptureFixture) -> list[Entry]:
+    found = [entry_of_line(r.getMessage()) for r in caplog.records]
+    return [e for e in found if e is not None]
+
+
+def test_each_request_is_logged_with_its_route_status_and_charge(
+    engine, gate, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="homelab.gate.access")
+    g = gate(engine, api_key=KEY, max_tokens_cap=16)
+    auth = {"Authorization": f"Bearer {KEY}", "User-Agent": "probe/1.0"}
+    body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+    with client(g.url) as c:
+        assert c.post("/v1/chat/completions", json=body, headers=auth).status_code == 200
+        streamed = c.post("/v1/messages", json={**body, "stream": True}, headers=auth)
+        assert streamed.status_code == 200
+        assert c.get("/v1/models", headers=auth).status_code == 200
+        assert c.post("/v1/chat/completions", json=body).status_code == 401  # no key
+        assert c.post("/v1/chat/completions", content=b"{", headers=auth).status_code == 400
+        huge = {**body, "messages": [{"role": "user", "content": words(3000)}]}
+        assert c.post("/v1/chat/completions", json=huge, headers=auth).status_code == 413
+    entries = logged(caplog)
+    assert [(e.method, e.path, e.status) for e in entries] == [
+        ("POST", "/v1/chat/completions", 200),
+        ("POST", "/v1/messages", 200),
+        ("GET", "/v1/models", 200),
+        ("POST", "/v1/chat/completions", 401),
+        ("POST", "/v1/chat/completions", 400),
+        ("POST", "/v1/chat/completions", 413),
+    ]
+    chat, stream, models, unauthorized, malformed, too_large = entries
+    ceiling = SPLIT_FACTS.ctx_per_slot
+    for done in (chat, stream):
+        charge = done.charge
+        assert charge is not None and charge["asked_max_tokens"] == 4 and charge["model"] == "m"
+        assert charge["completion_cap"] == 4 and charge["ceiling_tokens"] == ceiling
+        prompt = charge["prompt_tokens"]
+        assert isinstance(prompt, int) and charge["charged_tokens"] == prompt + 4
+        engine_prompt = charge["engine_prompt_tokens"]
+        assert isinstance(engine_prompt, int) and 0 < engine_prompt <= prompt  # never under
+        assert charge["engine_completion_tokens"] == 4 and charge["engine_error"] is None
+    assert stream.charge is not None and stream.charge["stream"] is True
+    assert chat.headers["user-agent"] == "probe/1.0" and chat.headers["authorization"] == ""
+    assert models.charge is None and unauthorized.charge is None and malformed.charge is None
+    assert too_large.charge is not None and too_large.charge["completion_cap"] == 0
+    assert too_large.charge["prompt_tokens"] > ceiling  # refused: it could never fit
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert KEY not in text  # the key never reaches the log
+
+
+def test_other_lines_read_as_no_entry() -> None:
+    assert entry_of_line("04:10:00 gate limits: …") is None
+    assert entry_of_line(PREFIX + "{not json") is None
+    assert entry_of_line(PREFIX + '{"method": "GET"}') is None  # fields missing
+    entry = Entry("GET", "/health", 200, 0.01, {})
+    assert entry_of_line("04:10:00 " + entry.line()) == entry

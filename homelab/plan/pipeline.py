@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from homelab.gguf.header import GgufModel
+from homelab.gpu.cpu import cpu_name
 from homelab.gpu.report import GpuReport
 from homelab.plan.calibration import EngineVersion, measurements_for
+from homelab.plan.cpu_kv_speed import FINDING, load_speeds
 from homelab.plan.options import PlanOptions
 from homelab.plan.planner import Plan, PlanRequest, make_plan
 from homelab.plan.remote_device import RemoteDevice
@@ -44,6 +46,10 @@ def plan_model(
     place layers on, budgeted like cards and split over with the local ones; the argv
     then carries ``--rpc`` and the devices in llama-server's order.
 
+    With no cache type asked, a plan for system RAM takes the fastest setting RAM allows,
+    by the speeds measured on this CPU (``bench/bench_cpu_kv.py --store``) or the
+    documented finding (:mod:`homelab.plan.cpu_kv_speed`).
+
     Raises:
         DoesNotFitError: nothing worth serving fits (the message says what would).
         UsageError: the options ask for something impossible (e.g. slots > context).
@@ -54,12 +60,14 @@ def plan_model(
         measured = measurements_for(model, engine_version)
         if measured is not None:
             request = replace(request, calibration=measured)
-    plan = make_plan(model, label, report, request, remote=remote)
+    on_card = bool(report.devices or remote)  # the store is read only for a RAM plan's choice
+    speeds = FINDING if request.kv_asked or on_card else load_speeds(cpu_name())
+    plan = make_plan(model, label, report, request, remote=remote, kv_speeds=speeds)
     if engine_version is None:
         return plan
     from homelab.plan.calibration_miss import avoid_misses  # an earlier OOM
 
     def replan(narrowed: PlanRequest) -> Plan:
-        return make_plan(model, label, report, narrowed, remote=remote)
+        return make_plan(model, label, report, narrowed, remote=remote, kv_speeds=speeds)
 
     return avoid_misses(plan, model, request, engine_version, options.engine.memory_limit, replan)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Literal
 
 from homelab.errors import DoesNotFitError, UsageError
@@ -19,6 +20,8 @@ from homelab.gguf.plausible import check_cache_types
 from homelab.gpu.report import CpuMemory, GpuReport
 from homelab.plan.budget import DeviceBudget, WeightPlacement, pick_device, place_weights
 from homelab.plan.choose import MIN_CTX, choose, wanted_per_slot
+from homelab.plan.cpu_kv import choose_cpu_kv
+from homelab.plan.cpu_kv_speed import FINDING, CpuKvSpeeds
 from homelab.plan.devices import (
     CUDA_ORDER_NOTE,
     PlanDevice,
@@ -54,6 +57,9 @@ class PlanRequest:
     parallel: int | None = None
     type_k: str = "q8_0"
     type_v: str = "q8_0"
+    kv_asked: bool = True
+    """The person gave the cache types or flash attention; False: a plan for system RAM
+    may choose them by speed (:mod:`homelab.plan.cpu_kv`), a card plan keeps these."""
     ubatch: int = 512
     batch: int = 2048
     unified: bool = False
@@ -94,6 +100,8 @@ class Plan:
     """What each device holds, in llama-server's device order (the last has the output layer)."""
     rung: str = ""
     """Why the planner kept experts in system RAM on its own (the ladder's second rung)."""
+    kv_choice: str = ""
+    """Why a CPU plan took its KV cache type and flash attention (:mod:`~homelab.plan.cpu_kv`)."""
 
     @property
     def settings(self) -> KvSettings:
@@ -123,6 +131,7 @@ def make_plan(
     *,
     remote: tuple[RemoteDevice, ...] = (),
     ram: Callable[[], CpuMemory] = system_ram,
+    kv_speeds: CpuKvSpeeds = FINDING,
 ) -> Plan:
     """Work out the plan. Raises DoesNotFitError with the numbers when nothing sensible fits.
 
@@ -130,8 +139,13 @@ def make_plan(
     there alone; one that does not is split over every card. ``remote`` devices (RPC
     workers) always join the split. A MoE model with no experts setting climbs the offload
     ladder (:mod:`homelab.plan.experts_rung`), its RAM side weighed against ``ram()``.
+    A RAM plan with no cache type asked takes the fastest RAM allows (:mod:`~homelab.plan.cpu_kv`).
     """
     geometry = geometry_of(model)
+    on_card = bool(remote or local_devices(report, request.device_indices))
+    if not on_card and not request.kv_asked:
+        again = partial(make_plan, model, model_path, report, remote=remote, ram=ram)
+        return choose_cpu_kv(request, again, lambda p: _whole(p, request, geometry), kv_speeds)
     if geometry.is_mla and request.type_k != request.type_v:
         raise UsageError(
             f"{geometry.arch} uses MLA (V is a view of K), so llama-server refuses different K and V "
@@ -139,7 +153,6 @@ def make_plan(
             hint=f"Use one cache type for both K and V, e.g. {request.type_k}.",
         )
     check_cache_types(geometry.kv_layers, geometry.arch, request.type_k, request.type_v)
-    on_card = bool(remote or local_devices(report, request.device_indices))
     placed, notes = place_weights(model), list[str]()
     if request.n_cpu_moe is None and on_card and any(placed.experts_per_block):
 

@@ -79,7 +79,11 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--parallel", type=_whole(1), metavar="N", help="slots (-np) instead of as many as fit"
     )
-    parser.add_argument("--cache-type", metavar="T", help="K and V cache type (default q8_0)")
+    parser.add_argument(
+        "--cache-type",
+        metavar="T",
+        help="K and V cache type (default q8_0; a plan for system RAM takes the faster one RAM allows)",
+    )
     parser.add_argument("--cache-type-k", metavar="T", help="K cache type")
     parser.add_argument("--cache-type-v", metavar="T", help="V cache type")
     parser.add_argument(

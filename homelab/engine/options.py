@@ -34,7 +34,7 @@ def plan_options(
     cache_type_v: str | None = None,
     ubatch: int = 512,
     unified: bool = False,
-    flash_attn: bool = True,
+    flash_attn: bool | None = None,
     gpu: int | tuple[int, ...] | None = None,
     vram: int | None = None,
     gpu_snapshot: Path | None = None,

@@ -55,6 +55,23 @@ def parse_cpu_flags(text: str) -> frozenset[str] | None:
     return None
 
 
+def cpu_name() -> str:
+    """This machine's CPU as a person names it: ``<model name> × <logical CPUs>`` (speed
+    measured on one CPU is that CPU's: a bench result and a CPU plan's speed figures key on it)."""
+    import os
+
+    name = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            for line in info:
+                if line.lower().startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{name} × {os.cpu_count() or '?'}"
+
+
 def cpu_report(note: str, warnings: tuple[str, ...] = ()) -> GpuReport:
     """A report with no cards: the planner plans for RAM and says ``note``."""
     return GpuReport(source="cpu", devices=(), cpu=cpu_memory(), note=note, warnings=warnings)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,16 +46,9 @@ class BenchKey:
 
 def cpu_card() -> str:
     """This machine's CPU as a card: ``cpu: <model name> × <logical CPUs>``."""
-    name = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
-            for line in info:
-                if line.lower().startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"cpu: {name} × {os.cpu_count() or '?'}"
+    from homelab.gpu.cpu import cpu_name
+
+    return f"cpu: {cpu_name()}"
 
 
 _GPU_PREFIX = re.compile(r"^GPU \d+: ")

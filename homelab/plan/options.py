@@ -112,9 +112,10 @@ class EngineOptions:
     cache_ram: int | None = None
     """llama-server's host-RAM prompt cache (``--cache-ram``) in bytes, as the person set it;
     0: off. None: sized under ``memory_limit`` when one is set, else the engine's default."""
-    flash_attn: bool = True
-    """Flash attention (``-fa``); off only where asked (a test that needs llama.cpp's lazy
-    CPU work buffer, which flash attention does not use)."""
+    flash_attn: bool | None = None
+    """Flash attention (``-fa``), as asked (a test that needs llama.cpp's lazy CPU work
+    buffer, which flash attention does not use, turns it off); None: on, unless a plan for
+    system RAM finds another setting faster (:mod:`homelab.plan.cpu_kv`)."""
     kv_cache_memory: int | None = None
     """vLLM's KV pool in bytes (``--kv-cache-memory-bytes``); None: the plan decides."""
 
@@ -202,15 +203,17 @@ class PlanOptions:
     def request(self, default_workload: Workload | None = None) -> PlanRequest:
         """The planner's request; ``default_workload`` (a preset's hint) when none was set."""
         w = self.workload
+        asked = (w.cache_type_k, w.cache_type_v, self.engine.flash_attn)
         return PlanRequest(
             workload=w.per_slot or default_workload or AGENT,
             ctx=w.ctx,
             parallel=w.slots,
             type_k=self.type_k,
             type_v=self.type_v,
+            kv_asked=any(value is not None for value in asked),
             ubatch=w.ubatch,
             unified=w.unified,
-            flash_attn=self.engine.flash_attn,
+            flash_attn=self.engine.flash_attn is not False,
             device_indices=self.card.gpus,
             n_cpu_moe=self.card.n_cpu_moe,
         )

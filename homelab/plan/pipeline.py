@@ -17,8 +17,10 @@ from dataclasses import replace
 
 from homelab.gguf.header import GgufModel
 from homelab.gpu import ram_bandwidth
+from homelab.gpu.cpu import cpu_name
 from homelab.gpu.report import CpuMemory, GpuReport
 from homelab.plan.calibration import EngineVersion, measurements_for
+from homelab.plan.cpu_kv_speed import FINDING, load_speeds
 from homelab.plan.decode_bound import with_decode_bound
 from homelab.plan.experts_rung import system_ram
 from homelab.plan.options import PlanOptions
@@ -52,6 +54,10 @@ def plan_model(
     then carries ``--rpc`` and the devices in llama-server's order. ``ram`` gives the system
     RAM the offload ladder weighs its RAM side against (psutil's, unless a caller holds it).
 
+    With no cache type asked, a plan for system RAM takes the fastest setting RAM allows,
+    by the speeds measured on this CPU (``bench/bench_cpu_kv.py --store``) or the
+    documented finding (:mod:`homelab.plan.cpu_kv_speed`).
+
     Raises:
         DoesNotFitError: nothing worth serving fits (the message says what would).
         UsageError: the options ask for something impossible (e.g. slots > context).
@@ -62,12 +68,16 @@ def plan_model(
         measured = measurements_for(model, engine_version)
         if measured is not None:
             request = replace(request, calibration=measured)
-    plan = make_plan(model, label, report, request, remote=remote, ram=ram)
+    on_card = bool(report.devices or remote)  # the store is read only for a RAM plan's choice
+    speeds = FINDING if request.kv_asked or on_card else load_speeds(cpu_name())
+    plan = make_plan(model, label, report, request, remote=remote, ram=ram, kv_speeds=speeds)
     if engine_version is not None:
         from homelab.plan.calibration_miss import avoid_misses  # an earlier OOM
 
         def replan(narrowed: PlanRequest) -> Plan:
-            return make_plan(model, label, report, narrowed, remote=remote, ram=ram)
+            return make_plan(
+                model, label, report, narrowed, remote=remote, ram=ram, kv_speeds=speeds
+            )
 
         limit = options.engine.memory_limit
         plan = avoid_misses(plan, model, request, engine_version, limit, replan)

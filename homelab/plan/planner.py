@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Literal
 
 from homelab.errors import DoesNotFitError, UsageError
@@ -19,6 +20,8 @@ from homelab.gguf.plausible import check_cache_types
 from homelab.gpu.report import CpuMemory, GpuReport
 from homelab.plan.budget import DeviceBudget, WeightPlacement, pick_device, place_weights
 from homelab.plan.choose import MIN_CTX, choose, wanted_per_slot
+from homelab.plan.cpu_kv import choose_cpu_kv
+from homelab.plan.cpu_kv_speed import FINDING, CpuKvSpeeds
 from homelab.plan.decode_bound import DecodeBound
 from homelab.plan.devices import (
     CUDA_ORDER_NOTE,
@@ -56,6 +59,9 @@ class PlanRequest:
     parallel: int | None = None
     type_k: str = "q8_0"
     type_v: str = "q8_0"
+    kv_asked: bool = True
+    """The person gave the cache types or flash attention; False: a plan for system RAM
+    may choose them by speed (:mod:`homelab.plan.cpu_kv`), a card plan keeps these."""
     ubatch: int = 512
     batch: int = 2048
     unified: bool = False
@@ -100,6 +106,8 @@ class Plan:
     """What it costs in decode speed (:mod:`homelab.plan.decode_bound`); None: not priced."""
     ram: RamCheck | None = None
     """The RAM side of a plan that keeps experts in RAM, weighed against the RAM free."""
+    kv_choice: str = ""
+    """Why a CPU plan took its KV cache type and flash attention (:mod:`~homelab.plan.cpu_kv`)."""
 
     @property
     def settings(self) -> KvSettings:
@@ -130,6 +138,7 @@ def make_plan(
     remote: tuple[RemoteDevice, ...] = (),
     ram: Callable[[], CpuMemory | None] = system_ram,
     cpu: Callable[[], frozenset[str] | None] = system_cpu,
+    kv_speeds: CpuKvSpeeds = FINDING,
 ) -> Plan:
     """Work out the plan. Raises DoesNotFitError with the numbers when nothing sensible fits.
 
@@ -138,8 +147,14 @@ def make_plan(
     workers) always join the split. A MoE model with no experts setting climbs the offload
     ladder (:mod:`homelab.plan.experts_rung`); a plan with experts in RAM has its RAM side
     weighed against ``ram()`` (for the CPU whose flags ``cpu()`` gives).
+    A RAM plan with no cache type asked takes the fastest RAM allows (:mod:`~homelab.plan.cpu_kv`).
     """
     geometry = geometry_of(model)
+    cards = local_devices(report, request.device_indices)
+    on_card = bool(remote or cards)
+    if not on_card and not request.kv_asked:
+        again = partial(make_plan, model, model_path, report, remote=remote, ram=ram, cpu=cpu)
+        return choose_cpu_kv(request, again, lambda p: _whole(p, request, geometry), kv_speeds)
     if geometry.is_mla and request.type_k != request.type_v:
         raise UsageError(
             f"{geometry.arch} uses MLA (V is a view of K), so llama-server refuses different K and V "
@@ -147,8 +162,6 @@ def make_plan(
             hint=f"Use one cache type for both K and V, e.g. {request.type_k}.",
         )
     check_cache_types(geometry.kv_layers, geometry.arch, request.type_k, request.type_v)
-    cards = local_devices(report, request.device_indices)
-    on_card = bool(remote or cards)
     # a CUDA card pads its tensors (a worker's too, when it joins cards: priced high, not low)
     placed, notes = place_weights(model, cuda=bool(cards)), list[str]()
     probe = RamProbe(cpu_compute_estimate(model, geometry, request.ubatch, request.batch), ram, cpu)

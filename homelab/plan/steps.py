@@ -154,6 +154,8 @@ def _token_steps(plan: Plan) -> list[Step]:
     g, s, engine = plan.geometry, plan.settings, plan.candidate.engine
     alloc = plan.candidate.allocation
     steps = [Step(f"KV per token at {s.type_k}/{s.type_v} (K/V cache types)")]
+    if plan.kv_choice:  # the planner chose them for a CPU plan: why
+        steps.append(Step("", plan.kv_choice, level=1))
     steps.extend(kv_per_token_lines(plan))
     per_token = alloc.bytes_per_token
     steps.append(Step("", f"{per_token:,} B per token of context", per_token, level=1, sign="="))

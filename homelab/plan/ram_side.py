@@ -41,10 +41,16 @@ class RamSide:
     compute: int
     """The CPU's compute buffer (an estimate: the expert layers' activations for one
     micro-batch)."""
+    resident: int = 0
+    """The CPU's mapped tensors themselves: the page cache it reads every token and must keep.
+    The span is more where the card's tensors lie between them, but those pages are read
+    once, to upload, and the kernel drops them when RAM is wanted (file pages never swap)."""
 
     @property
     def total(self) -> int | None:
-        return None if self.repack is None else self.mapped + self.repack + self.compute
+        """What must stay in RAM: the CPU's own mapped tensors, the repacked copies and the
+        compute buffer (None when the repack term is unknown)."""
+        return None if self.repack is None else self.resident + self.repack + self.compute
 
 
 def ram_side(
@@ -68,7 +74,8 @@ def ram_side(
             repack += repacked_size(slot.n_bytes)
         else:
             mapped.append(slot)
-    return RamSide(mapped_span(mapped), None if unknown else repack, compute)
+    resident = sum(slot.n_bytes for slot in mapped)
+    return RamSide(mapped_span(mapped), None if unknown else repack, compute, resident)
 
 
 def cpu_compute_estimate(model: GgufModel, geometry: Geometry, ubatch: int, batch: int) -> int:
@@ -127,10 +134,11 @@ class RamCheck:
             "unknown"
             if self.available is None
             else f"{format_bytes(self.available)} available − {format_bytes(self.headroom)} "
-            f"headroom = {format_bytes(self.available - self.headroom)}"
+            f"headroom = {format_bytes(max(self.available - self.headroom, 0))}"
         )
         return (
-            f"RAM needed: mapped {format_bytes(side.mapped)} + repacked {repack} + compute "
+            f"RAM needed: the CPU's mapped tensors {format_bytes(side.resident)} (of a "
+            f"{format_bytes(side.mapped)} mapped span) + repacked {repack} + compute "
             f"{format_bytes(side.compute)}{need}; RAM free for it: {have}"
         )
 

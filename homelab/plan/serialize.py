@@ -81,6 +81,7 @@ def plan_to_dict(plan: Plan, argv: list[str]) -> dict[str, Any]:
         if (check := plan.ram) is not None:  # the RAM side as the load log prints it
             side = check.side
             terms |= {"mapped": side.mapped, "repack": side.repack, "compute": side.compute}
+            terms["resident"] = side.resident  # what the RAM check weighs with them
             terms |= {"available": check.available, "headroom": check.headroom}
         data["ram"] = terms
     if plan.decode is not None:  # what it costs in speed, an estimate unless measured

@@ -212,14 +212,15 @@ def ram_check_steps(check: RamCheck) -> list[Step]:
     rows = [
         Step(
             "System RAM the engine holds",
-            f"CPU_Mapped {byte_figure(side.mapped)} + CPU_REPACK {repack} + "
+            f"the CPU's mapped tensors {byte_figure(side.resident)} (CPU_Mapped span "
+            f"{byte_figure(side.mapped)}) + CPU_REPACK {repack} + "
             f"CPU compute ~{byte_figure(side.compute)} (estimated)",
             side.total,
         )
     ]
     if check.available is None:
         return [*rows, Step("", f"not checked: {check.unknown_reason()}", level=1)]
-    usable = check.available - check.headroom
+    usable = max(check.available - check.headroom, 0)  # less than the headroom: none
     verdict = {True: "fits", False: "would swap", None: "not checked"}[check.fits]
     rows.append(
         Step(

@@ -92,7 +92,9 @@ def test_repacked_experts_leave_the_mapped_span(models: dict[str, GgufModel]) ->
     assert beside_cuda.repack == 0 and beside_cuda.mapped > over_rpc.mapped + over_rpc.repack / 2
     unknown = ram_side(weights, 0, None, host_buffer=False, compute=7)
     assert unknown.repack is None and unknown.total is None
-    assert ram_side(weights, 0, None, host_buffer=True, compute=7).total == beside_cuda.mapped + 7
+    # what must stay is the CPU's tensors themselves, not the span the card's lie inside
+    beside = ram_side(weights, 0, None, host_buffer=True, compute=7)
+    assert beside.resident < beside.mapped and beside.total == beside.resident + 7
 
 
 def test_a_mixed_model_repacks_only_its_q4_k_experts(models: dict[str, GgufModel]) -> None:
@@ -132,13 +134,14 @@ def test_the_working_and_json_carry_the_ram_terms(models: dict[str, GgufModel]) 
     rows = render_steps(plan.steps)
     text = "\n".join(rows)
     assert f"CPU_REPACK {check.side.repack:,} B" in text
-    assert f"CPU_Mapped {check.side.mapped:,} B" in text
+    assert f"CPU_Mapped span {check.side.mapped:,} B" in text
+    assert f"the CPU's mapped tensors {check.side.resident:,} B" in text
     usable = PLENTY.available - HEADROOM_RAM
     assert f"headroom = {usable:,} B" in text and "fits" in text
     data = plan_to_dict(plan, llama_server_argv(plan))["ram"]
     assert data["repack"] == check.side.repack and data["mapped"] == check.side.mapped
     assert data["available"] == PLENTY.available and data["headroom"] == HEADROOM_RAM
-    assert data["compute"] == check.side.compute
+    assert data["compute"] == check.side.compute and data["resident"] == check.side.resident
 
 
 def test_the_person_s_setting_that_would_swap_is_refused(models: dict[str, GgufModel]) -> None:

@@ -38,7 +38,7 @@ from homelab.ui.widgets.engine_setup import EngineSetupPanel
 from homelab.ui.widgets.metrics import MetricsPanel
 from homelab.ui.widgets.models import ModelsMenu
 from homelab.ui.widgets.offline import OfflineBanner
-from homelab.ui.widgets.plan import PlanPanel
+from homelab.ui.widgets.plan import AUTO_CACHE, PlanPanel
 from homelab.ui.widgets.server import ServerPanel
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ class HomelabApp(
             workload=values["workload"] or None,
             ctx=int(values["ctx"]) if values["ctx"] else None,
             slots=int(values["slots"]) if values["slots"] else None,
-            cache_type=values["cache"],
+            cache_type=None if values["cache"] == AUTO_CACHE else values["cache"],
             vram=args.vram,
             gpu_snapshot=args.gpu_snapshot,
             port=args.port,

@@ -149,3 +149,48 @@ def test_the_picked_row_stays_highlighted_and_in_view_when_the_menu_is_refilled(
                 assert table.scroll_y <= table.cursor_row < table.scroll_y + table.size.height - 1
 
     run(go())
+
+
+def test_the_cache_menu_starts_at_auto_and_plans_as_the_cli_does_without_cache_type(
+    models_dir: Path, monkeypatch
+) -> None:
+    """On no card the CLI without --cache-type takes the fastest KV setting RAM allows; the
+    TUI's default (``auto``) asks for the same nothing, so both show one plan; picking
+    ``q8_0`` in the menu is then honoured as given."""
+    from homelab.cli import build_parser
+    from homelab.cli.plan_cmd import options_from_args
+    from homelab.gpu import cpu
+    from homelab.gpu.report import CpuMemory
+    from homelab.plan.card import card_for
+    from homelab.ui import backend
+    from homelab.units import GiB
+    from tests.ui.helpers import pick_smollm2
+
+    monkeypatch.setattr(cpu, "cpu_memory", lambda: CpuMemory(total=32 * GiB, available=24 * GiB))
+    model = models_dir / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    args = build_parser().parse_args(["plan", str(model), "--gpu-snapshot", str(NO_GPU)])
+    cli_options = options_from_args(args)
+    cli_plan = backend.prepare(str(model), card_for(cli_options), cli_options).plan.plan
+
+    async def go() -> None:
+        app = make_app(
+            gpu_snapshot=NO_GPU, models_dirs=[models_dir], refresh_s=0, blink=False, adopt=False
+        )
+        async with app.run_test(size=(140, 45)) as pilot:
+            await pick_smollm2(pilot)
+            shown = app.state.picked.plan
+            assert shown is not None
+            assert shown.settings.type_k == cli_plan.settings.type_k
+            assert shown.settings.flash_attn == cli_plan.settings.flash_attn
+            assert shown.kv_choice and shown.kv_choice == cli_plan.kv_choice
+            app.query_one("#cache").value = "q8_0"
+            await wait_until(
+                pilot,
+                lambda: (
+                    app.state.picked.plan is not None
+                    and app.state.picked.plan.settings.type_k == "q8_0"
+                ),
+            )
+            assert not app.state.picked.plan.kv_choice  # asked for: nothing chosen for it
+
+    run(go())

@@ -25,7 +25,10 @@ if TYPE_CHECKING:
     from homelab.errors import HomelabError
     from homelab.plan.planner import Plan
 
-CACHE_TYPES = ("q8_0", "f16", "q4_0")
+CACHE_CHOICES = ("auto", "q8_0", "f16", "q4_0")
+"""The cache menu: ``auto`` asks for nothing (the planner's choice: q8_0 on a card, on the CPU
+the fastest setting RAM allows, as ``homelab plan`` without ``--cache-type``)."""
+AUTO_CACHE = CACHE_CHOICES[0]
 VERDICT_STYLE = {"fits": "green", "partial": "yellow", "does_not_fit": "red"}
 
 
@@ -57,8 +60,8 @@ class PlanPanel(Vertical):
             yield Input(placeholder="agent", id="workload", compact=True)
             yield Label("cache")
             yield Select(
-                [(t, t) for t in CACHE_TYPES],
-                value="q8_0",
+                [(t, t) for t in CACHE_CHOICES],
+                value=AUTO_CACHE,
                 allow_blank=False,
                 id="cache",
                 compact=True,

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from homelab.gpu import cpu
 from homelab.gpu.nvml import NvmlBackend, RealNvml
 from homelab.gpu.replay import ReplayNvml
-from homelab.gpu.report import GpuReport
+from homelab.gpu.report import CpuMemory, GpuReport
 from homelab.gpu.session import open_session
 
 
@@ -57,10 +59,15 @@ def probe(
     try:
         replay = session.replay
         samples = replay.sample_count if replay else sample_count(window_s, interval_s)
+        ram: list[CpuMemory] = []
         for k in range(samples):
             session.sample(k * interval_s)
+            if replay is None and (now := cpu.ram_now()) is not None:
+                ram.append(now)  # RAM moves with the desktop too: its worst moment is kept
             if replay is None and k < samples - 1:
                 sleep(interval_s)
-        return session.report(replay.window_s if replay else (samples - 1) * max(interval_s, 0.0))
+        report = session.report(replay.window_s if replay else (samples - 1) * max(interval_s, 0.0))
+        low = min(ram, key=lambda m: m.available) if ram else None
+        return replace(report, ram_low=low) if low is not None else report
     finally:
         session.close()

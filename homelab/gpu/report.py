@@ -106,6 +106,11 @@ class GpuReport:
     note: str | None = None
     """One sentence on why this report is what it is (e.g. no driver: planning for RAM)."""
     window_s: float = 0.0
+    ram_low: CpuMemory | None = None
+    """System RAM at its lowest ``available`` of the window, sampled with the card (the
+    desktop's and every program's share at its worst, as the card's is): live probes only,
+    a recording holds no RAM. The plan weighs RAM it keeps weights in against the worse of
+    this and RAM at planning time."""
     warnings: tuple[str, ...] = ()
     """Sentences about the machine as a whole: a card that was skipped, a version NVML
     would not give. Per-card sentences are on :attr:`GpuDevice.warnings`."""

@@ -35,6 +35,21 @@ def system_ram() -> CpuMemory | None:
     return cpu.ram_now()
 
 
+def at_worst(
+    ram: Callable[[], CpuMemory | None], sampled: CpuMemory | None
+) -> Callable[[], CpuMemory | None]:
+    """``ram``, or the lowest RAM the card's probe sampled when that is lower (the desktop's
+    share at its worst, as the card's is planned on); the sample alone when ``ram`` cannot say."""
+    if sampled is None:
+        return ram
+
+    def worst() -> CpuMemory | None:
+        now = ram()
+        return sampled if now is None or sampled.available < now.available else now
+
+    return worst
+
+
 def system_cpu() -> frozenset[str] | None:
     """The CPU's feature flags (None: a CPU homelab cannot read)."""
     from homelab.gpu import cpu

@@ -31,7 +31,7 @@ from homelab.plan.devices import (
     remote_devices,
     total_budget,
 )
-from homelab.plan.experts_rung import RamProbe, climb, honour, system_cpu, system_ram
+from homelab.plan.experts_rung import RamProbe, at_worst, climb, honour, system_cpu, system_ram
 from homelab.plan.fit import Candidate, ComputeMeasurements
 from homelab.plan.kv import KvSettings
 from homelab.plan.placement import keep_experts
@@ -161,7 +161,8 @@ def make_plan(
     check_cache_types(geometry.kv_layers, geometry.arch, request.type_k, request.type_v)
     # a CUDA card pads its tensors (a worker's too, when it joins cards: priced high, not low)
     placed, notes = place_weights(model, cuda=bool(cards)), list[str]()
-    probe = RamProbe(cpu_compute_estimate(model, geometry, request.ubatch, request.batch), ram, cpu)
+    compute = cpu_compute_estimate(model, geometry, request.ubatch, request.batch)
+    probe = RamProbe(compute, at_worst(ram, report.ram_low), cpu)
     if request.n_cpu_moe is None and on_card and any(placed.experts_per_block):
 
         def plan_with(weights: WeightPlacement, asked: PlanRequest) -> Plan:

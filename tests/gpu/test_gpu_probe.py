@@ -237,3 +237,34 @@ def test_synthetic_report_is_an_empty_card_of_that_size() -> None:
 def test_synthetic_report_refuses_non_positive_sizes(size: int) -> None:
     with pytest.raises(UsageError, match="positive size"):
         synthetic_report(size)
+
+
+def test_a_live_window_samples_system_ram_with_the_card_and_keeps_its_lowest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RAM moves with the desktop as the card does: every live sample reads it, the report
+    keeps the moment with the least available; an unreadable reading is skipped."""
+    from homelab.gpu import cpu
+    from homelab.gpu.report import CpuMemory
+
+    readings = iter([10, 7, None, 9, 8])
+
+    def now() -> CpuMemory | None:
+        value = next(readings)
+        return None if value is None else CpuMemory(total=32 * GiB, available=value * GiB)
+
+    monkeypatch.setattr(cpu, "ram_now", now)
+    report = probe(
+        backend=LiveView(raw("rtx3090_wayland.json")),
+        window_s=1.0,
+        interval_s=0.25,
+        sleep=lambda _: None,
+    )
+    assert report.ram_low == CpuMemory(total=32 * GiB, available=7 * GiB)
+
+
+def test_a_replayed_card_holds_no_ram_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    from homelab.gpu import cpu
+
+    monkeypatch.setattr(cpu, "ram_now", lambda: pytest.fail("a recording has no RAM to read"))
+    assert probe(snapshot=FIXTURES / "rtx3090_wayland.json").ram_low is None

@@ -124,3 +124,25 @@ def test_a_moe_model_that_fits_whole_stays_whole(tmp_path: Path) -> None:
     small = read_model(str(write_gguf("qwen3moe", tmp_path / "small.gguf", n_layer=8)))
     plan = make_plan(small, "s.gguf", synthetic_report(CARD), PlanRequest(), ram=lambda: SCARCE)
     assert plan.weights.n_cpu_moe == 0 and not plan.rung and plan.n_gpu_layers is None
+
+
+def test_ram_is_weighed_at_its_worst_the_card_probe_sampled_or_now(moe: GgufModel) -> None:
+    """The probe's lowest RAM of its window counts when it is lower than RAM now (the
+    desktop's share at its worst); RAM now counts when it is lower; the sample alone when
+    RAM cannot be read now."""
+    from dataclasses import replace
+
+    need = _plan(moe).ram
+    assert need is not None and need.side.total is not None
+    enough = need.side.total + need.headroom
+    low = CpuMemory(total=64 * GiB, available=enough - 1)
+    card = replace(synthetic_report(CARD), ram_low=low)
+    request = PlanRequest(workload=AGENT)
+    stepped = make_plan(moe, "moe.gguf", card, request, ram=lambda: PLENTY)
+    assert stepped.weights.n_cpu_moe == 0 and "swap" in stepped.rung
+    roomy = replace(card, ram_low=PLENTY)
+    scarce_now = CpuMemory(total=64 * GiB, available=enough - 1)
+    assert make_plan(moe, "m", roomy, request, ram=lambda: scarce_now).weights.n_cpu_moe == 0
+    kept = make_plan(moe, "m", roomy, request, ram=lambda: None)
+    assert kept.weights.n_cpu_moe > 0 and kept.ram is not None
+    assert kept.ram.available == PLENTY.available

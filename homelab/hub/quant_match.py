@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from homelab.gguf.file_name import quant_tag, split_info
 from homelab.hub.errors import QuantNotFoundError
 from homelab.units import format_bytes
 
@@ -30,8 +31,6 @@ DEFAULT_QUANTS = ("Q4_K_M", "Q8_0")
 """Tried in order when the reference names no quant (as llama-server ``-hf`` does)."""
 
 _NOT_MODELS = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")
-_SPLIT = re.compile(r"^(.+)-([0-9]{5})-of-([0-9]{5})$", re.IGNORECASE)
-_TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -49,16 +48,6 @@ class RemoteFile:
     size: int | None = None
     sha256: str | None = None
     git_oid: str | None = None
-
-
-@dataclass(frozen=True)
-class SplitInfo:
-    """What a GGUF's name says: ``prefix`` (tag included, no split suffix), quant ``tag``, part."""
-
-    prefix: str
-    tag: str | None
-    index: int
-    count: int
 
 
 @dataclass(frozen=True)
@@ -100,26 +89,6 @@ class Selection:
 
 def _basename(path: str) -> str:
     return path.rsplit("/", 1)[-1]
-
-
-def split_info(path: str) -> SplitInfo | None:
-    """Prefix, quant tag and split part of a ``.gguf`` path; None for anything else."""
-    if not path.lower().endswith(".gguf"):
-        return None
-    prefix = path[: -len(".gguf")]
-    index = count = 1
-    match = _SPLIT.match(prefix)
-    if match:
-        prefix, index, count = match.group(1), int(match.group(2)), int(match.group(3))
-    tag_match = _TAG.search(prefix)
-    tag = tag_match.group(1).upper() if tag_match else None
-    return SplitInfo(prefix, tag, index, count)
-
-
-def quant_tag(path: str) -> str | None:
-    """The quant a GGUF's name carries (``Q4_K_M``, ``F16``, ``MXFP4``...), upper case; or None."""
-    info = split_info(path)
-    return info.tag if info else None
 
 
 def quant_bits(tag: str | None) -> int:

@@ -162,7 +162,7 @@ class EngineFlow(AppFlow):
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
     def adopt_running(self, options: PlanOptions) -> None:
         from homelab.engine.supervision.state_file import StateFile
-        from homelab.hub.quant_match import quant_tag
+        from homelab.gguf.file_name import quant_tag
 
         try:
             record = StateFile().live()

@@ -51,8 +51,8 @@ class ModelsFlow(AppFlow):
     @work(thread=True, exclusive=True, group="models", exit_on_error=False)
     def list_models(self) -> None:
         from homelab.engine.kinds import engine_kind
+        from homelab.gguf.file_name import quant_tag
         from homelab.hub.presets import load_presets
-        from homelab.hub.quant_match import quant_tag
 
         entries: list[ModelEntry] = []
         try:

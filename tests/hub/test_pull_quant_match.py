@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from homelab.gguf.file_name import quant_tag, split_info
 from homelab.hub.download import PullRef, parse_pull_ref
 from homelab.hub.errors import BadModelRefError, QuantNotFoundError
 from homelab.hub.quant_match import (
     RemoteFile,
     available_quants,
     is_model_gguf,
-    quant_tag,
     select,
-    split_info,
 )
 
 

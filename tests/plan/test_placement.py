@@ -177,6 +177,7 @@ def test_the_plan_prices_says_and_passes_it(qwen3moe: Path) -> None:
         "mapped": ram.mapped,
         "repack": 0,
         "compute": check.side.compute,
+        "resident": ram.tensors,  # the CPU's mapped tensors themselves (all of them, here)
         "available": check.available,
         "headroom": check.headroom,
     }

@@ -25,7 +25,7 @@ import unicodedata
 from pathlib import PurePosixPath
 from typing import Any
 
-from homelab.hub.quant_match import quant_tag, split_info
+from homelab.gguf.file_name import quant_tag, split_info
 
 MAX_ID_CHARS = 64
 FALLBACK_ID = "model"

@@ -7,12 +7,14 @@ rules (``homelab.gguf.geometry``) consume.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class TensorInfo:
-    """One tensor's entry in the header."""
+class TensorInfo(NamedTuple):
+    """One tensor's entry in the header.
+
+    A named tuple, not a dataclass: a MoE header holds 40,000 of these, and a tuple is made
+    several times faster (``TensorInfo._replace`` changes a field)."""
 
     name: str
     shape: tuple[int, ...]
@@ -72,12 +74,8 @@ class GgufHeader:
     @property
     def weights_bytes(self) -> int | None:
         """Sum of the tensors' exact data bytes; ``None`` if any tensor's type is unknown."""
-        total = 0
-        for tensor in self.tensors:
-            if tensor.n_bytes is None:
-                return None
-            total += tensor.n_bytes
-        return total
+        sizes = [tensor.n_bytes for tensor in self.tensors]
+        return None if None in sizes else sum(sizes)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +100,8 @@ class GgufModel:
 
     @property
     def tensors(self) -> tuple[TensorInfo, ...]:
+        if len(self.parts) == 1:  # the usual case: no copy of a 40,000-tensor table
+            return self.parts[0].tensors
         return tuple(t for part in self.parts for t in part.tensors)
 
     @property

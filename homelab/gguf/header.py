@@ -74,8 +74,12 @@ class GgufHeader:
     @property
     def weights_bytes(self) -> int | None:
         """Sum of the tensors' exact data bytes; ``None`` if any tensor's type is unknown."""
-        sizes = [tensor.n_bytes for tensor in self.tensors]
-        return None if None in sizes else sum(sizes)  # type: ignore[arg-type]
+        total = 0
+        for tensor in self.tensors:
+            if tensor.n_bytes is None:
+                return None
+            total += tensor.n_bytes
+        return total
 
 
 @dataclass(frozen=True, slots=True)

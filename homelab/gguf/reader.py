@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import struct
-from math import prod
 from typing import Any
 
 from homelab.errors import ModelFileError
-from homelab.gguf.ggml_types import GGML_TYPES, tensor_bytes, type_name
+from homelab.gguf.ggml_types import tensor_bytes, type_name
 from homelab.gguf.header import GgufHeader, LazyArray, TensorInfo
 from homelab.gguf.not_gguf import describe_foreign, version_problem
 from homelab.gguf.source import ByteCursor, ByteSource
+from homelab.gguf.tensor_table import INT64_MAX, MAX_DIMS, MAX_KEY_BYTES, bulk_tensor_infos
 
 MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -38,12 +38,8 @@ LAZY_ARRAY_ITEMS = 4096
 MAX_TENSORS = 1 << 20
 MAX_KV = 1 << 16
 MAX_ARRAY_ITEMS = 1 << 24
-MAX_KEY_BYTES = (1 << 16) - 1
-"""The GGUF spec limits keys (and we also tensor names) to 65535 bytes."""
 MAX_STRING_BYTES = 256 << 20
-MAX_DIMS = 4
 MAX_NESTING = 8
-_INT64_MAX = (1 << 63) - 1
 
 STRING, ARRAY = 8, 9
 _SCALARS: dict[int, struct.Struct] = {
@@ -339,7 +335,7 @@ class _HeaderParser:
 
     def tensor_infos(self, n_tensors: int, alignment: int) -> tuple[TensorInfo, ...]:
         """The tensor-info table: records wholly in the buffer and plainly sound are read in a
-        tight loop (:func:`_bulk_tensor_infos`); the first one that is not (it runs past the
+        tight loop (:func:`~homelab.gguf.tensor_table.bulk_tensor_infos`); the first one that is not (it runs past the
         buffer, or any check would fail) is read by :meth:`tensor_info`, which refills the
         buffer or raises the error a careful parse raises there, then the loop goes on."""
         cur = self.cur
@@ -348,7 +344,7 @@ class _HeaderParser:
         tensors: list[TensorInfo] = []
         while len(tensors) < n_tensors:
             index = len(tensors)
-            cur.pos = _bulk_tensor_infos(cur, n_tensors, alignment, seen, tensors)
+            cur.pos = bulk_tensor_infos(cur, n_tensors, alignment, seen, tensors)
             if len(tensors) == index:  # not one record in the fast loop: read one carefully
                 tensors.append(self.tensor_info(index, n_tensors, start, alignment, seen))
         return tuple(tensors)
@@ -386,7 +382,7 @@ class _HeaderParser:
         elements = 1
         for dim in dims:
             elements *= dim
-        if elements > _INT64_MAX or any(d > _INT64_MAX for d in dims):
+        if elements > INT64_MAX or any(d > INT64_MAX for d in dims):
             raise self.error(f"tensor {name!r} has an impossible shape {list(dims)}")
         if offset % alignment:
             raise self.error(
@@ -400,61 +396,3 @@ class _HeaderParser:
                 f"tensor {name!r} ({type_name(ggml_type)}, shape {list(dims)}): {exc}"
             ) from None
         return TensorInfo(name, dims, ggml_type, type_name(ggml_type), offset, n_bytes)
-
-
-_SHAPES = tuple(struct.Struct(f"<{n}QIQ") for n in range(MAX_DIMS + 1))
-"""Each n_dims' rest of a tensor info: dims, ggml type, offset."""
-_KNOWN_TYPES = {t.type_id: (t.block_size, t.type_size, t.name) for t in GGML_TYPES.values()}
-
-
-def _bulk_tensor_infos(
-    cur: ByteCursor, n_tensors: int, alignment: int, seen: set[str], out: list[TensorInfo]
-) -> int:
-    """Append the tensor infos from ``cur.pos`` on while each lies wholly in the buffer and
-    passes every check of :meth:`_HeaderParser.tensor_info` plainly (a known type, a shape
-    of 1 to 2**63 - 1 elements, an aligned offset, a new name); return the position of the
-    first one that does not (the careful reader then reads it, or says what is wrong).
-
-    Why: a 40,000-tensor MoE header is 40,000 of these records; one loop of a few
-    ``unpack_from`` calls each, with no per-record method calls, reads it several times
-    faster. It decides nothing on its own: anything unusual goes to the careful reader.
-    """
-    buf, base = cur.buf, cur.buf_start
-    i = cur.pos - base
-    end = len(buf)
-    u64, u32 = _U64.unpack_from, _U32.unpack_from
-    shapes, types, append, add = _SHAPES, _KNOWN_TYPES, out.append, seen.add
-    mask = alignment - 1
-    new = tuple.__new__
-    for _ in range(len(out), n_tensors):
-        if i + 8 > end:
-            break
-        (length,) = u64(buf, i)
-        j = i + 8 + length
-        if length > MAX_KEY_BYTES or j + 4 > end:
-            break
-        (n_dims,) = u32(buf, j)
-        if n_dims > MAX_DIMS:
-            break
-        shape = shapes[n_dims]
-        k = j + 4 + shape.size
-        if k > end:
-            break
-        values = shape.unpack_from(buf, j + 4)
-        dims, ggml_type, offset = values[:n_dims], values[n_dims], values[-1]
-        kind = types.get(ggml_type)
-        elements = prod(dims)
-        if kind is None or offset & mask or not 0 < elements <= _INT64_MAX:
-            break
-        block, size, type_label = kind
-        if (dims[0] if n_dims else 1) % block:
-            break
-        name = buf[i + 8 : j].decode("utf-8", "replace")
-        if name in seen:
-            break
-        add(name)
-        append(
-            new(TensorInfo, (name, dims, ggml_type, type_label, offset, elements // block * size))
-        )
-        i = k
-    return base + i

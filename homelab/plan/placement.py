@@ -83,8 +83,7 @@ def tensor_slots(model: GgufModel) -> tuple[TensorSlot, ...]:
     ``<rest>`` says alone (the patterns cannot match across the block number), so each
     ``<rest>`` is judged once and the other blocks' tensors reuse it: a 40,000-tensor MoE
     has a dozen."""
-    kinds: dict[str, tuple[bool, bool]] = {}
-    """``<rest>`` -> (a routed expert, a ``.weight`` that is not a lookup table)."""
+    kinds: dict[str, tuple[bool, bool]] = {}  # <rest> -> (a routed expert, _multiplies)
     slots: list[TensorSlot] = []
     append, new = slots.append, tuple.__new__
     for part, header in enumerate(model.parts):

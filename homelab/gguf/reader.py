@@ -23,6 +23,7 @@ import struct
 from typing import Any
 
 from homelab.errors import ModelFileError
+from homelab.gc_pause import collector_paused
 from homelab.gguf.ggml_types import tensor_bytes, type_name
 from homelab.gguf.header import GgufHeader, LazyArray, TensorInfo
 from homelab.gguf.not_gguf import describe_foreign, version_problem
@@ -342,11 +343,12 @@ class _HeaderParser:
         start = cur.pos
         seen: set[str] = set()
         tensors: list[TensorInfo] = []
-        while len(tensors) < n_tensors:
-            index = len(tensors)
-            cur.pos = bulk_tensor_infos(cur, n_tensors, alignment, seen, tensors)
-            if len(tensors) == index:  # not one record in the fast loop: read one carefully
-                tensors.append(self.tensor_info(index, n_tensors, start, alignment, seen))
+        with collector_paused():  # 40k tensors are 120k objects, none of them in a cycle
+            while len(tensors) < n_tensors:
+                index = len(tensors)
+                cur.pos = bulk_tensor_infos(cur, n_tensors, alignment, seen, tensors)
+                if len(tensors) == index:  # not one record in the fast loop: read it carefully
+                    tensors.append(self.tensor_info(index, n_tensors, start, alignment, seen))
         return tuple(tensors)
 
     def tensor_info(

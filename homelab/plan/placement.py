@@ -25,6 +25,7 @@ from operator import add, itemgetter
 from typing import TYPE_CHECKING, NamedTuple
 
 from homelab.errors import UsageError
+from homelab.gc_pause import collector_paused
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -86,26 +87,27 @@ def tensor_slots(model: GgufModel) -> tuple[TensorSlot, ...]:
     kinds: dict[str, tuple[bool, bool]] = {}  # <rest> -> (a routed expert, _multiplies)
     slots: list[TensorSlot] = []
     append, new = slots.append, tuple.__new__
-    for part, header in enumerate(model.parts):
-        for name, shape, _, type_name, offset, n_bytes in header.tensors:
-            dot = name.find(".", 4) if name.startswith("blk.") else -1
-            if dot > 4 and name[4:dot].isdecimal():  # what ^blk\.(\d+)\. matches
-                block: int | None = int(name[4:dot])
-                kind = kinds.get(rest := name[dot:])
-                if kind is None:
-                    kind = kinds[rest] = (expert_block(name) is not None, _multiplies(name))
-                expert, matmul = kind
-                embedding = False
-            else:
-                block, expert = None, expert_block(name) is not None
-                matmul, embedding = _multiplies(name), name.startswith("token_embd.")
-            rows = shape[1] if matmul and len(shape) == (3 if expert else 2) else None
-            append(
-                new(
-                    TensorSlot,
-                    (part, offset, n_bytes or 0, block, expert, embedding, type_name, rows),
+    with collector_paused():  # 40k slots, none of them in a cycle
+        for part, header in enumerate(model.parts):
+            for name, shape, _, type_name, offset, n_bytes in header.tensors:
+                dot = name.find(".", 4) if name.startswith("blk.") else -1
+                if dot > 4 and name[4:dot].isdecimal():  # what ^blk\.(\d+)\. matches
+                    block: int | None = int(name[4:dot])
+                    kind = kinds.get(rest := name[dot:])
+                    if kind is None:
+                        kind = kinds[rest] = (expert_block(name) is not None, _multiplies(name))
+                    expert, matmul = kind
+                    embedding = False
+                else:
+                    block, expert = None, expert_block(name) is not None
+                    matmul, embedding = _multiplies(name), name.startswith("token_embd.")
+                rows = shape[1] if matmul and len(shape) == (3 if expert else 2) else None
+                append(
+                    new(
+                        TensorSlot,
+                        (part, offset, n_bytes or 0, block, expert, embedding, type_name, rows),
+                    )
                 )
-            )
     return tuple(slots)
 
 

@@ -8,6 +8,7 @@ values, the same message naming the same record and offset.
 
 from __future__ import annotations
 
+import gc
 import struct
 
 import gguf
@@ -129,3 +130,19 @@ def test_a_table_cut_inside_a_record_names_it(sized: bool) -> None:
     cut = _offset_of(AT, data) + 30  # inside record 700's dims
     with pytest.raises(ModelFileError, match=r"tensor info #700 \('blk.175.t0.weight'\)"):
         _parse(data[:cut], sized=sized)
+
+
+@pytest.mark.parametrize("was_on", [True, False])
+def test_the_collector_is_left_as_it_was_after_a_read_or_a_refusal(was_on: bool) -> None:
+    """The table is read with the cyclic collector paused; it must come back on (only if it
+    was on) whether the read ends well or with a refusal deep in the table."""
+    bad = _table(tensor_info("q", (8,), QT.F32, 7))
+    (gc.enable if was_on else gc.disable)()
+    try:
+        assert len(_parse(_table()).tensors) == N
+        assert gc.isenabled() is was_on
+        with pytest.raises(ModelFileError, match="not a multiple of the alignment"):
+            _parse(bad)
+        assert gc.isenabled() is was_on
+    finally:
+        gc.enable()

@@ -10,6 +10,7 @@ them to the generic hyper-parameters the way llama.cpp's loader does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -81,23 +82,43 @@ class Geometry:
     ssm_d_inner: int = 0
     """Inner width of the recurrent (Mamba / Gated-DeltaNet) mixer; 0 without recurrent layers."""
 
+    _sorted: dict[str, tuple[LayerMemory, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """The layers of each kind, sorted out once when first asked: a plan asks per candidate
+    (hundreds of times), and a model may have thousands of layers."""
+
+    def _of_kind(self, kind: str) -> tuple[LayerMemory, ...]:
+        found = self._sorted.get(kind)
+        if found is None:
+            keep = _KINDS[kind]
+            found = self._sorted[kind] = tuple(layer for layer in self.layers if keep(layer))
+        return found
+
     @property
     def kv_layers(self) -> tuple[LayerMemory, ...]:
-        return tuple(layer for layer in self.layers if layer.kind in ("full", "swa"))
+        return self._of_kind("kv")
 
     @property
     def full_layers(self) -> tuple[LayerMemory, ...]:
-        return tuple(layer for layer in self.layers if layer.kind == "full")
+        return self._of_kind("full")
 
     @property
     def swa_layers(self) -> tuple[LayerMemory, ...]:
-        return tuple(layer for layer in self.layers if layer.kind == "swa")
+        return self._of_kind("swa")
 
     @property
     def recurrent_layers(self) -> tuple[LayerMemory, ...]:
-        return tuple(
-            layer for layer in self.layers if layer.kind == "recurrent" or layer.also_recurrent
-        )
+        return self._of_kind("recurrent")
+
+
+_KINDS: dict[str, Callable[[LayerMemory], bool]] = {
+    "kv": lambda layer: layer.kind in ("full", "swa"),
+    "full": lambda layer: layer.kind == "full",
+    "swa": lambda layer: layer.kind == "swa",
+    "recurrent": lambda layer: layer.kind == "recurrent" or layer.also_recurrent,
+}
+"""Which layers each of ``Geometry``'s layer lists holds."""
 
 
 def _swa_flags(meta: ArchKeys, rule: ArchRule, hp: _Hparams) -> tuple[int, list[bool]]:

@@ -7,12 +7,14 @@ rules (``homelab.gguf.geometry``) consume.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class TensorInfo:
-    """One tensor's entry in the header."""
+class TensorInfo(NamedTuple):
+    """One tensor's entry in the header.
+
+    A named tuple, not a dataclass: a MoE header holds 40,000 of these, and a tuple is made
+    several times faster (``TensorInfo._replace`` changes a field)."""
 
     name: str
     shape: tuple[int, ...]
@@ -102,6 +104,8 @@ class GgufModel:
 
     @property
     def tensors(self) -> tuple[TensorInfo, ...]:
+        if len(self.parts) == 1:  # the usual case: no copy of a 40,000-tensor table
+            return self.parts[0].tensors
         return tuple(t for part in self.parts for t in part.tensors)
 
     @property

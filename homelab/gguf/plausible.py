@@ -17,7 +17,6 @@ absurd (``head_count_kv = 2**32 - 1``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -38,7 +37,6 @@ MAX_HEAD_DIM = 1 << 14
 MAX_EXPERTS = 1 << 16
 MAX_VOCAB = 1 << 24
 
-_BLOCK = re.compile(r"^blk\.(\d+)\.")
 REDOWNLOAD_HINT = "The file may be from a newer or broken converter; re-download or re-convert it."
 
 
@@ -70,10 +68,11 @@ def check_tensors(model: GgufModel | GgufHeader, arch: str, n_layer_all: int, n_
         )
     last = -1
     for tensor in tensors:
-        match = _BLOCK.match(tensor.name)
-        if match is None:
+        name = tensor.name
+        dot = name.find(".", 4) if name.startswith("blk.") else -1
+        if dot <= 4 or not name[4:dot].isdecimal():  # what ^blk\.(\d+)\. matches
             continue
-        block = int(match.group(1))
+        block = int(name[4:dot])
         if block >= n_layer_all:
             raise _fail(
                 source,

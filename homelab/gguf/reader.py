@@ -23,10 +23,12 @@ import struct
 from typing import Any
 
 from homelab.errors import ModelFileError
+from homelab.gc_pause import collector_paused
 from homelab.gguf.ggml_types import tensor_bytes, type_name
 from homelab.gguf.header import GgufHeader, LazyArray, TensorInfo
 from homelab.gguf.not_gguf import describe_foreign, version_problem
 from homelab.gguf.source import ByteCursor, ByteSource
+from homelab.gguf.tensor_table import INT64_MAX, MAX_DIMS, MAX_KEY_BYTES, bulk_tensor_infos
 
 MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -37,12 +39,8 @@ LAZY_ARRAY_ITEMS = 4096
 MAX_TENSORS = 1 << 20
 MAX_KV = 1 << 16
 MAX_ARRAY_ITEMS = 1 << 24
-MAX_KEY_BYTES = (1 << 16) - 1
-"""The GGUF spec limits keys (and we also tensor names) to 65535 bytes."""
 MAX_STRING_BYTES = 256 << 20
-MAX_DIMS = 4
 MAX_NESTING = 8
-_INT64_MAX = (1 << 63) - 1
 
 STRING, ARRAY = 8, 9
 _SCALARS: dict[int, struct.Struct] = {
@@ -337,33 +335,48 @@ class _HeaderParser:
     # -- tensor infos -----------------------------------------------------------------
 
     def tensor_infos(self, n_tensors: int, alignment: int) -> tuple[TensorInfo, ...]:
+        """The tensor-info table: records wholly in the buffer and plainly sound are read in a
+        tight loop (:func:`~homelab.gguf.tensor_table.bulk_tensor_infos`); the first one that is not (it runs past the
+        buffer, or any check would fail) is read by :meth:`tensor_info`, which refills the
+        buffer or raises the error a careful parse raises there, then the loop goes on."""
         cur = self.cur
         start = cur.pos
         seen: set[str] = set()
         tensors: list[TensorInfo] = []
-        for index in range(n_tensors):
-            cur.what = f"tensor info #{index}"
-            per_item = (cur.pos - start) // index if index else _TENSOR_INFO_GUESS
-            name = self.string(MAX_KEY_BYTES, (n_tensors - index) * per_item)
-            if name in seen:
-                raise self.error(
-                    f"tensor {name!r} appears twice (tensor info #{index}); "
-                    "llama.cpp refuses such a file"
-                )
-            seen.add(name)
-            cur.what = f"tensor info #{index} ({name!r})"
-            n_dims = self.u32()
-            if n_dims > MAX_DIMS:
-                raise self.error(
-                    f"tensor {name!r} has {n_dims} dimensions (offset "
-                    f"{cur.pos - 4}); ggml tensors have at most {MAX_DIMS}"
-                )
-            off = cur.fill(8 * n_dims + 12)
-            shape = struct.unpack_from(f"<{n_dims}QIQ", cur.buf, off)
-            cur.pos += 8 * n_dims + 12
-            dims, ggml_type, offset = shape[:n_dims], shape[n_dims], shape[n_dims + 1]
-            tensors.append(self.tensor(name, dims, ggml_type, offset, alignment))
+        with collector_paused():  # 40k tensors are 120k objects, none of them in a cycle
+            while len(tensors) < n_tensors:
+                index = len(tensors)
+                cur.pos = bulk_tensor_infos(cur, n_tensors, alignment, seen, tensors)
+                if len(tensors) == index:  # not one record in the fast loop: read it carefully
+                    tensors.append(self.tensor_info(index, n_tensors, start, alignment, seen))
         return tuple(tensors)
+
+    def tensor_info(
+        self, index: int, n_tensors: int, start: int, alignment: int, seen: set[str]
+    ) -> TensorInfo:
+        """Tensor info ``index``, every check in order, each with its own message."""
+        cur = self.cur
+        cur.what = f"tensor info #{index}"
+        per_item = (cur.pos - start) // index if index else _TENSOR_INFO_GUESS
+        name = self.string(MAX_KEY_BYTES, (n_tensors - index) * per_item)
+        if name in seen:
+            raise self.error(
+                f"tensor {name!r} appears twice (tensor info #{index}); "
+                "llama.cpp refuses such a file"
+            )
+        seen.add(name)
+        cur.what = f"tensor info #{index} ({name!r})"
+        n_dims = self.u32()
+        if n_dims > MAX_DIMS:
+            raise self.error(
+                f"tensor {name!r} has {n_dims} dimensions (offset "
+                f"{cur.pos - 4}); ggml tensors have at most {MAX_DIMS}"
+            )
+        off = cur.fill(8 * n_dims + 12)
+        shape = struct.unpack_from(f"<{n_dims}QIQ", cur.buf, off)
+        cur.pos += 8 * n_dims + 12
+        dims, ggml_type, offset = shape[:n_dims], shape[n_dims], shape[n_dims + 1]
+        return self.tensor(name, dims, ggml_type, offset, alignment)
 
     def tensor(
         self, name: str, dims: tuple[int, ...], ggml_type: int, offset: int, alignment: int
@@ -371,7 +384,7 @@ class _HeaderParser:
         elements = 1
         for dim in dims:
             elements *= dim
-        if elements > _INT64_MAX or any(d > _INT64_MAX for d in dims):
+        if elements > INT64_MAX or any(d > INT64_MAX for d in dims):
             raise self.error(f"tensor {name!r} has an impossible shape {list(dims)}")
         if offset % alignment:
             raise self.error(

@@ -159,19 +159,25 @@ def place_weights(model: GgufModel, *, cuda: bool = False) -> WeightPlacement:
         unknown = sorted({t.type_name for t in model.tensors if t.n_bytes is None})
         raise UsageError(f"the model uses tensor types homelab cannot size: {', '.join(unknown)}")
     slots = tensor_slots(model)  # each tensor's block, parsed once (40k tensors: once counts)
-    n_blocks = max((slot.block + 1 for slot in slots if slot.block is not None), default=0)
+    n_blocks = max((slot.block for slot in slots if slot.block is not None), default=-1) + 1
     per_block = [0] * n_blocks
     experts = [0] * n_blocks
     embedding = output = 0
     has_output = False
+    padded: dict[tuple[int, int, int], int] = {}  # a MoE's 40k tensors are a dozen shapes
     for tensor, slot in zip(model.tensors, slots, strict=True):
-        size = tensor.n_bytes or 0
+        size = slot.n_bytes
         if cuda and not slot.embedding:  # the input embedding stays on the CPU
-            size = cuda_alloc_size(tensor.ggml_type, tensor.shape, size)
-        if slot.block is not None:
-            per_block[slot.block] += size
+            key = (tensor.ggml_type, tensor.shape[0] if tensor.shape else 1, size)
+            found = padded.get(key)
+            if found is None:
+                found = padded[key] = cuda_alloc_size(tensor.ggml_type, tensor.shape, size)
+            size = found
+        block = slot.block
+        if block is not None:
+            per_block[block] += size
             if slot.expert:
-                experts[slot.block] += size
+                experts[block] += size
         elif slot.embedding:
             embedding += size
         else:

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from operator import add, itemgetter
+from typing import TYPE_CHECKING, NamedTuple
 
 from homelab.errors import UsageError
+from homelab.gc_pause import collector_paused
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable
 
     from homelab.gguf.header import GgufModel
     from homelab.plan.budget import WeightPlacement
@@ -37,7 +39,6 @@ EXPERTS_PATTERN = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 _EXPERTS = re.compile(EXPERTS_PATTERN)
 _BLOCK_EXPERTS = re.compile(r"blk\.(\d+)" + EXPERTS_PATTERN)
 r"""``--n-cpu-moe``'s per-block pattern, ``blk\.N`` + the experts' (searched, as llama.cpp does)."""
-_BLOCK = re.compile(r"^blk\.(\d+)\.")
 
 EVERY_BLOCK = 1 << 30
 """``--cpu-moe``: the experts of every block, however many the model has."""
@@ -54,9 +55,10 @@ def expert_block(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-@dataclass(frozen=True, slots=True)
-class TensorSlot:
-    """Where one tensor's bytes lie, and what decides its place."""
+class TensorSlot(NamedTuple):
+    """Where one tensor's bytes lie, and what decides its place.
+
+    A named tuple, not a dataclass: a MoE model has 40,000 of these, made in every plan."""
 
     part: int
     """Which file of a split model."""
@@ -76,37 +78,45 @@ class TensorSlot:
 
 
 def tensor_slots(model: GgufModel) -> tuple[TensorSlot, ...]:
-    """Every tensor's place in the files, in file order."""
-    slots = []
-    for part, header in enumerate(model.parts):
-        for t in header.tensors:
-            match = _BLOCK.match(t.name)
-            block = int(match.group(1)) if match else None
-            expert = expert_block(t.name) is not None
-            slots.append(
-                TensorSlot(
-                    part,
-                    t.offset,
-                    t.n_bytes or 0,
-                    block,
-                    expert,
-                    t.name.startswith("token_embd."),
-                    t.type_name,
-                    _matmul_rows(t.name, t.shape, expert=expert),
+    """Every tensor's place in the files, in file order.
+
+    A block's tensor ``blk.N<rest>`` is an expert, or a matrix to multiply by, for what
+    ``<rest>`` says alone (the patterns cannot match across the block number), so each
+    ``<rest>`` is judged once and the other blocks' tensors reuse it: a 40,000-tensor MoE
+    has a dozen."""
+    kinds: dict[str, tuple[bool, bool]] = {}  # <rest> -> (a routed expert, _multiplies)
+    slots: list[TensorSlot] = []
+    append, new = slots.append, tuple.__new__
+    with collector_paused():  # 40k slots, none of them in a cycle
+        for part, header in enumerate(model.parts):
+            for name, shape, _, type_name, offset, n_bytes in header.tensors:
+                dot = name.find(".", 4) if name.startswith("blk.") else -1
+                if dot > 4 and name[4:dot].isdecimal():  # what ^blk\.(\d+)\. matches
+                    block: int | None = int(name[4:dot])
+                    kind = kinds.get(rest := name[dot:])
+                    if kind is None:
+                        kind = kinds[rest] = (expert_block(name) is not None, _multiplies(name))
+                    expert, matmul = kind
+                    embedding = False
+                else:
+                    block, expert = None, expert_block(name) is not None
+                    matmul, embedding = _multiplies(name), name.startswith("token_embd.")
+                rows = shape[1] if matmul and len(shape) == (3 if expert else 2) else None
+                append(
+                    new(
+                        TensorSlot,
+                        (part, offset, n_bytes or 0, block, expert, embedding, type_name, rows),
+                    )
                 )
-            )
     return tuple(slots)
 
 
-def _matmul_rows(name: str, shape: tuple[int, ...], *, expert: bool) -> int | None:
-    """``ne[1]`` when llama.cpp uses the tensor as a matrix to multiply by: a ``.weight`` of
-    2 dimensions (``MUL_MAT``) or a routed expert's of 3 (``MUL_MAT_ID``), but not a lookup
-    table (``token_embd``, ``position_embd``, ``per_layer_token_embd``: ``GET_ROWS``)."""
-    if not name.endswith(".weight") or "_embd." in name:
-        return None
-    if len(shape) == (3 if expert else 2):
-        return shape[1]
-    return None
+def _multiplies(name: str) -> bool:
+    """llama.cpp uses the tensor as a matrix to multiply by when it is a ``.weight`` of 2
+    dimensions (``MUL_MAT``) or a routed expert's of 3 (``MUL_MAT_ID``), but not a lookup
+    table (``token_embd``, ``position_embd``, ``per_layer_token_embd``: ``GET_ROWS``); this
+    is the part the name decides (``ne[1]`` of such a weight is its ``matmul_rows``)."""
+    return name.endswith(".weight") and "_embd." not in name
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,36 +190,47 @@ def clamp_note(asked: int, weights: WeightPlacement) -> str | None:
     )
 
 
-def in_ram(weights: WeightPlacement, first_gpu_block: int) -> Iterator[TensorSlot]:
+def in_ram(weights: WeightPlacement, first_gpu_block: int) -> tuple[TensorSlot, ...]:
     """The tensors llama-server keeps on the CPU when blocks below ``first_gpu_block`` run
     there and the first ``weights.n_cpu_moe`` blocks' experts stay there too: those, and
     the input embedding."""
     n = weights.n_cpu_moe
-    for slot in weights.slots:
-        on_cpu_block = slot.block is not None and slot.block < first_gpu_block
-        moved = slot.expert and slot.block is not None and slot.block < n
-        if slot.embedding or on_cpu_block or moved:
-            yield slot
+    return tuple(
+        slot
+        for slot in weights.slots
+        if slot.embedding
+        or (
+            slot.block is not None
+            and (slot.block < first_gpu_block or (slot.expert and slot.block < n))
+        )
+    )
 
 
 def ram_share(weights: WeightPlacement, first_gpu_block: int) -> RamShare:
     """What stays in RAM (:func:`in_ram`), the mapped span as if nothing were repacked."""
-    slots = tuple(in_ram(weights, first_gpu_block))
+    slots = in_ram(weights, first_gpu_block)
     experts = sum(
         s.n_bytes for s in slots if s.expert and s.block is not None and s.block >= first_gpu_block
     )
-    tensors = sum(s.n_bytes for s in slots)
+    tensors = sum(map(_N_BYTES, slots))
     return RamShare(weights.n_cpu_moe, len(weights.per_block), experts, tensors, mapped_span(slots))
+
+
+_PART, _OFFSET, _N_BYTES = itemgetter(0), itemgetter(1), itemgetter(2)
+"""A ``TensorSlot``'s file, offset and bytes, for ``map`` over thousands of them."""
 
 
 def mapped_span(slots: Iterable[TensorSlot]) -> int:
     """The ``CPU_Mapped`` buffers over these tensors: per file, first byte to last
     (``get_mapping_range``)."""
-    spans: dict[int, tuple[int, int]] = {}
-    for slot in slots:
-        lo, hi = spans.get(slot.part, (slot.offset, slot.offset + slot.n_bytes))
-        spans[slot.part] = (min(lo, slot.offset), max(hi, slot.offset + slot.n_bytes))
-    return sum(hi - lo for lo, hi in spans.values())
+    slots = tuple(slots)
+    parts = set(map(_PART, slots))
+    span = 0
+    for part in parts:
+        mine = slots if len(parts) == 1 else tuple(s for s in slots if s.part == part)
+        ends = map(add, map(_OFFSET, mine), map(_N_BYTES, mine))
+        span += max(ends) - min(map(_OFFSET, mine))
+    return span
 
 
 def plan_ram(plan: Plan) -> RamShare | None:

@@ -8,7 +8,6 @@ cannot hold is checked against the real llama-server, which refuses it the same 
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 from pathlib import Path
 
@@ -116,7 +115,7 @@ def test_an_unknown_tensor_type_is_a_bad_model_file_not_a_usage_error(
     llama, tmp_path: Path, capsys
 ) -> None:  # type: ignore[no-untyped-def]
     tensors = list(llama.tensors)
-    tensors[3] = dataclasses.replace(tensors[3], ggml_type=99)
+    tensors[3] = tensors[3]._replace(ggml_type=99)
     path = tmp_path / "newer.gguf"
     path.write_bytes(encode(llama.metadata, tensors))
     code, _, err = _plan(capsys, path)

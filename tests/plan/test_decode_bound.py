@@ -327,7 +327,7 @@ def test_the_rung_the_planner_chose_is_priced_as_it_placed_it(tmp_path: Path) ->
     offset, tensors = 0, []
     for t in sorted(tiny.header.tensors, key=lambda t: t.offset):
         size = 384 << 20 if is_routed_expert(t.name) else t.n_bytes or 0
-        tensors.append(replace(t, offset=offset, n_bytes=size))
+        tensors.append(t._replace(offset=offset, n_bytes=size))
         offset += size
     model = GgufModel(parts=(replace(tiny.header, tensors=tuple(tensors)),))
     card = _small_card(probe(snapshot=FIXTURES / "rtx4060ti16_xorg.json"), 6 * GiB)

@@ -36,7 +36,7 @@ def _inflated(path: Path) -> GgufModel:
     offset, tensors = 0, []
     for t in sorted(header.tensors, key=lambda t: t.offset):
         size = EXPERT_TENSOR if is_routed_expert(t.name) else t.n_bytes or 0
-        tensors.append(replace(t, offset=offset, n_bytes=size))
+        tensors.append(t._replace(offset=offset, n_bytes=size))
         offset += size
     return GgufModel(parts=(replace(header, tensors=tuple(tensors)),))
 

@@ -14,7 +14,6 @@ Derandomized (the same examples every run), no deadline, a bounded number of exa
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -119,14 +118,14 @@ def _tensor(draw: st.DrawFn, tensor: TensorInfo, n_layer: int) -> TensorInfo | N
     if kind == "drop":
         return None
     if kind == "type":
-        return dataclasses.replace(tensor, ggml_type=draw(st.integers(0, 64)))
+        return tensor._replace(ggml_type=draw(st.integers(0, 64)))
     if kind == "shape":
         shape = tuple(
             draw(st.lists(st.sampled_from(INTERESTING_INTS[:15]), min_size=1, max_size=4))
         )
-        return dataclasses.replace(tensor, shape=shape)
+        return tensor._replace(shape=shape)
     block = draw(st.sampled_from([0, n_layer - 1, n_layer, n_layer + 1, 10**6]))
-    return dataclasses.replace(tensor, name=f"blk.{block}.attn_k.weight")
+    return tensor._replace(name=f"blk.{block}.attn_k.weight")
 
 
 @st.composite

@@ -98,8 +98,8 @@ class CpuKvSpeeds:
 FINDING = CpuKvSpeeds(
     speeds={Q8_FA: Speed(142.5), F16_FA: Speed(254.5), F16_NO_FA: Speed(215.0)},
     source=(
-        "per issue 20's finding on the pinned llama.cpp b11312 CPU build (SmolLM2-135M, "
-        "2,000-token prompt), not measured on this machine"
+        "as measured on llama.cpp b11312's CPU build (SmolLM2-135M, a 2,000-token prompt), "
+        "not measured on this machine"
     ),
     measured_here=False,
 )

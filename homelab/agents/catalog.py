@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 from homelab.agents import aider, claude, codex, continue_dev, opencode
 from homelab.agents.limits import agent_limit
+from homelab.agents.output_cap import output_cap_warning
 from homelab.agents.setup import AgentSetup
 from homelab.agents.target import AgentTarget
 from homelab.engine.kinds import KINDS
@@ -110,5 +111,8 @@ def prepare(name: str, target: AgentTarget) -> AgentSetup:
     Raises:
         UsageError: homelab knows no such agent.
     """
-    setup = agent_kind(name).build(target)
-    return replace(setup, warnings=target_warnings(target) + setup.warnings)
+    kind = agent_kind(name)
+    setup = kind.build(target)
+    cut = output_cap_warning(name, kind.title, target)
+    own = setup.warnings + (() if cut is None else (cut,))
+    return replace(setup, warnings=target_warnings(target) + own)

@@ -32,6 +32,9 @@ PLACEHOLDER_TOKEN = "homelab"
 """Sent when the gate checks no key (Claude Code wants some credential to start)."""
 AUTOCOMPACT_BUFFER_TOKENS = 13_000
 OUTPUT_RESERVE_LIMIT = 20_000
+MAX_OUTPUT_TOKENS = 128_000
+"""2.1.328's upper limit on ``CLAUDE_CODE_MAX_OUTPUT_TOKENS`` for a model it does not know
+(``Vas``; above it, "Capped from N to 128000")."""
 OWN_PROMPT_TOKENS = 12_400
 """Claude Code 2.1.328's system prompt, tools and skills (``claude -p /context``: 12.4k)."""
 
@@ -73,7 +76,7 @@ def setup(target: AgentTarget) -> AgentSetup:
         "ANTHROPIC_DEFAULT_SONNET_MODEL": model,
         "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
         "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(target.context_tokens),
-        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(target.max_output_tokens),
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(min(target.max_output_tokens, MAX_OUTPUT_TOKENS)),
     }
     if target.context_tokens >= CLAUDE_MINIMUM_TOKENS:  # below it Claude Code overrides it
         env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = str(target.context_tokens)

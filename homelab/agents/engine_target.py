@@ -122,6 +122,7 @@ def engine_target(record: EngineRecord) -> AgentTarget:
         gate_budget_tokens=budget,
         api_key=key,
         engine=record.engine,
+        gate_max_tokens=record.gate_max_tokens,
     )
 
 

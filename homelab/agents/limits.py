@@ -23,6 +23,15 @@ releases homelab's tests install (read in their shipped bundles, not their docs)
   context − min(``limit.output``, 32,000) (``OUTPUT_TOKEN_MAX=32000``).
 - Aider and Continue enforce no window of their own (aider "never enforces token limits").
 
+The answer bound each is told (``CLAUDE_CODE_MAX_OUTPUT_TOKENS``, ``limit.output``, aider's
+``max_output_tokens``, Continue's ``maxTokens``; Codex sends none and the gate writes its
+cap) is taken as given: Claude Code 2.1.328 (``yDn``) only caps a value above its upper
+limit (128,000 for a model it does not know, ``Vas``); what differs is what each does with
+an answer that stops at the bound (``output_rule``). Claude Code resumes it three times and
+then ends a print run "Claude's response exceeded the N output token maximum" (``oio``,
+exit 1), so a gate cap below the plan's room for an answer is said, with its fix
+(:mod:`homelab.agents.output_cap`).
+
 So Claude Code is the one agent with a floor: below it homelab does not export the
 compaction window (it would be raised to 100k), exports the real window as
 ``CLAUDE_CODE_MAX_CONTEXT_TOKENS``, and says in one line that the engine gives less
@@ -45,6 +54,8 @@ class AgentLimit:
     """The smallest window the agent works with as told; None: it takes any window."""
     rule: str
     """The agent's own rule, for a person (``homelab agent NAME --json``)."""
+    output_rule: str = "the answer bound taken as given"
+    """What the agent does with the answer bound it is told, and with an answer cut there."""
 
     def accepts(self, tokens: int) -> bool:
         return self.minimum_tokens is None or tokens >= self.minimum_tokens
@@ -67,21 +78,30 @@ LIMITS: dict[str, AgentLimit] = {
             CLAUDE_MINIMUM_TOKENS,
             "CLAUDE_CODE_AUTO_COMPACT_WINDOW below 100,000 is read as 100,000 (Claude Code "
             "2.1.328); CLAUDE_CODE_MAX_CONTEXT_TOKENS is taken as given",
+            "CLAUDE_CODE_MAX_OUTPUT_TOKENS taken as given up to 128,000; an answer cut there "
+            "is resumed 3 times, then the run ends with exit 1",
         ),
         AgentLimit(
             "codex",
             None,
             "model_context_window taken as given; compacts at min(model_auto_compact_token_limit"
             ", 90% of it) (Codex 0.169.0)",
+            "sends no answer bound: the gate's cap is the one it gets",
         ),
         AgentLimit(
             "opencode",
             None,
             "limit.context taken as given; compacts at context − min(limit.output, 32,000) "
             "(OpenCode 1.18.33)",
+            "limit.output sent as max_tokens, as given",
         ),
-        AgentLimit("aider", None, "no limit enforced; the metadata sizes its repo map"),
-        AgentLimit("continue", None, "contextLength taken as given"),
+        AgentLimit(
+            "aider",
+            None,
+            "no limit enforced; the metadata sizes its repo map",
+            "sends no answer bound; an answer cut short prints 'has hit a token limit!'",
+        ),
+        AgentLimit("continue", None, "contextLength taken as given", "maxTokens sent as given"),
     )
 }
 

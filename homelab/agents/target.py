@@ -8,8 +8,12 @@ that ceiling is what an agent may plan on. Without the gate on a unified pool no
 bounds a request but the pool, shared by every slot: a request that fits alone can then
 fail with llama-server's "Context size has been exceeded" (measured in issue 9).
 
-The output cap: the gate writes ``min(max_tokens, 8192)`` into each request it forwards
-(:data:`DEFAULT_MAX_OUTPUT_TOKENS`). An agent is told at most half its window for output,
+The output cap: the gate writes ``min(max_tokens, max_tokens_cap)`` into each request it
+forwards (``max_tokens_cap`` in gate.toml, 8192 unless set: :data:`DEFAULT_MAX_OUTPUT_TOKENS`;
+the engine record keeps the running gate's as ``gate_max_tokens``), so an agent is told that
+cap, never the default when the gate's is lower: Claude Code told 4,096 behind a gate that
+cuts answers at 64 ends its run with "response exceeded the 4096 output token maximum".
+An agent is told at most half its window for output,
 so that a prompt still fits beside a full answer under the same ceiling (a request is
 charged prompt + output; one asking for the whole window could never be admitted).
 """
@@ -88,6 +92,12 @@ def output_tokens(context_tokens: int, cap: int = DEFAULT_MAX_OUTPUT_TOKENS) -> 
     return max(1, min(cap, context_tokens // 2))
 
 
+def planned_output_tokens(context_tokens: int) -> int:
+    """The answer bound the plan leaves room for under homelab's default cap (what a gate
+    cap below it takes away)."""
+    return output_tokens(context_tokens)
+
+
 @dataclass(frozen=True, slots=True)
 class AgentTarget:
     """Where an agent sends its requests and what one request can hold there."""
@@ -106,6 +116,9 @@ class AgentTarget:
     """True when ``base_url`` is the gate."""
     engine: str = DEFAULT_ENGINE
     """The engine kind's name."""
+    gate_max_tokens: int | None = None
+    """The gate's ``max_tokens_cap`` (the most one answer generates there); None: no gate,
+    or a record that does not say (the default was assumed)."""
 
     @property
     def context_tokens(self) -> int:
@@ -139,15 +152,19 @@ def target_for(
     gate_budget_tokens: int | None = None,
     api_key: str | None = None,
     engine: str = DEFAULT_ENGINE,
+    gate_max_tokens: int | None = None,
 ) -> AgentTarget:
-    """The target of an engine planned as ``facts`` (see :func:`request_context`)."""
+    """The target of an engine planned as ``facts`` (see :func:`request_context`);
+    ``gate_max_tokens`` is the gate's ``max_tokens_cap`` (None: unknown, the default)."""
     context = request_context(facts, gated=gated, gate_budget_tokens=gate_budget_tokens)
+    cap = gate_max_tokens if gated and gate_max_tokens is not None else DEFAULT_MAX_OUTPUT_TOKENS
     return AgentTarget(
         base_url=base_url.rstrip("/"),
         model=model,
         context=context,
-        max_output_tokens=output_tokens(context.tokens),
+        max_output_tokens=output_tokens(context.tokens, cap),
         api_key=api_key,
         gated=gated,
         engine=engine,
+        gate_max_tokens=gate_max_tokens if gated else None,
     )

@@ -232,7 +232,8 @@ def _dry_run(args: argparse.Namespace) -> int:
         named = named_model(args.model, kind) if kind.pulls else None
         model = args.model if named is None else named.target
         workload = None if named is None else named.workload
-        prepared = prepare(model, None, options, default_workload=workload)
+        key = None if named is None or named.preset is None else named.preset.key
+        prepared = prepare(model, None, options, default_workload=workload, served_name=key)
     except HomelabError as error:
         raise worded(error) from None
     print_json(plan_data(prepared))

@@ -49,6 +49,9 @@ class ServePlan:
     fetch_args: tuple[str, ...] = ()
     """How the engine fetches a model not downloaded yet (llama.cpp: ``-hf REPO:QUANT``), in
     place of loading ``model_path``; empty: it loads ``model_path``."""
+    served_name: str | None = None
+    """The name to serve the model by (a preset's key: ``homelab serve KEY``); None: the
+    engine's id from the model itself. Cleaned into an id by the kind's argv."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,7 @@ STOP_GRACE_S = 5.0
 """How long a gate process gets after SIGTERM before SIGKILL."""
 PORT_FREED_S = 10.0
 """How long a replaced engine's gate may take to give its port back."""
-GATE_FIELDS = ("gate_url", "gate_budget_tokens", "gate_pid", "gate_create_time")
+GATE_FIELDS = ("gate_url", "gate_budget_tokens", "gate_max_tokens", "gate_pid", "gate_create_time")
 """The engine record's fields that name its gate."""
 
 
@@ -137,7 +137,7 @@ class SessionGate:
                 self.ceiling, budget = state.ceiling_tokens, state.budget_tokens
                 limit = state.max_concurrent
                 pid, created = os.getpid(), create_time_of(os.getpid())
-            fields = (self.url, self.ceiling, pid, created)
+            fields = (self.url, self.ceiling, settings.max_tokens_cap, pid, created)
             self._fields = dict(zip(GATE_FIELDS, fields, strict=True))
             self.stamp(engine_pid)
             self._emit(ev.GateStarted(self.url, budget, limit, engine_url, detached, self.ceiling))

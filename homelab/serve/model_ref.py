@@ -53,20 +53,22 @@ def named_model(ref: str, kind: EngineKind) -> Named:
 
 def resolve_model(
     ref: str, kind: EngineKind, emit: Callable[[SessionEvent], None]
-) -> tuple[str, Workload | None]:
-    """(the model file's absolute path, a preset's workload hint or None), pulled into the HF
-    cache when it is not local; the pull and the preset are told as events.
+) -> tuple[str, Workload | None, str | None]:
+    """(the model file's absolute path, a preset's workload hint or None, the preset's key
+    or None), pulled into the HF cache when it is not local; the pull and the preset are
+    told as events.
 
     Raises:
         HomelabError: not a model, an unknown preset, one for another engine, a failed pull.
     """
     named = named_model(ref, kind)
     if named.local:
-        return named.target, None
+        return named.target, None, None
     if (preset := named.preset) is not None:
         emit(ev.PresetChosen(preset.key, preset.name, preset.ref))
     from homelab.hub.download import pull
 
     pulled = pull(named.target, progress=lambda p: emit(ev.PullProgress(p)))
     emit(ev.Pulled(str(pulled.paths[0]), pulled.note))
-    return str(Path(pulled.paths[0]).absolute()), named.workload
+    key = None if named.preset is None else named.preset.key
+    return str(Path(pulled.paths[0]).absolute()), named.workload, key

@@ -11,7 +11,7 @@ working, then the command line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from homelab.engine.kinds import EngineKind, ServePlan, engine_kind
 from homelab.gpu.report import GpuReport
@@ -37,9 +37,11 @@ def prepare(
     options: PlanOptions,
     *,
     default_workload: Workload | None = None,
+    served_name: str | None = None,
 ) -> Prepared:
     """``model`` (a path, a Hub reference for llama.cpp, a folder or repo for vLLM) planned on
-    ``report`` (None: the card ``options`` name) by the engine ``options`` ask for.
+    ``report`` (None: the card ``options`` name) by the engine ``options`` ask for;
+    ``served_name``: a preset's key, the id it is served by (None: the model's own).
 
     Raises:
         HomelabError: the model cannot be read, or nothing worth serving fits.
@@ -49,5 +51,7 @@ def prepare(
     kind = engine_kind(options.engine.name)
     card = card_for(options) if report is None else report
     plan = kind.plan(model, card, options, default_workload=default_workload)
+    if served_name is not None:
+        plan = replace(plan, served_name=served_name)
     port = kind.default_port if options.engine.port is None else options.engine.port
     return Prepared(kind, plan, tuple(kind.argv(plan, port, None)))

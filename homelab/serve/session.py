@@ -71,6 +71,8 @@ class ServeSession:
         self._policy, self._log_dir = policy, log_dir
         self.default_workload: Workload | None = request.default_workload
         """The workload when the options ask for none (a preset's hint, once resolved)."""
+        self.served_name: str | None = None
+        """A served preset's key: the id the engine serves it by (kept by a re-plan)."""
         self._asked_stop = False
         self.gate: SessionGate | None = None
         self.healer: Healer | None = None  # proves a planned engine and heals an out-of-memory
@@ -101,7 +103,13 @@ class ServeSession:
         now): a heal's smaller plan, a re-plan."""
         assert self.plan is not None, "only a planned engine is planned again"
         model = self.plan.model_path
-        return prepare(model, report, options, default_workload=self.default_workload)
+        return prepare(
+            model,
+            report,
+            options,
+            default_workload=self.default_workload,
+            served_name=self.plan.served_name,
+        )
 
     def restart_into(self, plan: ServePlan, *, now: bool, retarget: bool = True) -> Restarted:
         """Hand ``plan`` to the supervisor (the engine's port and program kept); the session's
@@ -155,7 +163,7 @@ class ServeSession:
         """The model to serve, pulled into the HF cache when the kind pulls and it is not local."""
         if not self.kind.pulls:
             return self.request.model
-        path, workload = resolve_model(self.request.model, self.kind, self.emit)
+        path, workload, self.served_name = resolve_model(self.request.model, self.kind, self.emit)
         if workload is not None:
             self.default_workload = workload
         return path
@@ -179,7 +187,9 @@ class ServeSession:
         prepared = self.request.prepared
         if prepared is None:
             report, workload = self.request.report, self.default_workload
-            prepared = prepare(model, report, options, default_workload=workload)
+            prepared = prepare(
+                model, report, options, default_workload=workload, served_name=self.served_name
+            )
         plan = self.plan = prepared.plan
         argv = kind.argv(plan, choice.port, executable)
         self.emit(ev.Planned(plan, tuple(argv), note))

@@ -164,14 +164,18 @@ def prepare(
     report: GpuReport,
     options: PlanOptions,
     default_workload: Workload | None = None,
+    served_name: str | None = None,
 ) -> Prepared:
     """The one planning pass ``homelab plan`` makes too (:func:`homelab.serve.prepare.prepare`),
-    on ``report`` with our own running engine counted as freed."""
+    on ``report`` with our own running engine counted as freed; ``served_name``: a preset's
+    key, the id it is served by."""
     from homelab.plan.own_engine import without_own_engines
     from homelab.serve.prepare import prepare as prepare_model
 
     card = without_own_engines(report)
-    return prepare_model(model, card, options, default_workload=default_workload)
+    return prepare_model(
+        model, card, options, default_workload=default_workload, served_name=served_name
+    )
 
 
 def plan_not_downloaded(
@@ -188,10 +192,11 @@ def plan_not_downloaded(
     """
     from homelab.engine.kinds import engine_kind
     from homelab.engine.llamacpp.argv import llama_server_argv
+    from homelab.engine.llamacpp.served_id import served_id
     from homelab.errors import HomelabError
 
     try:
-        prepared = prepare(preset.ref, report, options, preset.workload)
+        prepared = prepare(preset.ref, report, options, preset.workload, served_name=preset.key)
         return prepared.plan.plan, list(prepared.argv)
     except HomelabError as error:
         if hub_unreachable(error) is None:
@@ -209,7 +214,9 @@ def plan_not_downloaded(
             hint="Download it first (`homelab pull`), or check the network.",
         )
     port = options.engine.port or engine_kind(options.engine.name).default_port
-    return fit.plan, llama_server_argv(fit.plan, port=port, model_args=["-hf", preset.ref])
+    alias = served_id(None, preset.ref, preset.key)  # the preset's name, as when it is served
+    argv = llama_server_argv(fit.plan, port=port, model_args=["-hf", preset.ref], alias=alias)
+    return fit.plan, argv
 
 
 def measured(plan: Plan, model: GgufModel) -> tuple[Plan, tuple[str, ...]]:

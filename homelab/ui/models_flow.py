@@ -173,8 +173,10 @@ class ModelsFlow(AppFlow):
             if entry.preset is not None:
                 path = backend.preset_model_path(entry.preset)
             if path is not None:
-                default = entry.preset.workload if entry.preset is not None else None
-                prepared = backend.prepare(str(path), report, options, default)
+                preset = entry.preset
+                default = preset.workload if preset is not None else None
+                key = preset.key if preset is not None else None
+                prepared = backend.prepare(str(path), report, options, default, served_name=key)
                 plan, argv = prepared.plan.plan, list(prepared.argv)
                 preview = Preview(prepared, report, options)
                 if prepared.plan.model is not None:  # the header prepare read: not read again

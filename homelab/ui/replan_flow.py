@@ -143,8 +143,11 @@ class ReplanFlow(EngineFlow):
         self, entry: ModelEntry, old: Plan, path: Path, options: PlanOptions, report: GpuReport
     ) -> None:
         default = entry.preset.workload if entry.preset is not None else None
+        key = entry.preset.key if entry.preset is not None else None
         try:
-            prepared = backend.prepare(str(path.absolute()), report, options, default)
+            prepared = backend.prepare(
+                str(path.absolute()), report, options, default, served_name=key
+            )
         except HomelabError as error:
             self.post_message(EngineFailed(error))
             self.call_from_thread(

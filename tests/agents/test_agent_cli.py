@@ -21,6 +21,7 @@ import pytest
 
 from homelab.agents.contract import NO_TOOL_CALLS
 from homelab.agents.engine_target import EngineNotAnsweringError, engine_target, served_model
+from homelab.agents.target import DEFAULT_MAX_OUTPUT_TOKENS
 from homelab.engine.supervision.facts import PlanFacts
 from homelab.engine.supervision.record import EngineRecord
 from homelab.engine.supervision.state_file import StateFile
@@ -179,6 +180,10 @@ def gated_record_is_read(record: EngineRecord, facts: PlanFacts) -> None:
     target = engine_target(replace(record, gate_budget_tokens=budget))
     assert target.gated and target.base_url == record.gate_url and target.api_key == "k-0451"
     assert target.context_tokens == budget and "gate's ceiling" in target.context.source
+    assert record.gate_max_tokens == DEFAULT_MAX_OUTPUT_TOKENS  # the gate's own cap, kept
+    assert target.max_output_tokens == min(DEFAULT_MAX_OUTPUT_TOKENS, budget // 2)
+    capped = engine_target(replace(record, gate_max_tokens=64))  # gate.toml's max_tokens_cap
+    assert capped.max_output_tokens == 64 and capped.gate_max_tokens == 64
     bare = engine_target(replace(record, gate_url=None, gate_budget_tokens=None))
     assert not bare.gated and bare.api_key is None and bare.context_tokens == facts.ctx_per_slot
     assert bare.base_url == record.url

@@ -139,6 +139,8 @@ def test_the_real_agent_answers_through_the_gate_within_what_it_was_told(
     assert told.gated and told.base_url == served.url
     assert told.context_tokens == served.budget_tokens  # the gate's ceiling, told as is
     assert "/" not in told.model  # the served id, not the GGUF's path
+    assert told.max_output_tokens == ANSWER_CAP  # the gate's cap, not the plan's 4,096
+    assert any("max_tokens_cap" in w for w in setup.warnings)  # and said, with its fix
     home = tmp_path / "home"
     home.mkdir()
     opencode_config(home)
@@ -172,4 +174,6 @@ def test_the_real_agent_answers_through_the_gate_within_what_it_was_told(
         assert engine_prompt + generated <= told.context_tokens
         asked = charge["asked_max_tokens"]
         assert asked is None or asked <= told_output(setup), entry  # its own bound, if any
+        if agent == "claude" and charge["stream"]:  # its answer asks the bound it was told
+            assert asked == told_output(setup), entry  # (a side request asks its own, less)
         assert charge["engine_error"] is None

@@ -59,6 +59,7 @@ def test_serve_a_user_preset(tiny_repo: str, hf_cache: Path) -> None:
     served = _serve_then_stop("tiny")
     assert "preset tiny: Tiny (tester/Tiny-GGUF:F16)" in served.stdout
     assert "Slots for chat" in served.stdout  # the preset's workload hint was used
+    assert "--alias tiny " in served.stdout  # served by the preset's own name
 
 
 def test_unknown_preset_is_a_usage_error() -> None:
@@ -84,6 +85,11 @@ def test_serve_dry_run_of_a_preset_plans_it_with_its_workload(tiny_repo: str) ->
     assert dry.returncode == 0, dry.stdout + dry.stderr
     chat = run_homelab("plan", f"{tiny_repo}:F16", "--vram", "8GiB", "--workload", "chat", "--json")
     agent = run_homelab("plan", f"{tiny_repo}:F16", "--vram", "8GiB", "--json")
-    assert json.loads(dry.stdout) == json.loads(chat.stdout) != json.loads(agent.stdout)
-    assert "-hf" in json.loads(dry.stdout)["argv"]  # not pulled: llama-server's own fetch
+    planned, as_repo = json.loads(dry.stdout), json.loads(chat.stdout)
+    alias = planned["argv"].index("--alias") + 1
+    assert planned["argv"][alias] == "tiny"  # served by the preset's own name
+    assert as_repo["argv"][alias] != "tiny"  # the repo planned by itself: its GGUF's name
+    as_repo["argv"][alias] = "tiny"
+    assert planned == as_repo != json.loads(agent.stdout)  # nothing else differs
+    assert "-hf" in planned["argv"]  # not pulled: llama-server's own fetch
     assert StateFile().read() is None

@@ -144,6 +144,7 @@ def test_the_preview_of_a_preset_not_downloaded_is_serve_dry_runs_plan(
     _preset()
     assert cli_main(["serve", "stubby", "--vram", "8GiB", "--dry-run"]) == 0
     dry = json.loads(capsys.readouterr().out)
+    assert dry["argv"][dry["argv"].index("--alias") + 1] == "stubby"  # the preset's own name
 
     async def drive() -> None:
         app = _preview_app(models_dir)
@@ -173,6 +174,7 @@ def test_while_the_hub_is_unreachable_a_preset_previews_from_its_facts_fetched_b
             argv = app.state.picked.argv
             assert argv[:3] == ["llama-server", "-hf", "Qwen/Qwen3-8B-GGUF:Q4_K_M"]
             assert "-m" not in argv and app.state.picked.model_path is None
+            assert argv[argv.index("--alias") + 1] == "qwen3-8b"  # served by the preset's name
 
             await _pick(app, pilot, "stubby")
             steps = app.query_one("#steps")

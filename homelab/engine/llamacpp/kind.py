@@ -98,7 +98,9 @@ class LlamaCpp:
             model_args=list(plan.fetch_args) or None,
             visible=None if executable is None else visible_devices(executable),
             cache_ram_mib=plan.cache_ram_mib,
-            alias=served_id(metadata if isinstance(metadata, dict) else None, plan.model_path),
+            alias=served_id(
+                metadata if isinstance(metadata, dict) else None, plan.model_path, plan.served_name
+            ),
         )
         return argv if executable is None else [executable, *argv[1:]]
 

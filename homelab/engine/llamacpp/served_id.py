@@ -53,12 +53,17 @@ def _file_stem(path: str) -> str:
     return info.prefix if info is not None else name
 
 
-def served_id(metadata: dict[str, Any] | None, path: str) -> str:
+def served_id(metadata: dict[str, Any] | None, path: str, preset: str | None = None) -> str:
     """The id for the model at ``path`` whose GGUF metadata is ``metadata`` (None: unread).
 
-    ``general.name`` when it is a string with something usable in it, else the file's
-    name; then ``-QUANT`` when the file name carries a quant the name does not.
+    A preset's own name (``preset``, the key ``homelab serve KEY`` took) when one was
+    served and something usable is left of it, cleaned like any id; else ``general.name``
+    when it is a string with something usable in it, else the file's name; then ``-QUANT``
+    when the file name carries a quant the name does not.
     """
+    named = clean_id(preset) if preset is not None else ""
+    if named:
+        return named
     raw = (metadata or {}).get("general.name")
     base = clean_id(raw) if isinstance(raw, str) else ""
     if not base:

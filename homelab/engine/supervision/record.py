@@ -63,6 +63,9 @@ class EngineRecord:
     gate_budget_tokens: int | None = None
     """The per-request ceiling the gate admits: the most tokens (prompt + output) one
     request may be charged (what an agent may plan its context with)."""
+    gate_max_tokens: int | None = None
+    """The gate's ``max_tokens_cap``: the most tokens it lets one answer generate (what an
+    agent is told as its output bound); None: no gate, or a record from before it was kept."""
     gate_pid: int | None = None
     """The process that runs the gate (this supervisor's, or a detached gate's own)."""
     gate_create_time: float | None = None
@@ -190,6 +193,7 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "facts": ((dict, type(None)), False),
     "gate_url": ((str, type(None)), False),
     "gate_budget_tokens": ((int, type(None)), False),
+    "gate_max_tokens": ((int, type(None)), False),
     "gate_pid": ((int, type(None)), False),
     "gate_create_time": ((*_NUMBER, type(None)), False),
 }
@@ -205,6 +209,8 @@ def _check_gate(record: EngineRecord) -> None:
             raise ValueError(f"gate_url {url!r} is not http://HOST:PORT")
     if record.gate_budget_tokens is not None and record.gate_budget_tokens < 1:
         raise ValueError(f"gate_budget_tokens {record.gate_budget_tokens} is not a budget")
+    if record.gate_max_tokens is not None and record.gate_max_tokens < 1:
+        raise ValueError(f"gate_max_tokens {record.gate_max_tokens} is not a token cap")
     if record.gate_pid is not None and record.gate_pid < 1:
         raise ValueError(f"gate_pid {record.gate_pid} is not a process")
 

@@ -16,6 +16,7 @@ model from the HF cache keeps its repo id as the served name.
 
 from __future__ import annotations
 
+from homelab.engine.llamacpp.served_id import clean_id
 from homelab.engine.vllm.kind import Vllm
 from homelab.engine.vllm.locate import launch_prefix
 from homelab.errors import UsageError
@@ -31,8 +32,14 @@ def vllm_argv(
     host: str = DEFAULT_HOST,
     port: int = Vllm.default_port,
     executable: str = "vllm",
+    served: str | None = None,
 ) -> list[str]:
     """The flags the plan derived, in the order a person would write them.
+
+    ``--served-model-name`` is the same clean id llama.cpp's ``--alias`` is
+    (:func:`~homelab.engine.llamacpp.served_id.clean_id`): ``served`` (a preset's key)
+    when given, else the plan's name (the repo id, ``Qwen/Qwen3-8B`` → ``Qwen3-8B``), so
+    ``/v1/models`` and every agent hand-off agree on one id whatever the engine.
 
     Raises:
         UsageError: a port outside 1–65535 or an empty host.
@@ -64,7 +71,10 @@ def vllm_argv(
     if plan.experts_offload is not None:  # the routed experts of the first N layers in RAM
         argv += ["--cpu-offload-gb", plan.experts_offload.gb_flag]
         argv += ["--cpu-offload-params", EXPERTS_SEGMENT]
-    if plan.served_model_name:
-        argv += ["--served-model-name", plan.served_model_name]
+    name = clean_id(served) if served is not None else ""
+    if not name and plan.served_model_name:
+        name = clean_id(plan.served_model_name)
+    if name:
+        argv += ["--served-model-name", name]
     argv += ["--host", host, "--port", str(port)]
     return argv

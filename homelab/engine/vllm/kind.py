@@ -82,7 +82,7 @@ class Vllm:
                 executable = find_vllm().executable
             except EngineError:
                 executable = "vllm"
-        return vllm_argv(plan.plan, port=port, executable=executable)
+        return vllm_argv(plan.plan, port=port, executable=executable, served=plan.served_name)
 
     def profile(self, plan: ServePlan | None, model: str) -> EngineProfile:
         from homelab.engine.vllm.profile import vllm_profile

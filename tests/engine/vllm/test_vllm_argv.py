@@ -62,7 +62,11 @@ def test_a_cached_repo_is_served_from_its_snapshot_under_its_repo_id(tmp_path) -
     plan = vllm_plan("Qwen/Qwen3-8B", synthetic_report(48 * GiB), hf_cache_dir=tmp_path / "hub")
     argv = vllm_argv(plan, executable="/opt/vllm/bin/vllm")
     assert argv[:3] == ["/opt/vllm/bin/vllm", "serve", str(snapshot)]
-    assert _flag(argv, "--served-model-name") == "Qwen/Qwen3-8B"
+    assert _flag(argv, "--served-model-name") == "Qwen3-8B"  # the clean id llama.cpp serves too
+    named = vllm_argv(plan, executable="/opt/vllm/bin/vllm", served="my qwen/8b,fast")
+    assert _flag(named, "--served-model-name") == "8b-fast"  # a preset's key, cleaned
+    blank = vllm_argv(plan, executable="/opt/vllm/bin/vllm", served="/ ./..")
+    assert _flag(blank, "--served-model-name") == "Qwen3-8B"  # nothing usable: the repo's
 
 
 @pytest.mark.parametrize(

@@ -61,10 +61,21 @@ def test_ready_means_health_and_the_startup_line(served) -> None:
     assert log.serving and log.version == "0.32.0" and log.kv_cache_device == "CPU"
 
 
+def _served_id(url: str) -> str:
+    """The model id the server lists (``--served-model-name``: a clean id, not the path)."""
+    status, body = get(url + "/v1/models")
+    assert status == 200, body
+    (model,) = json.loads(body)["data"]
+    return str(model["id"])
+
+
 def test_a_completion_is_answered_through_the_gate(served, tiny_llama: Path) -> None:
+    url = served["status"]["url"]
+    model = _served_id(url)
+    assert "/" not in model and model.startswith("tiny-llama")
     answer = post(
-        served["status"]["url"] + "/v1/completions",
-        {"model": str(tiny_llama), "prompt": "The quick brown fox", "max_tokens": 4},
+        url + "/v1/completions",
+        {"model": model, "prompt": "The quick brown fox", "max_tokens": 4},
     )
     assert answer["choices"][0]["finish_reason"] in ("length", "stop")
     assert answer["usage"]["completion_tokens"] >= 1
@@ -91,12 +102,13 @@ def test_the_gate_budget_comes_from_vllms_logged_pool(served) -> None:
 def test_prefix_caching_is_on_and_hits_after_a_shared_prefix(served, tiny_llama: Path) -> None:
     assert parse_vllm_log(_log(served)).prefix_caching is True  # the engine's config line
     engine = served["status"]["engine"]["url"]
+    model = _served_id(engine)
     shared = " ".join(["The quick brown fox jumps over the lazy dog."] * 60)  # > 4 blocks of 128
     before = _hits(engine)
     for question in (" What is it?", " Who is it?"):
         post(
             engine + "/v1/completions",
-            {"model": str(tiny_llama), "prompt": shared + question, "max_tokens": 2},
+            {"model": model, "prompt": shared + question, "max_tokens": 2},
         )
     assert _hits(engine) - before >= 128  # at least one whole block read from the cache
 

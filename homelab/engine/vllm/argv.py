@@ -38,7 +38,8 @@ def vllm_argv(
 
     ``--served-model-name`` is the same clean id llama.cpp's ``--alias`` is
     (:func:`~homelab.engine.llamacpp.served_id.clean_id`): ``served`` (a preset's key)
-    when given, else the plan's name (the repo id, ``Qwen/Qwen3-8B`` → ``Qwen3-8B``), so
+    when given, else the plan's name (the repo id, ``Qwen/Qwen3-8B`` → ``Qwen3-8B``; a local
+    folder's own name), so
     ``/v1/models`` and every agent hand-off agree on one id whatever the engine.
 
     Raises:
@@ -74,6 +75,8 @@ def vllm_argv(
     name = clean_id(served) if served is not None else ""
     if not name and plan.served_model_name:
         name = clean_id(plan.served_model_name)
+    if not name:  # a local folder: its name, never its path (vLLM's default)
+        name = clean_id(str(plan.model_ref))
     if name:
         argv += ["--served-model-name", name]
     argv += ["--host", host, "--port", str(port)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from vllm_fixture_data import fake_hf_cache
 
@@ -51,10 +53,17 @@ def test_argv_order_matches_the_documented_command(model_dir, wayland_3090) -> N
         "--kv-cache-dtype",
         "--max-num-batched-tokens",
         "--enable-prefix-caching",
+        "--served-model-name",
         "--host",
         "--port",
     ]
     assert (_flag(argv, "--host"), _flag(argv, "--port")) == ("127.0.0.1", "8000")
+
+
+def test_a_local_folder_is_served_under_its_own_name_not_its_path(model_dir) -> None:
+    folder = model_dir("Qwen__Qwen3-8B")
+    argv = vllm_argv(vllm_plan(folder, synthetic_report(96 * GiB)))
+    assert _flag(argv, "--served-model-name") == "Qwen__Qwen3-8B" == Path(folder).name
 
 
 def test_a_cached_repo_is_served_from_its_snapshot_under_its_repo_id(tmp_path) -> None:

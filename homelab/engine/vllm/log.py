@@ -29,6 +29,7 @@ FailureKind = Literal[
     "max_len_exceeds_model",
     "unknown_architecture",
     "port_in_use",
+    "compile_cache_damaged",
     "engine_init_failed",
 ]
 
@@ -71,6 +72,12 @@ _F_MAX_LEN = re.compile(
 _F_ARCH = re.compile(r"Model architectures (\[[^\]]*\]) are not supported")
 _F_PORT = re.compile(r"Address already in use")
 _F_INIT = re.compile(r"Engine core initialization failed")
+_F_COMPILE_CACHE = re.compile(
+    r"(\S*/torch_compile_cache)/\S*: (?:file too short|invalid ELF header)"
+)
+"""A compiled kernel in vLLM's torch.compile cache that cannot be loaded: a start stopped while
+it was written (seen here: ``InductorError: ImportError: …/torch_compile_cache/…/….main.so:
+file too short``, then every later start fails the same way until the cache goes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +97,8 @@ class VllmFailure:
     utilization: float | None = None
     requested_gib: float | None = None
     block_size: int | None = None
+    path: str | None = None
+    """A folder the message names (the damaged compile cache)."""
 
 
 def last_kv_tokens(lines: Sequence[str]) -> int | None:
@@ -153,6 +162,9 @@ def find_failure(text: str) -> VllmFailure | None:
         return VllmFailure(
             "max_len_exceeds_model", _line_of(text, match), max_model_len=int(match.group(1))
         )
+    match = _F_COMPILE_CACHE.search(text)
+    if match:
+        return VllmFailure("compile_cache_damaged", _line_of(text, match), path=match.group(1))
     for kind, pattern in (
         ("no_kv_memory", _F_NO_KV),
         ("weights_oom", _F_OOM),
@@ -195,6 +207,13 @@ def failure_error(failure: VllmFailure) -> HomelabError:
         return UsageError(
             f"--max-model-len is beyond what the model's config allows. {line}",
             hint="Use the length its config.json allows, or less.",
+        )
+    if failure.kind == "compile_cache_damaged":
+        return EngineError(
+            f"vLLM's torch.compile cache holds a damaged kernel (a start was stopped while "
+            f"writing it), so every start fails loading it. {line}",
+            hint=f"Delete {failure.path} (vLLM compiles it again at the next start) and "
+            "serve again.",
         )
     cls, what, hint = _PLAIN[failure.kind]
     return cls(f"{what}. {line}", hint=hint)

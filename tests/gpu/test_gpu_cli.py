@@ -119,9 +119,11 @@ def test_json_is_one_object_in_bytes(capsys: pytest.CaptureFixture[str]) -> None
         "cpu",
         "note",
         "window_s",
+        "ram_low",
         "warnings",
     }
     assert data["source"] == "replay" and data["cpu"] is None and data["warnings"] == []
+    assert data["ram_low"] is None  # a recording holds no RAM: only a live window samples it
     assert len(data["devices"]) == 2
     gpu1 = data["devices"][1]
     raw1 = raw("two_gpus.json")["devices"][1]

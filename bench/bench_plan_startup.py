@@ -50,15 +50,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import gguf
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.factory import geometry
-from tests.factory.base import ModelWriter
 from tests.factory.gdn import build_gdn
+from tests.factory.header_only import HeaderOnlyWriter
 
 N_VOCAB = 248_320  # Qwen3.5's vocab_size (config.json)
 N_SPECIAL = 33
@@ -79,38 +78,23 @@ SNAP = "homelab plan --gpu-snapshot"
 HEADER_FLOOR = "python reads the header"
 
 
-class HeaderOnlyWriter(ModelWriter):
-    """The factory's writer, describing tensors instead of storing them, with a full vocabulary.
+def _q4_k_m_mix(name: str, ne: tuple[int, ...]) -> QT:
+    """``Q4_K_M``'s bulk Q4_K; the output and every ``attn_v`` / ``ffn_down`` Q6_K (as
+    llama-quantize's mix does); rows that are no multiple of 256 Q8_0 or F16."""
+    if ne[0] % 256:
+        return QT.Q8_0 if ne[0] % 32 == 0 else QT.F16
+    if name == "output.weight" or name.endswith(("attn_v.weight", "ffn_down.weight")):
+        return QT.Q6_K
+    return QT.Q4_K
 
-    Matrices are Q4_K (``Q4_K_M``'s bulk; embeddings and every other ``attn_v`` /
-    ``ffn_down`` / ``ssm_out`` Q6_K, as llama-quantize's mix does), vectors F32. Only
-    the tensor infos are written; the data section is a hole of the right size.
-    """
+
+class Qwen35HeaderWriter(HeaderOnlyWriter):
+    """The factory's header-only writer with Qwen3.5's full vocabulary (248,320 tokens,
+    240,000 merges, a chat template): the ~10 MB header the start-up figure reads."""
 
     def __init__(self, path: Path, arch: str) -> None:
-        super().__init__(path, arch)
-        self._data_bytes = 0
+        super().__init__(path, arch, _q4_k_m_mix)
         self._rng_vocab = random.Random(1234)
-
-    def _info(self, name: str, ne: tuple[int, ...], kind: QT) -> None:
-        block, size = gguf.GGML_QUANT_SIZES[kind]
-        n_bytes = int(np.prod(ne)) // block * size
-        self.w.add_tensor_info(
-            name, tuple(reversed(ne)), np.dtype(np.float32), n_bytes, raw_dtype=kind
-        )
-        self._data_bytes += -(-n_bytes // 32) * 32
-
-    def matrix(self, name: str, *ne: int, scale: float = 0.02) -> None:
-        if ne[0] % 256:
-            kind = QT.Q8_0 if ne[0] % 32 == 0 else QT.F16
-        elif name == "output.weight" or name.endswith(("attn_v.weight", "ffn_down.weight")):
-            kind = QT.Q6_K
-        else:
-            kind = QT.Q4_K
-        self._info(name, tuple(ne), kind)
-
-    def f32(self, name: str, *ne: int, value: float | None = None, scale: float = 0.02) -> None:
-        self._info(name, tuple(ne), QT.F32)
 
     def vocab(self) -> int:
         rng = self._rng_vocab
@@ -141,20 +125,11 @@ class HeaderOnlyWriter(ModelWriter):
         self.n_vocab = len(tokens)
         return self.n_vocab
 
-    def write(self) -> Path:
-        self.w.write_header_to_file()
-        self.w.write_kv_data_to_file()
-        self.w.write_ti_data_to_file()
-        self.w.close()
-        header_size = self.path.stat().st_size
-        os.truncate(self.path, -(-header_size // 32) * 32 + self._data_bytes)
-        return self.path
-
 
 def write_qwen35_9b(path: Path) -> int:
     """Write the bench model; return its header size in bytes."""
     g = geometry("qwen35", **QWEN35_9B)
-    mw = HeaderOnlyWriter(path, "qwen35")
+    mw = Qwen35HeaderWriter(path, "qwen35")
     mw.w.add_name("Qwen3.5 9B (bench)")
     mw.w.add_file_type(int(gguf.LlamaFileType.MOSTLY_Q4_K_M))
     mw.w.add_quantization_version(gguf.GGML_QUANT_VERSION)

@@ -7,6 +7,9 @@
     queue_timeout_s = 120
     host = "127.0.0.1"
 
+    [sampling]                # written into requests that leave them out (gate/sampling.py)
+    temperature = 0.6
+
 A setting given to the serve itself (its flags, the TUI's fields) wins over the file.
 Every error names the setting and the file. :func:`resolve_gate` gives the
 :class:`~homelab.gate.settings.GateSettings` for a port: an address other than
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from homelab.errors import UsageError
+from homelab.gate.sampling import SamplingDefaults, as_defaults, sampling_problem
 from homelab.paths import config_dir
 
 if TYPE_CHECKING:
@@ -42,6 +46,8 @@ class GateChoices:
     queue_timeout_s: float | None = None
     max_queue: int | None = None
     max_tokens_cap: int | None = None
+    sampling: SamplingDefaults | None = None
+    """``[sampling]``: what the gate writes into a request that leaves it out."""
     api_key: str | None = None
     affinity: bool | None = None
     require_api_key: bool | None = None
@@ -92,6 +98,7 @@ _RULES = {
     "api_key": (_word, "text without spaces"),
     "affinity": (lambda v: isinstance(v, bool), "true or false"),
     "require_api_key": (lambda v: isinstance(v, bool), "true or false"),
+    "sampling": (lambda v: isinstance(v, tuple), "a table ([sampling])"),
 }
 
 
@@ -139,6 +146,11 @@ def read_config(path: Path | None = None) -> GateChoices:
             + ("; the port is the serve's own setting" if "port" in unknown else ""),
             title=_TITLE,
         )
+    if "sampling" in data:
+        problem = sampling_problem(data["sampling"])
+        if problem:
+            raise UsageError(f"{path}: {problem}", hint=f"fix [sampling] in {path}", title=_TITLE)
+        data["sampling"] = as_defaults(data["sampling"])
     choices = GateChoices(**data)
     check_choices(choices, f"in {path}")
     return choices

@@ -213,10 +213,11 @@ async def _run(
     outcome = Outcome()
     clean = False
     try:
-        body = forwarded_body(asked, completion, slot)
+        sampling = gate.settings.sampling
+        body = forwarded_body(asked, completion, slot, sampling)
 
         def again() -> bytes:  # for an engine that restarted: its slots may be fewer
-            return forwarded_body(asked, completion, None)
+            return forwarded_body(asked, completion, None, sampling)
 
         result = await _forward(gate, request, asked, body, outcome, started, again)
         clean = True

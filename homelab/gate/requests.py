@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from homelab.gate.errors import BadRequest
+from homelab.gate.sampling import SamplingDefaults, missing
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +40,19 @@ class Route:
     system_field: str | None = None
     """A field of its own for the system prompt."""
     anthropic: bool = False
+    sampling_fields: tuple[str, ...] | None = None
+    """The sampling settings the engine reads on this route (None: all of
+    :data:`~homelab.gate.sampling.KNOWN`)."""
 
     @property
     def text_prompt(self) -> bool:
         """A raw text prompt (counted by ``/tokenize``), not a chat."""
         return self.count_path == "/tokenize"
 
+
+ANTHROPIC_SAMPLING = ("temperature", "top_p", "top_k")
+"""What llama-server's Anthropic route passes on to its sampler (``seed`` and ``min_p`` are
+dropped there: ``server_chat_convert_anthropic_to_oai``, b11312)."""
 
 ROUTES: dict[str, Route] = {
     r.path: r
@@ -62,6 +70,7 @@ ROUTES: dict[str, Route] = {
             "messages",
             "system",
             anthropic=True,
+            sampling_fields=ANTHROPIC_SAMPLING,
         ),
         Route(
             "/v1/responses",
@@ -232,24 +241,31 @@ def completion_cap(asked: Asked, prompt_tokens: int, *, cap: int, ceiling: int) 
     return max(0, min(wanted, ceiling - prompt_tokens))
 
 
-def forwarded_body(asked: Asked, completion: int, id_slot: int | None) -> bytes:
+def forwarded_body(
+    asked: Asked, completion: int, id_slot: int | None, sampling: SamplingDefaults = ()
+) -> bytes:
     """The body sent to the engine: the cap written into every length field the client used
-    (the first of the route's fields when it used none), and the pinned slot.
+    (the first of the route's fields when it used none), the pinned slot, and the gate's
+    sampling defaults the client left out (:mod:`homelab.gate.sampling`).
 
     Fields the client did not send are appended to its own bytes (its JSON is not
     serialized again: for an agent's long history that is most of the gate's work); a
     field it sent that must change (a bound over the cap) makes the gate rewrite it."""
     body = asked.body
     used = [name for name in asked.route.cap_fields if body.get(name) is not None]
-    changed: dict[str, int] = {}
+    changed: dict[str, int | float] = {}
     for name in used or asked.route.cap_fields[:1]:
         value = body.get(name)
         if not isinstance(value, int) or value < 0 or value > completion:
             changed[name] = completion
     if id_slot is not None and asked.id_slot is None:
         changed["id_slot"] = id_slot
+    carried = asked.route.sampling_fields
+    changed.update(missing(body, sampling, carried))
     raw = asked.raw.rstrip()
     if raw[:1] == b"{" and raw[-1:] == b"}" and not any(name in body for name in changed):
-        extra = b"".join(b',"%s":%d' % (name.encode(), v) for name, v in changed.items())
+        extra = b"".join(
+            b',"%s":%s' % (k.encode(), json.dumps(v).encode()) for k, v in changed.items()
+        )
         return raw[:-1] + extra + b"}"
     return _BODY_JSON({**body, **changed}).encode()

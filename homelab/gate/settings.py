@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from homelab.errors import UsageError
+from homelab.gate.sampling import SamplingDefaults
 
 DEFAULT_MAX_QUEUE = 64
 """Requests that may wait at once before the gate answers 429 (Unsloth Studio: 16 × slots,
@@ -43,6 +44,8 @@ class GateSettings:
     """The most completion tokens one request is charged (and allowed to generate)."""
     api_key: str | None = None
     """Required on every route when set (``Authorization: Bearer`` or ``x-api-key``)."""
+    sampling: SamplingDefaults = ()
+    """Sampling written into a request that leaves it out (``[sampling]`` in gate.toml)."""
     affinity: bool = True
     """Keep each conversation on the engine slot that holds its prompt cache."""
     keepalive_s: float = 5.0

@@ -90,6 +90,8 @@ def describe(event: ev.SessionEvent) -> Described:
         case ev.GateKeyCreated(path, key):
             said = f"made the gate's API key (shown this once; it stays in {path})"
             return Described(f"{said}: {key}")
+        case ev.GateSamplingNote(message):
+            return Described(message, _WARN)
         case ev.GateStarted(url, budget, max_concurrent, engine_url, _, ceiling):
             limits = gate_limits(budget, ceiling, max_concurrent)
             said = f"gate: {url} in front of the engine at {engine_url}"

@@ -175,6 +175,13 @@ class GateKeyCreated:
 
 
 @dataclass(frozen=True, slots=True)
+class GateSamplingNote:
+    """Some of the gate's ``[sampling]`` defaults cannot reach the engine on every route."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class GateStarted:
     """The admission gate listens at ``url`` in front of the engine at ``engine_url``."""
 
@@ -300,7 +307,9 @@ class PromptCacheOff:
 _Preparing: TypeAlias = PresetChosen | PullProgress | Pulled | SetAsideNotice | Planned
 _Engine: TypeAlias = Adopting | Replacing | Starting | Started | EngineChanged | Ready | Actuals
 _Ending: TypeAlias = LeftRunning | Stopped | Failed
-_Gate: TypeAlias = GateKeyCreated | GateStarted | GateAdopted | GateMissing | GateStopped
+_Gate: TypeAlias = (
+    GateKeyCreated | GateSamplingNote | GateStarted | GateAdopted | GateMissing | GateStopped
+)
 _Replan: TypeAlias = GateRetargeted | Replanning | Replanned
 _Proof: TypeAlias = Proving | Proved | Healing | Healed | PromptCacheOff
 SessionEvent: TypeAlias = _Preparing | _Engine | _Ending | _Gate | _Replan | _Proof

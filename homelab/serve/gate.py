@@ -91,6 +91,12 @@ class SessionGate:
         self.settings = resolved.settings
         if resolved.key_created is not None and resolved.settings.api_key is not None:
             self._emit(ev.GateKeyCreated(str(resolved.key_created), resolved.settings.api_key))
+        from homelab.gate.requests import ANTHROPIC_SAMPLING
+        from homelab.gate.sampling import unreachable
+
+        note = unreachable(resolved.settings.sampling, ANTHROPIC_SAMPLING)
+        if note is not None:
+            self._emit(ev.GateSamplingNote(note))
 
     def reserve(self, wanted: int, *, pinned: bool) -> PortChoice:
         """The public port (looked at now, taken when the gate starts); the engine's loopback

@@ -183,7 +183,11 @@ def main() -> int:
     payload = json.loads(sys.stdin.read())
     facts = None if payload["facts"] is None else PlanFacts.from_json(payload["facts"])
     state_file = Path(payload["state_file"])
-    runner = GateRunner(GateSettings(**payload["settings"]), payload["engine_url"], facts)
+    given = payload["settings"]
+    given["sampling"] = tuple(
+        (name, value) for name, value in given.get("sampling", ())
+    )  # JSON lists
+    runner = GateRunner(GateSettings(**given), payload["engine_url"], facts)
     try:
         url = runner.start()
     except HomelabError as error:

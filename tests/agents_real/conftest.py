@@ -37,6 +37,12 @@ tokens/s, so an answer that rambles is cut, at 256 tokens: the prompts end in 20
 64 SmolLM2 sometimes reached the cap, which Claude Code answers with retries and exit 1
 ("response exceeded the 64 output token maximum", seen twice here)."""
 
+SAMPLING = "[sampling]\ntemperature = 0\n"
+"""Greedy answers for the agents that send no temperature (Claude Code, Codex): at
+llama-server's default (0.8, a random seed) the same run got a 30-token answer one time and
+256-token ones the next (CI, Claude Code, which then fails the run); greedy, a prompt gets
+the same answer every run, so a run that passes here passes there."""
+
 
 @pytest.fixture(scope="session")
 def agents_bin() -> Path:
@@ -71,7 +77,7 @@ def served(
         },
     }
     (base / "config").mkdir(parents=True)
-    (base / "config" / "gate.toml").write_text(f"max_tokens_cap = {ANSWER_CAP}\n")
+    (base / "config" / "gate.toml").write_text(f"max_tokens_cap = {ANSWER_CAP}\n{SAMPLING}")
     started = None
     for _ in range(3):  # another program may take the port between the look and the bind
         port = free_port()

@@ -75,6 +75,7 @@ CASES = {
             "--system-prompt",
             SYSTEM,
             "--no-session-persistence",
+            "--bare",
         ),
     ),  # fmt: skip
     "codex": Case(

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from homelab.gguf.tensor_table import TensorInfo, TensorTable, as_table
+from homelab.gguf.tensor_info import TensorInfo
+from homelab.gguf.tensor_table import TensorTable, as_table
 
 __all__ = ["GgufHeader", "GgufModel", "LazyArray", "TensorInfo"]
 

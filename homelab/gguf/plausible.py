@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from homelab.errors import ModelFileError, UsageError
 from homelab.gguf.ggml_types import ggml_type
 from homelab.gguf.header import GgufHeader, GgufModel
-from homelab.gguf.tensor_table import block_of
+from homelab.gguf.tensor_info import block_of
 
 if TYPE_CHECKING:  # geometry imports this module
     from homelab.gguf.geometry import LayerMemory

@@ -28,8 +28,9 @@ from homelab.gguf.ggml_types import tensor_bytes, type_name
 from homelab.gguf.header import GgufHeader, LazyArray
 from homelab.gguf.not_gguf import describe_foreign, version_problem
 from homelab.gguf.source import ByteCursor, ByteSource
+from homelab.gguf.tensor_info import TensorInfo
 from homelab.gguf.tensor_records import INT64_MAX, MAX_DIMS, MAX_KEY_BYTES, bulk_tensor_infos
-from homelab.gguf.tensor_table import TensorInfo, TensorTable
+from homelab.gguf.tensor_table import TensorTable
 
 MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -341,30 +342,28 @@ class _HeaderParser:
         :meth:`tensor_info`, which refills the buffer or raises the error there."""
         cur = self.cur
         start = cur.pos
-        seen: set[str] = set()
         table = TensorTable()
-        with collector_paused():  # 40k tensors are 80k objects, none of them in a cycle
+        with collector_paused():  # 40k tensors are thousands of objects, none in a cycle
             while len(table) < n_tensors:
                 index = len(table)
-                cur.pos = bulk_tensor_infos(cur, n_tensors, alignment, seen, table)
+                cur.pos = bulk_tensor_infos(cur, n_tensors, alignment, table)
                 if len(table) == index:  # not one record in the fast loop: read it carefully
-                    table.add(self.tensor_info(index, n_tensors, start, alignment, seen))
+                    table.add(self.tensor_info(index, n_tensors, start, alignment, table))
         return table
 
     def tensor_info(
-        self, index: int, n_tensors: int, start: int, alignment: int, seen: set[str]
+        self, index: int, n_tensors: int, start: int, alignment: int, table: TensorTable
     ) -> TensorInfo:
         """Tensor info ``index``, every check in order, each with its own message."""
         cur = self.cur
         cur.what = f"tensor info #{index}"
         per_item = (cur.pos - start) // index if index else _TENSOR_INFO_GUESS
         name = self.string(MAX_KEY_BYTES, (n_tensors - index) * per_item)
-        if name in seen:
+        if table.has_name(name):
             raise self.error(
                 f"tensor {name!r} appears twice (tensor info #{index}); "
                 "llama.cpp refuses such a file"
             )
-        seen.add(name)
         cur.what = f"tensor info #{index} ({name!r})"
         n_dims = self.u32()
         if n_dims > MAX_DIMS:

@@ -1,83 +1,74 @@
-"""The tensor-info table of one GGUF file, kept in columns: what makes a 40,000-tensor header
-quick to read and to plan with.
+"""The tensor-info table of one GGUF file, kept as its block groups and runs of rows: what
+makes a 40,000-tensor header quick to read and to plan with.
 
-A MoE header lists tens of thousands of tensors, but they come in a dozen shapes and, in
-the repeating blocks, a dozen kinds: ``blk.0.ffn_up_exps.weight`` and
-``blk.3332.ffn_up_exps.weight`` differ in their block and their offset only. So the table
-keeps one row per tensor in three columns (its name, its shape's id and its data offset),
-each distinct shape once (:class:`TensorShape`: dims, type, exact bytes), and, as the rows
-come, the tensors of the blocks in groups (:class:`BlockGroup`: the name after ``blk.N``,
-one shape, and each member's block and offset). A planner sums what it needs per group,
-never per tensor; the tensors outside the blocks (the embedding, the output head, a few
-norms) are listed on their own (``loose``).
+The table files each tensor under its shape (:class:`~homelab.gguf.tensor_info.TensorShape`,
+kept once) and, in the repeating blocks, under its group
+(:class:`~homelab.gguf.tensor_info.BlockGroup`: the name after ``blk.N``, one shape, each
+member's block and offset); the tensors outside the blocks (the embedding, the output
+head, a few norms) are listed as they are (``loose``). A planner sums per group, never per
+tensor. In file order the table keeps runs: rows read one by one (name, shape, offset),
+and whole blocks written alike (a :class:`~homelab.gguf.tensor_info.BlockTemplate`, the
+block's number and its offsets), whose names are spelled only when asked for.
 
-:class:`TensorInfo` tuples are made only when someone reads the table as a sequence
-(``header.tensors[i]``, ``for t in header.tensors``), once, and kept.
+:class:`~homelab.gguf.tensor_info.TensorInfo` tuples are made only when someone reads the
+table as a sequence (``header.tensors[i]``, ``for t in header.tensors``), once, and kept.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import accumulate, chain
+from operator import itemgetter
 from typing import NamedTuple, overload
 
-
-class TensorInfo(NamedTuple):
-    """One tensor's entry in the header.
-
-    A named tuple, not a dataclass: a MoE header holds 40,000 of these, and a tuple is made
-    several times faster (``TensorInfo._replace`` changes a field)."""
-
-    name: str
-    shape: tuple[int, ...]
-    """Dimensions as GGUF stores them (ne0 first)."""
-    ggml_type: int
-    """The ``ggml_type`` enum value (``gguf.GGMLQuantizationType``)."""
-    type_name: str
-    """The type's name, e.g. ``"Q4_K"``; ``"type_<n>"`` for a value we do not know."""
-    offset: int
-    """Offset of the data, relative to the start of the data section."""
-    n_bytes: int | None
-    """Exact bytes of the data (block size arithmetic); ``None`` for an unknown type."""
+from homelab.gguf.tensor_info import (
+    BlockGroup,
+    BlockTemplate,
+    TensorInfo,
+    TensorShape,
+    block_of,
+)
 
 
-class TensorShape(NamedTuple):
-    """What tensors of one shape and type share: everything of a ``TensorInfo`` but the name
-    and the offset."""
+class _Rows:
+    """Rows read one by one, in file order."""
 
-    dims: tuple[int, ...]
-    ggml_type: int
-    type_name: str
-    n_bytes: int | None
+    __slots__ = ("names", "offsets", "shape_ids")
 
-
-class BlockGroup:
-    """The tensors ``blk.N<rest>`` of one ``rest`` and one shape, over the blocks that have one:
-    their blocks and data offsets, in file order."""
-
-    __slots__ = ("blocks", "offsets", "rest", "shape", "shape_id")
-
-    def __init__(self, rest: str, shape_id: int, shape: TensorShape) -> None:
-        self.rest = rest
-        """What follows the block number, from its dot on: ``".ffn_up_exps.weight"``."""
-        self.shape_id = shape_id
-        self.shape = shape
-        self.blocks: list[int] = []
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.shape_ids: list[int] = []
         self.offsets: list[int] = []
 
+    def __len__(self) -> int:
+        return len(self.names)
 
-def block_of(name: str) -> tuple[int, str] | None:
-    """(block, the rest of the name from its dot on) for a name ``^blk\\.(\\d+)\\.``; None for
-    a tensor outside the blocks (``str.isdecimal``: what ``\\d`` matches)."""
-    dot = name.find(".", 4) if name.startswith("blk.") else -1
-    if dot > 4 and name[4:dot].isdecimal():
-        return int(name[4:dot]), name[dot:]
-    return None
+
+class _Blocks:
+    """Consecutive blocks written alike (one template), in file order."""
+
+    __slots__ = ("digits", "offsets", "template")
+
+    def __init__(self, template: BlockTemplate) -> None:
+        self.template = template
+        self.digits: list[bytes] = []
+        """Each block's number as the names spell it (ASCII digits)."""
+        self.offsets: list[tuple[int, ...]] = []
+        """Each block's offsets, one a record of the template."""
+
+    def __len__(self) -> int:
+        return len(self.digits) * len(self.template.tails)
+
+
+BlockEntry = tuple[BlockTemplate, bytes, tuple[int, ...]]
+"""A block read whole: its template, its number's digits, its offsets."""
 
 
 class Mark(NamedTuple):
-    """How long a table's lists were (:meth:`TensorTable.mark`), to cut them back to."""
+    """How far a table was filled (:meth:`TensorTable.mark`), to cut it back to."""
 
+    runs: int
     rows: int
     shapes: int
     groups: tuple[int, ...]
@@ -86,42 +77,50 @@ class Mark(NamedTuple):
 
 
 class TensorTable(Sequence[TensorInfo]):
-    """One file's tensor infos, in file order, kept in columns (see the module's docstring).
+    """One file's tensor infos, in file order (see the module's docstring).
 
-    Read it as a sequence of :class:`TensorInfo` (made on first use), or through its columns
-    and groups, which the reader fills (:meth:`add` for one record) and nobody changes after.
+    Read it as a sequence of :class:`TensorInfo` (made on first use), or through its groups
+    and loose tensors; the reader fills it (:meth:`add` for one record, :meth:`add_rows` and
+    :meth:`add_blocks` in bulk) and nobody changes it after.
     """
 
     __slots__ = (
         "_group_index",
         "_infos",
+        "_names",
+        "_pending",
+        "_rows",
+        "_runs",
+        "_seen",
+        "_seen_upto",
         "_shape_index",
-        "_weights",
         "groups",
         "loose",
-        "names",
-        "offsets",
         "raw_shapes",
-        "shape_ids",
         "shapes",
     )
 
     def __init__(self) -> None:
-        self.names: list[str] = []
-        self.shape_ids: list[int] = []
-        self.offsets: list[int] = []
         self.shapes: list[TensorShape] = []
+        """Every shape some tensor has (ids index it)."""
         self.groups: list[BlockGroup] = []
         """The block tensors, by (rest of the name, shape), in the order each group first appears."""
-        self.loose: list[int] = []
-        """The rows of the tensors outside the blocks, in file order."""
+        self.loose: list[TensorInfo] = []
+        """The tensors outside the blocks, in file order."""
         self.raw_shapes: dict[bytes, int] = {}
         """A record's n_dims, dims and type as the file stores them -> its shape's id (the
         reader's bulk loop looks its records up by these bytes)."""
         self._shape_index: dict[TensorShape, int] = {}
         self._group_index: dict[tuple[str, int], BlockGroup] = {}
+        self._runs: list[_Rows | _Blocks] = []
+        self._pending: dict[BlockTemplate, tuple[list[int], list[tuple[int, ...]]]] = {}
+        """Blocks added whole and not yet filed in the groups, by template."""
+        self._rows = 0
         self._infos: tuple[TensorInfo, ...] | None = None
-        self._weights: tuple[int | None] | None = None
+        self._names: list[str] | None = None
+        self._seen: set[str] | None = None
+        self._seen_upto = (0, 0)
+        """(run, rows of it) that ``_seen`` holds the names of."""
 
     @classmethod
     def from_infos(cls, infos: Iterable[TensorInfo]) -> TensorTable:
@@ -151,61 +150,115 @@ class TensorTable(Sequence[TensorInfo]):
         return found
 
     def add(self, info: TensorInfo) -> None:
-        """Append one tensor (the reader's careful path, or a table built by hand)."""
+        """Append one tensor, filed under its group or among the loose (the reader's careful
+        path, or a table built by hand)."""
         name, dims, ggml_type, type_name, offset, n_bytes = info
         sid = self.shape_id(TensorShape(tuple(dims), ggml_type, type_name, n_bytes))
-        self.append_row(name, sid, offset)
-
-    def append_row(self, name: str, shape_id: int, offset: int) -> None:
-        """Append the row of one tensor whose shape has its id already."""
-        self.names.append(name)
-        self.shape_ids.append(shape_id)
-        self.offsets.append(offset)
         in_block = block_of(name)
         if in_block is None:
-            self.loose.append(len(self.names) - 1)
+            self.loose.append(TensorInfo(name, tuple(dims), ggml_type, type_name, offset, n_bytes))
         else:
-            group = self.group(in_block[1], shape_id)
+            group = self.group(in_block[1], sid)
             group.blocks.append(in_block[0])
             group.offsets.append(offset)
-        self.invalidate()
+        self.add_rows([name], [sid], [offset])
+
+    def add_rows(self, names: list[str], shape_ids: list[int], offsets: list[int]) -> None:
+        """Append rows in file order; whoever adds them has filed them (groups, loose)."""
+        tail = self._runs[-1] if self._runs else None
+        if not isinstance(tail, _Rows):
+            tail = _Rows()
+            self._runs.append(tail)
+        tail.names += names
+        tail.shape_ids += shape_ids
+        tail.offsets += offsets
+        self._grew(len(names))
+
+    def add_blocks(self, blocks: list[BlockEntry]) -> None:
+        """Append blocks read whole, in file order; filed in the groups by :meth:`file_blocks`."""
+        runs, pending = self._runs, self._pending
+        rows = 0
+        tail = runs[-1] if runs else None
+        for template, digits, offsets in blocks:
+            if not isinstance(tail, _Blocks) or tail.template is not template:
+                tail = _Blocks(template)
+                runs.append(tail)
+            tail.digits.append(digits)
+            tail.offsets.append(offsets)
+            waiting = pending.get(template)
+            if waiting is None:
+                waiting = pending[template] = ([], [])
+            waiting[0].append(int(digits))
+            waiting[1].append(offsets)
+            rows += len(offsets)
+        self._grew(rows)
+
+    def file_blocks(self) -> None:
+        """File the blocks added whole since the last call under their groups (a few list
+        extensions a template: their members are alike, record by record)."""
+        for template, (blocks, offsets) in self._pending.items():
+            for at, group in enumerate(template.groups):
+                group.blocks += blocks
+                group.offsets += map(itemgetter(at), offsets)
+        self._pending.clear()
+
+    def _grew(self, rows: int) -> None:
+        self._rows += rows
+        self._infos = self._names = None
 
     def mark(self) -> Mark:
-        """Where the table stands, to :meth:`rollback` to."""
-        return Mark(
-            len(self.names),
-            len(self.shapes),
-            tuple(len(g.blocks) for g in self.groups),
-            len(self.loose),
-        )
+        """Where the table stands, to :meth:`rollback` to (every block filed already)."""
+        groups = tuple(len(g.blocks) for g in self.groups)
+        return Mark(len(self._runs), self._rows, len(self.shapes), groups, len(self.loose))
 
     def rollback(self, mark: Mark) -> None:
-        """Cut the table back to ``mark``: rows, shapes, groups and their members added since."""
-        for column in (self.names, self.shape_ids, self.offsets):
-            del column[mark.rows :]
+        """Cut the table back to ``mark`` (taken when the last run was complete): the runs,
+        shapes, groups and members added since."""
+        del self._runs[mark.runs :]
         for group in self.groups[len(mark.groups) :]:
             del self._group_index[group.rest, group.shape_id]
         del self.groups[len(mark.groups) :]
+        for group, members in zip(self.groups, mark.groups, strict=True):
+            del group.blocks[members:], group.offsets[members:]
         for shape in self.shapes[mark.shapes :]:
             del self._shape_index[shape]
         del self.shapes[mark.shapes :]
         self.raw_shapes = {raw: sid for raw, sid in self.raw_shapes.items() if sid < mark.shapes}
-        for group, members in zip(self.groups, mark.groups, strict=True):
-            del group.blocks[members:], group.offsets[members:]
         del self.loose[mark.loose :]
-        self.invalidate()
+        self._pending.clear()
+        self._rows = mark.rows
+        self._infos = self._names = self._seen = None
 
-    def invalidate(self) -> None:
-        """Forget what was made of the rows (after rows were added)."""
-        self._infos = None
-        self._weights = None
+    def seal(self) -> None:
+        """End the last run: what is added next starts a run of its own (take the
+        :meth:`mark` to cut back to first)."""
+        self._runs.append(_Rows())
 
     # -- reading it -------------------------------------------------------------------
 
-    def info(self, row: int) -> TensorInfo:
-        """Row ``row`` as a ``TensorInfo``."""
-        dims, ggml_type, type_name, n_bytes = self.shapes[self.shape_ids[row]]
-        return TensorInfo(self.names[row], dims, ggml_type, type_name, self.offsets[row], n_bytes)
+    @property
+    def names(self) -> list[str]:
+        """Every tensor's name, in file order (spelled out once, when first asked)."""
+        if self._names is None:
+            self._names = list(chain.from_iterable(map(_names_of, self._runs)))
+        return self._names
+
+    def has_name(self, name: str) -> bool:
+        """A tensor of this name is in the table (the careful reader asks, record by record:
+        the set of names is made when first asked and caught up with the rows since)."""
+        if self._seen is None:
+            self._seen, self._seen_upto = set(), (0, 0)
+        at, done = self._seen_upto
+        runs = self._runs
+        while at < len(runs):
+            names = _names_of(runs[at])
+            self._seen.update(names[done:])
+            if at == len(runs) - 1:  # the last run may grow: remember how far it went
+                done = len(names)
+                break
+            at, done = at + 1, 0
+        self._seen_upto = (at, done)
+        return name in self._seen
 
     def infos(self) -> tuple[TensorInfo, ...]:
         """Every row as a ``TensorInfo``, in file order (made once)."""
@@ -213,23 +266,27 @@ class TensorTable(Sequence[TensorInfo]):
             shapes, new = self.shapes, tuple.__new__
             self._infos = tuple(
                 new(TensorInfo, (name, *shapes[sid][:3], offset, shapes[sid][3]))
-                for name, sid, offset in zip(self.names, self.shape_ids, self.offsets, strict=True)
+                for name, sid, offset in zip(
+                    self.names,
+                    chain.from_iterable(map(_shape_ids_of, self._runs)),
+                    chain.from_iterable(map(_offsets_of, self._runs)),
+                    strict=True,
+                )
             )
         return self._infos
 
     @property
     def weights_bytes(self) -> int | None:
         """Sum of the tensors' exact bytes; None when any tensor's type is unknown."""
-        if self._weights is None:
-            total: int | None = 0
-            for sid, count in Counter(self.shape_ids).items():
-                n_bytes = self.shapes[sid].n_bytes
-                if n_bytes is None:
-                    total = None
-                    break
-                total = (total or 0) + n_bytes * count
-            self._weights = (total,)
-        return self._weights[0]
+        total = 0
+        for n_bytes, count in chain(
+            ((g.shape.n_bytes, len(g.blocks)) for g in self.groups),
+            ((t.n_bytes, 1) for t in self.loose),
+        ):
+            if n_bytes is None:
+                return None
+            total += n_bytes * count
+        return total
 
     def has_unknown_sizes(self) -> bool:
         """Some tensor is of a type homelab cannot size (every shape is some row's)."""
@@ -237,10 +294,10 @@ class TensorTable(Sequence[TensorInfo]):
 
     def max_block(self) -> int:
         """The highest block any tensor names; -1 when none is in a block."""
-        return max((max(group.blocks) for group in self.groups), default=-1)
+        return max((max(group.blocks) for group in self.groups if group.blocks), default=-1)
 
     def __len__(self) -> int:
-        return len(self.names)
+        return self._rows
 
     @overload
     def __getitem__(self, index: int) -> TensorInfo: ...
@@ -249,11 +306,13 @@ class TensorTable(Sequence[TensorInfo]):
     def __getitem__(self, index: slice) -> tuple[TensorInfo, ...]: ...
 
     def __getitem__(self, index: int | slice) -> TensorInfo | tuple[TensorInfo, ...]:
-        if isinstance(index, slice):
+        if isinstance(index, slice) or self._infos is not None:
             return self.infos()[index]
-        if self._infos is not None:
-            return self._infos[index]
-        return self.info(range(len(self.names))[index])
+        row = range(self._rows)[index]
+        starts = list(accumulate(map(len, self._runs), initial=0))
+        at = bisect_right(starts, row) - 1
+        run = self._runs[at]
+        return TensorInfo._make(_run_infos(run, self.shapes)[row - starts[at]])
 
     def __iter__(self) -> Iterator[TensorInfo]:
         return iter(self.infos())
@@ -269,7 +328,34 @@ class TensorTable(Sequence[TensorInfo]):
         return hash(self.infos())
 
     def __repr__(self) -> str:
-        return f"TensorTable({len(self.names)} tensors, {len(self.shapes)} shapes)"
+        return f"TensorTable({self._rows} tensors, {len(self.shapes)} shapes)"
+
+
+def _names_of(run: _Rows | _Blocks) -> list[str]:
+    if isinstance(run, _Rows):
+        return run.names
+    rests = run.template.rests
+    return [f"blk.{digits.decode()}{rest}" for digits in run.digits for rest in rests]
+
+
+def _shape_ids_of(run: _Rows | _Blocks) -> Iterable[int]:
+    if isinstance(run, _Rows):
+        return run.shape_ids
+    return run.template.shape_ids * len(run.digits)
+
+
+def _offsets_of(run: _Rows | _Blocks) -> Iterable[int]:
+    return run.offsets if isinstance(run, _Rows) else chain.from_iterable(run.offsets)
+
+
+def _run_infos(run: _Rows | _Blocks, shapes: list[TensorShape]) -> list[tuple[object, ...]]:
+    """One run's rows as ``TensorInfo`` fields (for a single row asked by index)."""
+    return [
+        (name, *shapes[sid][:3], offset, shapes[sid][3])
+        for name, sid, offset in zip(
+            _names_of(run), _shape_ids_of(run), _offsets_of(run), strict=True
+        )
+    ]
 
 
 def as_table(tensors: Sequence[TensorInfo]) -> TensorTable:
@@ -277,4 +363,13 @@ def as_table(tensors: Sequence[TensorInfo]) -> TensorTable:
     return tensors if isinstance(tensors, TensorTable) else TensorTable.from_infos(tensors)
 
 
-__all__ = ["BlockGroup", "TensorInfo", "TensorShape", "TensorTable", "as_table", "block_of"]
+__all__ = [
+    "BlockGroup",
+    "BlockEntry",
+    "BlockTemplate",
+    "TensorInfo",
+    "TensorShape",
+    "TensorTable",
+    "as_table",
+    "block_of",
+]

@@ -21,7 +21,7 @@ import re
 from typing import TYPE_CHECKING, NamedTuple
 
 from homelab.gc_pause import collector_paused
-from homelab.gguf.tensor_table import block_of
+from homelab.gguf.tensor_info import block_of
 
 if TYPE_CHECKING:
     from homelab.gguf.header import GgufModel

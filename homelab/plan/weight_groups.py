@@ -22,7 +22,7 @@ from itertools import accumulate, repeat
 from operator import add
 from typing import TYPE_CHECKING, NamedTuple
 
-from homelab.gguf.tensor_table import BlockGroup, TensorInfo
+from homelab.gguf.tensor_info import BlockGroup, TensorInfo
 from homelab.plan.tensor_kinds import expert_block, matmul_rows, multiplies
 
 if TYPE_CHECKING:
@@ -90,9 +90,11 @@ def _group(part: int, group: BlockGroup) -> WeightGroup:
     expert = expert_block(name) is not None
     blocks, offsets = group.blocks, group.offsets
     in_order = sorted(blocks)
-    if blocks != in_order:  # a file that lists its blocks out of order
+    if (
+        blocks != in_order
+    ):  # filed out of block order (blocks written in two ways, or a file out of order)
         order = sorted(range(len(blocks)), key=blocks.__getitem__)
-        blocks, offsets = in_order, [offsets[m] for m in order]
+        blocks, offsets = in_order, list(map(offsets.__getitem__, order))
     size = n_bytes or 0
     ascending = offsets == sorted(offsets)
     return WeightGroup(
@@ -135,8 +137,7 @@ class WeightLayout:
             n_tensors += len(table)
             top = max(top, table.max_block())
             groups += (_group(part, group) for group in table.groups)
-            for row in table.loose:
-                info = table.info(row)
+            for info in table.loose:
                 expert = expert_block(info.name) is not None
                 rows = matmul_rows(multiplies(info.name), expert, info.shape)
                 embedding = info.name.startswith("token_embd.")

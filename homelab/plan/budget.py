@@ -162,14 +162,14 @@ def place_weights(model: GgufModel, *, cuda: bool = False) -> WeightPlacement:
         raise UsageError(f"the model uses tensor types homelab cannot size: {', '.join(unknown)}")
     layout = WeightLayout.of(model)
     n_blocks = layout.n_blocks
-    every = list(range(n_blocks))
+    every = tuple(range(n_blocks))
     per_block, experts = [0] * n_blocks, [0] * n_blocks
     in_every = in_every_experts = 0  # groups with one member in each block: added once
     for group in layout.groups:
         size = group.n_bytes
         if cuda:  # the input embedding, which stays on the CPU, is never in a block
             size = cuda_alloc_size(group.ggml_type, group.dims, size)
-        if len(group.blocks) == n_blocks and list(group.blocks) == every:
+        if group.blocks == every:
             in_every += size
             in_every_experts += size if group.expert else 0
             continue

@@ -21,7 +21,10 @@ unknown, never a guess; a stored ``homelab bench`` replaces it (:func:`with_meas
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, replace
+from itertools import compress
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from homelab.gguf.ggml_types import ggml_type
@@ -113,16 +116,41 @@ def active_fraction(model: GgufModel, layout: WeightLayout | None = None) -> tup
     return used, count
 
 
-def _kv_cell_bytes(plan: Plan) -> dict[int, tuple[int, bool]]:
-    """KV bytes of one cell per layer index, and whether the layer is a sliding-window one."""
-    s = plan.settings
-    k, v = ggml_type(s.type_k), ggml_type(s.type_v)
-    out = {}
-    for layer in plan.geometry.kv_layers:
-        width_v = 0 if plan.geometry.is_mla else layer.v_width
-        per = layer.k_width * k.type_size / k.block_size + width_v * v.type_size / v.block_size
-        out[layer.index] = round(per), layer.kind == "swa"
-    return out
+def _kv_read(
+    plan: Plan, runs: list[tuple[int, int, int]], n_sides: int
+) -> tuple[list[int], list[int]]:
+    """KV bytes each side reads per cell of context, of the full-attention layers and of the
+    sliding-window ones: each layer's on the side holding its block (``runs``), else in RAM.
+    Priced per shape of layer, counted per side by bisection (thousands of blocks)."""
+    layers = plan.geometry.kv_layers
+    indices = list(map(attrgetter("index"), layers))
+    kv, swa = [0] * n_sides, [0] * n_sides
+    if indices != sorted(
+        set(indices)
+    ):  # repeated or out of order (by hand): one by one, the last counts
+        cells = {layer.index: layer for layer in layers}
+        for index, layer in cells.items():
+            side = next((at for first, end, at in runs if first <= index < end), n_sides - 1)
+            (swa if layer.kind == "swa" else kv)[side] += _cell(plan, layer.k_width, layer.v_width)
+        return kv, swa
+    keys = list(map(attrgetter("k_width", "v_width", "kind"), layers))
+    for key in dict.fromkeys(keys):
+        cell, into = _cell(plan, key[0], key[1]), swa if key[2] == "swa" else kv
+        where = list(compress(indices, map(key.__eq__, keys)))
+        left = len(where)
+        for first, end, side in runs:
+            held = bisect_left(where, end) - bisect_left(where, first)
+            into[side] += held * cell
+            left -= held
+        into[n_sides - 1] += left * cell
+    return kv, swa
+
+
+def _cell(plan: Plan, k_width: int, v_width: int) -> int:
+    """KV bytes of one cell of a layer of these widths (K, and V unless MLA's view of K)."""
+    k, v = ggml_type(plan.settings.type_k), ggml_type(plan.settings.type_v)
+    width_v = 0 if plan.geometry.is_mla else v_width
+    return round(k_width * k.type_size / k.block_size + width_v * v.type_size / v.block_size)
 
 
 def _sides(plan: Plan, report: GpuReport, ram: RamBandwidth | None) -> list[DecodeSide]:
@@ -211,9 +239,6 @@ def decode_bound(
     """The bytes each side reads per generated token under ``plan``, and their bandwidths."""
     sides = _sides(plan, report, ram)
     ram_at = len(sides) - 1
-    owner = {}  # block -> side index (the KV of each layer)
-    for i, share in enumerate(plan.devices if plan.on_gpu else ()):
-        owner.update({b: i for b in range(share.first_block, share.first_block + share.n_blocks)})
     layout = plan.weights.layout
     if layout is None or layout.n_tensors != sum(len(part.tensors) for part in model.parts):
         layout = WeightLayout.of(model)  # weights placed by hand (a test's): place them here
@@ -221,9 +246,7 @@ def decode_bound(
     weights, row = _weights_read(
         plan, layout, fraction if isinstance(fraction, tuple) else (1, 1), len(sides)
     )
-    kv, swa = [0] * len(sides), [0] * len(sides)
-    for index, (cell, windowed) in _kv_cell_bytes(plan).items():
-        (swa if windowed else kv)[owner.get(index, ram_at)] += cell
+    kv, swa = _kv_read(plan, _owners(plan), len(sides))
     alloc, n_swa = plan.candidate.allocation, plan.geometry.n_swa
     out = tuple(
         replace(side, weights=w, kv_per_cell=k, swa_per_cell=sw, n_swa=n_swa)

@@ -11,7 +11,9 @@ holes): the plan start-up bench's Qwen3.5-9B ``Q4_K_M`` (``bench_plan_startup``:
 32 experts of 256 a block, hidden 512, 8 q heads and 1 KV head of 64, 8,192 trained
 tokens) whose ~23 GB of weights do not fit the 16 GiB synthetic card whole, so the
 offload ladder's second rung searches the experts-in-RAM block count (a bisection, each
-step a full plan).
+step a full plan). Its blocks are written in two ways, as a real ``Q4_K_M``'s are (the
+factory's type rule gives some blocks more bits), so the reader's whole-block path
+(:mod:`homelab.gguf.tensor_records`) meets two templates, not one.
 
 Then, interleaved, ``--repeat`` times each (default 5): the ``homelab plan FILE --json
 --vram 16GiB`` process on each header, and ``python -c pass``. It prints the median wall

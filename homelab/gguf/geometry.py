@@ -10,14 +10,17 @@ them to the generic hyper-parameters the way llama.cpp's loader does.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Literal
+from bisect import bisect_left
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from itertools import compress
+from operator import attrgetter, or_
 
 from homelab.errors import ModelFileError, UnknownArchitectureError
 from homelab.gguf.arch_keys import ArchKeys
 from homelab.gguf.archs import ArchRule, rule_for
 from homelab.gguf.header import GgufHeader, GgufModel, LazyArray
+from homelab.gguf.layer_memory import Hparams, LayerKind, LayerMemory, layer_memories
 from homelab.gguf.plausible import (
     MAX_EXPERTS,
     MAX_HEAD_DIM,
@@ -29,28 +32,7 @@ from homelab.gguf.plausible import (
     check_tensors,
 )
 
-LayerKind = Literal["full", "swa", "recurrent", "none"]
-
-
-@dataclass(frozen=True, slots=True)
-class LayerMemory:
-    """What one layer keeps per token (KV) or per sequence (recurrent state)."""
-
-    index: int
-    kind: LayerKind
-    n_head_kv: int
-    k_width: int
-    """Elements of K per cell (``n_embd_k_gqa``); 0 when the layer keeps no KV."""
-    v_width: int
-    """Elements of V per cell; 0 for MLA (V is a view of K) or no KV."""
-    also_recurrent: bool = False
-    """A layer with both KV and a recurrent state (falcon-h1 style)."""
-    why_none: str | None = None
-    """For ``kind == "none"``: why this layer owns no memory."""
-    head_k: int = 0
-    """Elements of one K head (``n_embd_head_k``; ``k_width = head_k * n_head_kv``)."""
-    head_v: int = 0
-    """Elements of one V head (``n_embd_head_v``; for MLA V is a view of K all the same)."""
+__all__ = ["Geometry", "LayerKind", "LayerMemory", "geometry_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +70,31 @@ class Geometry:
     """The layers of each kind, sorted out once when first asked: a plan asks per candidate
     (hundreds of times), and a model may have thousands of layers."""
 
+    _ascending: list[bool] = field(default_factory=list, init=False, repr=False, compare=False)
+    """Whether the layers' indices ascend (they do in a header's geometry), once asked."""
+
     def _of_kind(self, kind: str) -> tuple[LayerMemory, ...]:
         found = self._sorted.get(kind)
         if found is None:
-            keep = _KINDS[kind]
-            found = self._sorted[kind] = tuple(layer for layer in self.layers if keep(layer))
+            found = self._sorted[kind] = tuple(compress(self.layers, _KINDS[kind](self.layers)))
         return found
+
+    def from_block(self, first: int) -> Geometry:
+        """The geometry of the layers from block ``first`` on (those a card holds under
+        ``-ngl``), its layers of each kind cut from these: a bisection, not a pass over
+        thousands of layers, when the indices ascend."""
+        layers = self.layers
+        if not self._ascending:
+            indices = list(map(_INDEX, layers))
+            self._ascending.append(indices == sorted(indices))
+        if not self._ascending[0]:
+            kept = map(first.__le__, map(_INDEX, layers))
+            return replace(self, layers=tuple(compress(layers, kept)))
+        sub = replace(self, layers=layers[bisect_left(layers, first, key=_INDEX) :])
+        for kind in _KINDS:
+            whole = self._of_kind(kind)
+            sub._sorted[kind] = whole[bisect_left(whole, first, key=_INDEX) :]
+        return sub
 
     @property
     def kv_layers(self) -> tuple[LayerMemory, ...]:
@@ -112,16 +113,20 @@ class Geometry:
         return self._of_kind("recurrent")
 
 
-_KINDS: dict[str, Callable[[LayerMemory], bool]] = {
-    "kv": lambda layer: layer.kind in ("full", "swa"),
-    "full": lambda layer: layer.kind == "full",
-    "swa": lambda layer: layer.kind == "swa",
-    "recurrent": lambda layer: layer.kind == "recurrent" or layer.also_recurrent,
+_KIND = attrgetter("kind")
+_INDEX = attrgetter("index")
+_KINDS: dict[str, Callable[[Iterable[LayerMemory]], Iterable[bool]]] = {
+    "kv": lambda layers: map(("full", "swa").__contains__, map(_KIND, layers)),
+    "full": lambda layers: map("full".__eq__, map(_KIND, layers)),
+    "swa": lambda layers: map("swa".__eq__, map(_KIND, layers)),
+    "recurrent": lambda layers: map(
+        or_, map("recurrent".__eq__, map(_KIND, layers)), map(attrgetter("also_recurrent"), layers)
+    ),
 }
 """Which layers each of ``Geometry``'s layer lists holds."""
 
 
-def _swa_flags(meta: ArchKeys, rule: ArchRule, hp: _Hparams) -> tuple[int, list[bool]]:
+def _swa_flags(meta: ArchKeys, rule: ArchRule, hp: Hparams) -> tuple[int, list[bool]]:
     """(n_swa, per-layer is_swa), as llama.cpp's load_swa_pattern / set_swa_pattern do."""
     n_layer, n_layer_all = hp.n_layer, hp.n_layer_all
     none = [False] * n_layer_all
@@ -140,7 +145,7 @@ def _swa_flags(meta: ArchKeys, rule: ArchRule, hp: _Hparams) -> tuple[int, list[
     return n_swa, pattern + [False] * (n_layer_all - n_layer)
 
 
-def _recurrent_flags(meta: ArchKeys, rule: ArchRule, hp: _Hparams) -> list[bool]:
+def _recurrent_flags(meta: ArchKeys, rule: ArchRule, hp: Hparams) -> list[bool]:
     n_layer, n_layer_all, n_head_kv, n_ff = hp.n_layer, hp.n_layer_all, hp.n_head_kv, hp.n_ff
     if rule.memory == "recurrent":
         return [True] * n_layer_all
@@ -172,23 +177,6 @@ def _recurrent_widths(meta: ArchKeys, n_embd: int) -> tuple[int, int]:
     return n_conv, d_state * d_inner
 
 
-@dataclass(frozen=True, slots=True)
-class _Hparams:
-    """The generic hyper-parameters every architecture's rules are applied to."""
-
-    n_layer_all: int
-    n_layer: int
-    n_embd: int
-    trained_ctx: int
-    n_head: list[int]
-    n_head_kv: list[int]
-    n_ff: list[int]
-    head_k: int
-    head_v: int
-    head_k_swa: int
-    head_v_swa: int
-
-
 def geometry_of(model: GgufModel | GgufHeader) -> Geometry:
     """Read a model's memory geometry from its GGUF header.
 
@@ -211,10 +199,7 @@ def geometry_of(model: GgufModel | GgufHeader) -> Geometry:
     if kv_from_start is not None and kv_from_start <= 0:
         key = f"{arch}.attention.shared_kv_layers"
         raise meta.fail(key, f"is {meta.values.get(key)!r}: no layer would own a KV cache")
-    layers = [
-        _layer(rule, hp, il, is_swa[il], is_recr[il], is_mla, kv_from_start)
-        for il in range(hp.n_layer_all)
-    ]
+    layers = layer_memories(rule, hp, is_swa, is_recr, is_mla, kv_from_start)
     check_kv_layers(
         header.source_name, arch, layers, hp.n_head, is_mla=is_mla, kv_only=rule.memory == "kv"
     )
@@ -262,7 +247,7 @@ def _arch_rule(header: GgufHeader) -> tuple[str, ArchRule]:
     return arch, rule
 
 
-def _hparams(meta: ArchKeys) -> _Hparams:
+def _hparams(meta: ArchKeys) -> Hparams:
     """The layer counts, widths and heads (per layer where llama.cpp allows an array)."""
     n_layer_all = meta.uint("block_count", low=1, high=MAX_LAYERS)
     n_nextn = meta.uint("nextn_predict_layers", 0, high=n_layer_all)
@@ -275,7 +260,7 @@ def _hparams(meta: ArchKeys) -> _Hparams:
     if n_head[0] > 0:
         head_k = meta.uint("attention.key_length", n_embd // n_head[0], high=MAX_HEAD_DIM)
         head_v = meta.uint("attention.value_length", n_embd // n_head[0], high=MAX_HEAD_DIM)
-    return _Hparams(
+    return Hparams(
         n_layer_all=n_layer_all,
         n_layer=n_layer_all - n_nextn,
         n_embd=n_embd,
@@ -288,38 +273,6 @@ def _hparams(meta: ArchKeys) -> _Hparams:
         head_k_swa=meta.uint("attention.key_length_swa", head_k, high=MAX_HEAD_DIM),
         head_v_swa=meta.uint("attention.value_length_swa", head_v, high=MAX_HEAD_DIM),
     )
-
-
-def _layer(
-    rule: ArchRule,
-    hp: _Hparams,
-    il: int,
-    swa: bool,
-    recurrent: bool,
-    is_mla: bool,
-    kv_from_start: int | None,
-) -> LayerMemory:
-    """What layer ``il`` keeps: a KV cache (full or sliding), a recurrent state, or nothing."""
-    why = _why_no_kv(rule, il, hp.n_layer, recurrent, hp.n_ff[il], kv_from_start)
-    recurrent_here = rule.memory != "kv" and _keeps_recurrent(
-        rule, il, hp.n_layer, recurrent, hp.n_ff[il]
-    )
-    n_head_kv = hp.n_head_kv[il]
-    if why is None:
-        hk, hv = (hp.head_k_swa, hp.head_v_swa) if swa else (hp.head_k, hp.head_v)
-        return LayerMemory(
-            index=il,
-            kind="swa" if swa else "full",
-            n_head_kv=n_head_kv,
-            k_width=hk * n_head_kv,
-            v_width=0 if is_mla else hv * n_head_kv,
-            also_recurrent=recurrent_here,
-            head_k=hk,
-            head_v=hv,
-        )
-    if recurrent_here:
-        return LayerMemory(il, "recurrent", n_head_kv, 0, 0)
-    return LayerMemory(il, "none", n_head_kv, 0, 0, why_none=why)
 
 
 def _vocab_size(header: GgufHeader, meta: ArchKeys) -> int | None:
@@ -348,40 +301,3 @@ def _unverified_note(arch: str) -> str:
         f"the memory rules for {arch!r} follow llama.cpp's source but were not yet "
         "checked against a running llama-server: treat the KV figure as unverified"
     )
-
-
-def _why_no_kv(
-    rule: ArchRule, il: int, n_layer: int, recurrent: bool, n_ff: int, kv_from_start: int | None
-) -> str | None:
-    """None when layer ``il`` owns a KV cache in the main context, else the reason it does not."""
-    if kv_from_start is not None and il >= kv_from_start:
-        return "reuses an earlier layer's KV cache"
-    if rule.memory == "recurrent":
-        return "recurrent"
-    if rule.memory == "hybrid":
-        if rule.hybrid_filter == "qwen":
-            if il >= n_layer:
-                return "NextN/MTP layer (not in the main context)"
-            return "recurrent" if recurrent else None
-        if rule.hybrid_filter == "nemotron":
-            if recurrent:
-                return "recurrent"
-            return "MLP-only block" if n_ff != 0 else None
-        if rule.hybrid_filter == "both":
-            return None
-        return "recurrent" if recurrent else None
-    if il >= n_layer and n_layer > 0:
-        return "NextN/MTP layer (not in the main context)"
-    return None
-
-
-def _keeps_recurrent(rule: ArchRule, il: int, n_layer: int, recurrent: bool, n_ff: int) -> bool:
-    if rule.memory == "recurrent":
-        return True
-    if rule.hybrid_filter == "qwen":
-        return il < n_layer and recurrent
-    if rule.hybrid_filter == "nemotron":
-        return recurrent and n_ff == 0
-    if rule.hybrid_filter == "both":
-        return True
-    return recurrent

@@ -6,27 +6,14 @@ rules (``homelab.gguf.geometry``) consume.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
+from homelab.gguf.tensor_info import TensorInfo
+from homelab.gguf.tensor_table import TensorTable, as_table
 
-class TensorInfo(NamedTuple):
-    """One tensor's entry in the header.
-
-    A named tuple, not a dataclass: a MoE header holds 40,000 of these, and a tuple is made
-    several times faster (``TensorInfo._replace`` changes a field)."""
-
-    name: str
-    shape: tuple[int, ...]
-    """Dimensions as GGUF stores them (ne0 first)."""
-    ggml_type: int
-    """The ``ggml_type`` enum value (``gguf.GGMLQuantizationType``)."""
-    type_name: str
-    """The type's name, e.g. ``"Q4_K"``; ``"type_<n>"`` for a value we do not know."""
-    offset: int
-    """Offset of the data, relative to the start of the data section."""
-    n_bytes: int | None
-    """Exact bytes of the data (block size arithmetic); ``None`` for an unknown type."""
+__all__ = ["GgufHeader", "GgufModel", "LazyArray", "TensorInfo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +42,9 @@ class GgufHeader:
     version: int
     metadata: dict[str, Any]
     """Key -> value. Scalars are int/float/bool/str; arrays are lists, or ``LazyArray``."""
-    tensors: tuple[TensorInfo, ...]
+    tensors: Sequence[TensorInfo]
+    """In file order; a :class:`~homelab.gguf.tensor_table.TensorTable` (one given as a
+    tuple, by hand, becomes one)."""
     alignment: int
     header_bytes: int
     """Bytes from the start of the file to the end of the tensor infos."""
@@ -64,6 +53,15 @@ class GgufHeader:
     file_size: int | None = None
     """Total size of the file when the source knows it."""
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tensors, TensorTable):
+            object.__setattr__(self, "tensors", as_table(self.tensors))
+
+    @property
+    def table(self) -> TensorTable:
+        """The tensor infos in columns and block groups."""
+        return as_table(self.tensors)
 
     @property
     def arch(self) -> str | None:
@@ -74,12 +72,7 @@ class GgufHeader:
     @property
     def weights_bytes(self) -> int | None:
         """Sum of the tensors' exact data bytes; ``None`` if any tensor's type is unknown."""
-        total = 0
-        for tensor in self.tensors:
-            if tensor.n_bytes is None:
-                return None
-            total += tensor.n_bytes
-        return total
+        return self.table.weights_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +96,8 @@ class GgufModel:
         return self.parts[0].arch
 
     @property
-    def tensors(self) -> tuple[TensorInfo, ...]:
+    def tensors(self) -> Sequence[TensorInfo]:
+        """Every part's tensors, in file order, part 1 first."""
         if len(self.parts) == 1:  # the usual case: no copy of a 40,000-tensor table
             return self.parts[0].tensors
         return tuple(t for part in self.parts for t in part.tensors)

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 
 from homelab.errors import ModelFileError, UsageError
 from homelab.gguf.ggml_types import ggml_type
-from homelab.gguf.header import GgufHeader, GgufModel, TensorInfo
+from homelab.gguf.header import GgufHeader, GgufModel
+from homelab.gguf.tensor_info import block_of
 
 if TYPE_CHECKING:  # geometry imports this module
     from homelab.gguf.geometry import LayerMemory
@@ -55,9 +56,9 @@ def check_tensors(model: GgufModel | GgufHeader, arch: str, n_layer_all: int, n_
     """
     parts = model.parts if isinstance(model, GgufModel) else (model,)
     source = parts[0].source_name
-    tensors: list[TensorInfo] = [t for part in parts for t in part.tensors]
-    unknown = [t for t in tensors if t.n_bytes is None]
-    if unknown:
+    tables = [part.table for part in parts]
+    if any(table.has_unknown_sizes() for table in tables):
+        unknown = [t for table in tables for t in table if t.n_bytes is None]
         names = sorted({t.type_name for t in unknown})
         raise _fail(
             source,
@@ -66,22 +67,19 @@ def check_tensors(model: GgufModel | GgufHeader, arch: str, n_layer_all: int, n_
             hint="The file may need a newer llama.cpp and homelab than these; "
             "or pick another quant of the model.",
         )
-    last = -1
-    for tensor in tensors:
-        name = tensor.name
-        dot = name.find(".", 4) if name.startswith("blk.") else -1
-        if dot <= 4 or not name[4:dot].isdecimal():  # what ^blk\.(\d+)\. matches
-            continue
-        block = int(name[4:dot])
-        if block >= n_layer_all:
-            raise _fail(
-                source,
-                f"tensor {tensor.name!r} belongs to block {block:,}, but "
-                f"{arch}.block_count is {n_layer_all}",
-            )
-        last = max(last, block)
+    last = max((table.max_block() for table in tables), default=-1)  # per group, not per tensor
+    if last >= n_layer_all:  # the first such tensor in file order is the one named
+        for table in tables:
+            for name in table.names:
+                in_block = block_of(name)
+                if in_block is not None and in_block[0] >= n_layer_all:
+                    raise _fail(
+                        source,
+                        f"tensor {name!r} belongs to block {in_block[0]:,}, but "
+                        f"{arch}.block_count is {n_layer_all}",
+                    )
     whole = isinstance(model, GgufModel) or model.metadata.get("split.count", 1) == 1
-    if whole and tensors and last + 1 < n_layer:
+    if whole and any(tables) and last + 1 < n_layer:
         where = f"stop at block {last}" if last >= 0 else "name no block"
         raise _fail(
             source,

@@ -25,10 +25,12 @@ from typing import Any
 from homelab.errors import ModelFileError
 from homelab.gc_pause import collector_paused
 from homelab.gguf.ggml_types import tensor_bytes, type_name
-from homelab.gguf.header import GgufHeader, LazyArray, TensorInfo
+from homelab.gguf.header import GgufHeader, LazyArray
 from homelab.gguf.not_gguf import describe_foreign, version_problem
 from homelab.gguf.source import ByteCursor, ByteSource
-from homelab.gguf.tensor_table import INT64_MAX, MAX_DIMS, MAX_KEY_BYTES, bulk_tensor_infos
+from homelab.gguf.tensor_info import TensorInfo
+from homelab.gguf.tensor_records import INT64_MAX, MAX_DIMS, MAX_KEY_BYTES, bulk_tensor_infos
+from homelab.gguf.tensor_table import TensorTable
 
 MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -334,37 +336,34 @@ class _HeaderParser:
 
     # -- tensor infos -----------------------------------------------------------------
 
-    def tensor_infos(self, n_tensors: int, alignment: int) -> tuple[TensorInfo, ...]:
-        """The tensor-info table: records wholly in the buffer and plainly sound are read in a
-        tight loop (:func:`~homelab.gguf.tensor_table.bulk_tensor_infos`); the first one that is not (it runs past the
-        buffer, or any check would fail) is read by :meth:`tensor_info`, which refills the
-        buffer or raises the error a careful parse raises there, then the loop goes on."""
+    def tensor_infos(self, n_tensors: int, alignment: int) -> TensorTable:
+        """The tensor-info table: records wholly in the buffer and plainly sound are read in
+        bulk (:mod:`~homelab.gguf.tensor_records`); the first that is not is read by
+        :meth:`tensor_info`, which refills the buffer or raises the error there."""
         cur = self.cur
         start = cur.pos
-        seen: set[str] = set()
-        tensors: list[TensorInfo] = []
-        with collector_paused():  # 40k tensors are 120k objects, none of them in a cycle
-            while len(tensors) < n_tensors:
-                index = len(tensors)
-                cur.pos = bulk_tensor_infos(cur, n_tensors, alignment, seen, tensors)
-                if len(tensors) == index:  # not one record in the fast loop: read it carefully
-                    tensors.append(self.tensor_info(index, n_tensors, start, alignment, seen))
-        return tuple(tensors)
+        table = TensorTable()
+        with collector_paused():  # 40k tensors are thousands of objects, none in a cycle
+            while len(table) < n_tensors:
+                index = len(table)
+                cur.pos = bulk_tensor_infos(cur, n_tensors, alignment, table)
+                if len(table) == index:  # not one record in the fast loop: read it carefully
+                    table.add(self.tensor_info(index, n_tensors, start, alignment, table))
+        return table
 
     def tensor_info(
-        self, index: int, n_tensors: int, start: int, alignment: int, seen: set[str]
+        self, index: int, n_tensors: int, start: int, alignment: int, table: TensorTable
     ) -> TensorInfo:
         """Tensor info ``index``, every check in order, each with its own message."""
         cur = self.cur
         cur.what = f"tensor info #{index}"
         per_item = (cur.pos - start) // index if index else _TENSOR_INFO_GUESS
         name = self.string(MAX_KEY_BYTES, (n_tensors - index) * per_item)
-        if name in seen:
+        if table.has_name(name):
             raise self.error(
                 f"tensor {name!r} appears twice (tensor info #{index}); "
                 "llama.cpp refuses such a file"
             )
-        seen.add(name)
         cur.what = f"tensor info #{index} ({name!r})"
         n_dims = self.u32()
         if n_dims > MAX_DIMS:

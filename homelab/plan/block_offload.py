@@ -8,7 +8,7 @@ KV lives where the layer does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from homelab.errors import DoesNotFitError
@@ -19,6 +19,7 @@ from homelab.plan.devices import PlanDevice
 from homelab.plan.engine_state import CUDA_CONTEXT_BYTES
 from homelab.plan.fit import Candidate, Fitter
 from homelab.plan.kv import KvSettings
+from homelab.plan.layer_shapes import later_layers
 from homelab.plan.split import DeviceShare, SplitFitter, split_notes
 
 if TYPE_CHECKING:
@@ -154,9 +155,7 @@ def _partial_offload(
         if split:
             fitter: Fitter = SplitFitter(geometry, devices, weights, base, first_block=first)
         else:
-            sub = replace(
-                geometry, layers=tuple(layer for layer in geometry.layers if layer.index >= first)
-            )
+            sub = later_layers(geometry, first)
             room = budget.usable - weights.on_device(gpu_blocks)
             fitter = _fitter(sub, room, base, request, True, gpu_blocks + 1, weights.n_cpu_moe)
         return fitter if fitter.fits(want, 1) else None

@@ -17,7 +17,7 @@ from homelab.errors import GpuProbeError, UsageError
 from homelab.gguf.header import GgufModel
 from homelab.gpu.report import GpuDevice, GpuReport
 from homelab.plan.cuda_padding import cuda_alloc_size
-from homelab.plan.placement import TensorSlot, tensor_slots
+from homelab.plan.weight_groups import WeightLayout
 from homelab.units import GiB, MiB
 
 HEADROOM_HEADLESS = 512 * MiB
@@ -133,8 +133,9 @@ class WeightPlacement:
     cuda_padded: bool = False
     """Priced as a CUDA card holds the tensors (quantized rows padded, 128-byte aligned):
     the device's figures are then a little above the file's bytes."""
-    slots: tuple[TensorSlot, ...] = field(default=(), compare=False, repr=False)
-    """Every tensor's place in the files (what the RAM side's mapped buffer spans)."""
+    layout: WeightLayout | None = field(default=None, compare=False, repr=False)
+    """Every tensor's place in the files, by group (what the RAM side's mapped buffer spans
+    and the decode bound reads); None for weights placed by hand."""
 
     def on_device(self, n_gpu_blocks: int | None = None) -> int:
         """Weights on the GPU with the last ``n_gpu_blocks`` blocks offloaded (None: all)."""
@@ -152,42 +153,50 @@ def place_weights(model: GgufModel, *, cuda: bool = False) -> WeightPlacement:
     """Split the model's exact tensor bytes into the output and per-block parts.
 
     ``cuda``: the blocks and the output are priced as a CUDA card's model buffer holds
-    them (:func:`~homelab.plan.cuda_padding.cuda_alloc_size`); ``total`` and the slots
-    (the file, what RAM maps) stay the file's bytes."""
+    them (:func:`~homelab.plan.cuda_padding.cuda_alloc_size`); ``total`` and the layout
+    (the file, what RAM maps) stay the file's bytes. Summed per group of tensors: a
+    40,000-tensor MoE has a dozen groups of thousands of members."""
     total = model.weights_bytes
     if total is None:
         unknown = sorted({t.type_name for t in model.tensors if t.n_bytes is None})
         raise UsageError(f"the model uses tensor types homelab cannot size: {', '.join(unknown)}")
-    slots = tensor_slots(model)  # each tensor's block, parsed once (40k tensors: once counts)
-    n_blocks = max((slot.block for slot in slots if slot.block is not None), default=-1) + 1
-    per_block = [0] * n_blocks
-    experts = [0] * n_blocks
+    layout = WeightLayout.of(model)
+    n_blocks = layout.n_blocks
+    every = tuple(range(n_blocks))
+    per_block, experts = [0] * n_blocks, [0] * n_blocks
+    in_every = in_every_experts = 0  # groups with one member in each block: added once
+    for group in layout.groups:
+        size = group.n_bytes
+        if cuda:  # the input embedding, which stays on the CPU, is never in a block
+            size = cuda_alloc_size(group.ggml_type, group.dims, size)
+        if group.blocks == every:
+            in_every += size
+            in_every_experts += size if group.expert else 0
+            continue
+        for block in group.blocks:
+            per_block[block] += size
+            if group.expert:
+                experts[block] += size
     embedding = output = 0
     has_output = False
-    padded: dict[tuple[int, int, int], int] = {}  # a MoE's 40k tensors are a dozen shapes
-    for tensor, slot in zip(model.tensors, slots, strict=True):
-        size = slot.n_bytes
-        if cuda and not slot.embedding:  # the input embedding stays on the CPU
-            key = (tensor.ggml_type, tensor.shape[0] if tensor.shape else 1, size)
-            found = padded.get(key)
-            if found is None:
-                found = padded[key] = cuda_alloc_size(tensor.ggml_type, tensor.shape, size)
-            size = found
-        block = slot.block
-        if block is not None:
-            per_block[block] += size
-            if slot.expert:
-                experts[block] += size
-        elif slot.embedding:
+    for tensor in layout.loose:
+        size = tensor.n_bytes
+        if tensor.embedding:
             embedding += size
-        else:
-            has_output = has_output or tensor.name == "output.weight"
-            output += size
+            continue
+        if cuda:
+            size = cuda_alloc_size(tensor.info.ggml_type, tensor.info.shape, size)
+        has_output = has_output or tensor.info.name == "output.weight"
+        output += size
     if not has_output:
-        tied = next((t for t in model.tensors if t.name.startswith("token_embd.")), None)
+        tied = next((t.info for t in layout.loose if t.info.name.startswith("token_embd.")), None)
         if cuda and tied is not None:
             embedding = cuda_alloc_size(tied.ggml_type, tied.shape, embedding)
         output += embedding  # tied embeddings: llama.cpp loads a device copy for the output head
+    if in_every:
+        per_block = [size + in_every for size in per_block]
+    if in_every_experts:
+        experts = [size + in_every_experts for size in experts]
     return WeightPlacement(
-        total, output, tuple(per_block), tuple(experts), cuda_padded=cuda, slots=slots
+        total, output, tuple(per_block), tuple(experts), cuda_padded=cuda, layout=layout
     )

@@ -21,11 +21,14 @@ unknown, never a guess; a stored ``homelab bench`` replaces it (:func:`with_meas
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, replace
+from itertools import compress
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from homelab.gguf.ggml_types import ggml_type
-from homelab.plan.placement import is_routed_expert, tensor_slots
+from homelab.plan.weight_groups import WeightLayout
 from homelab.plan.working import Step
 from homelab.units import format_bytes
 
@@ -94,10 +97,11 @@ class DecodeBound:
         return 1 / seconds if seconds > 0 else None
 
 
-def active_fraction(model: GgufModel) -> tuple[int, int] | str:
+def active_fraction(model: GgufModel, layout: WeightLayout | None = None) -> tuple[int, int] | str:
     """(experts a token uses, experts per block) of a MoE model; (1, 1) for a dense one; the
-    reason as a sentence when the header does not say it plainly."""
-    if not any(is_routed_expert(t.name) for t in model.tensors):
+    reason as a sentence when the header does not say it plainly. ``layout``: the model's
+    (made here when not given)."""
+    if not (layout or WeightLayout.of(model)).has_routed_experts():
         return 1, 1
     arch = model.arch or "?"
     used = model.metadata.get(f"{arch}.expert_used_count")
@@ -112,16 +116,41 @@ def active_fraction(model: GgufModel) -> tuple[int, int] | str:
     return used, count
 
 
-def _kv_cell_bytes(plan: Plan) -> dict[int, tuple[int, bool]]:
-    """KV bytes of one cell per layer index, and whether the layer is a sliding-window one."""
-    s = plan.settings
-    k, v = ggml_type(s.type_k), ggml_type(s.type_v)
-    out = {}
-    for layer in plan.geometry.kv_layers:
-        width_v = 0 if plan.geometry.is_mla else layer.v_width
-        per = layer.k_width * k.type_size / k.block_size + width_v * v.type_size / v.block_size
-        out[layer.index] = round(per), layer.kind == "swa"
-    return out
+def _kv_read(
+    plan: Plan, runs: list[tuple[int, int, int]], n_sides: int
+) -> tuple[list[int], list[int]]:
+    """KV bytes each side reads per cell of context, of the full-attention layers and of the
+    sliding-window ones: each layer's on the side holding its block (``runs``), else in RAM.
+    Priced per shape of layer, counted per side by bisection (thousands of blocks)."""
+    layers = plan.geometry.kv_layers
+    indices = list(map(attrgetter("index"), layers))
+    kv, swa = [0] * n_sides, [0] * n_sides
+    if indices != sorted(
+        set(indices)
+    ):  # repeated or out of order (by hand): one by one, the last counts
+        cells = {layer.index: layer for layer in layers}
+        for index, layer in cells.items():
+            side = next((at for first, end, at in runs if first <= index < end), n_sides - 1)
+            (swa if layer.kind == "swa" else kv)[side] += _cell(plan, layer.k_width, layer.v_width)
+        return kv, swa
+    keys = list(map(attrgetter("k_width", "v_width", "kind"), layers))
+    for key in dict.fromkeys(keys):
+        cell, into = _cell(plan, key[0], key[1]), swa if key[2] == "swa" else kv
+        where = list(compress(indices, map(key.__eq__, keys)))
+        left = len(where)
+        for first, end, side in runs:
+            held = bisect_left(where, end) - bisect_left(where, first)
+            into[side] += held * cell
+            left -= held
+        into[n_sides - 1] += left * cell
+    return kv, swa
+
+
+def _cell(plan: Plan, k_width: int, v_width: int) -> int:
+    """KV bytes of one cell of a layer of these widths (K, and V unless MLA's view of K)."""
+    k, v = ggml_type(plan.settings.type_k), ggml_type(plan.settings.type_v)
+    width_v = 0 if plan.geometry.is_mla else v_width
+    return round(k_width * k.type_size / k.block_size + width_v * v.type_size / v.block_size)
 
 
 def _sides(plan: Plan, report: GpuReport, ram: RamBandwidth | None) -> list[DecodeSide]:
@@ -148,43 +177,76 @@ def _sides(plan: Plan, report: GpuReport, ram: RamBandwidth | None) -> list[Deco
     return sides
 
 
+def _owners(plan: Plan) -> list[tuple[int, int, int]]:
+    """(first block, end block, side index) of the blocks each device holds, in block order,
+    as runs that do not overlap (where two devices' ranges did, the later one's)."""
+    ranges = [
+        (share.first_block, share.first_block + share.n_blocks, i)
+        for i, share in enumerate(plan.devices if plan.on_gpu else ())
+        if share.n_blocks > 0
+    ]
+    cuts = sorted({edge for first, end, _ in ranges for edge in (first, end)})
+    runs = []
+    for first, end in zip(cuts, cuts[1:], strict=False):
+        side = next((i for a, b, i in reversed(ranges) if a <= first and end <= b), None)
+        if side is not None:
+            runs.append((first, end, side))
+    return runs
+
+
+def _weights_read(
+    plan: Plan, layout: WeightLayout, fraction: tuple[int, int], n_sides: int
+) -> tuple[list[int], int]:
+    """Weight bytes each side reads per generated token, and the input embedding's row, summed
+    per group of tensors: a block's tensors on the side holding the block (its routed
+    experts' active share, in RAM when ``--n-cpu-moe`` keeps them there), blocks no device
+    holds in RAM, NextN/MTP blocks nowhere (plain decode does not run them)."""
+    ram_at = n_sides - 1
+    output_at = ram_at
+    for i, share in enumerate(plan.devices if plan.on_gpu else ()):
+        output_at = i if share.output else output_at
+    used, count = fraction
+    weights, row = [0] * n_sides, 0
+    tied = not any(t.info.name == "output.weight" for t in layout.loose)
+    for tensor in layout.loose:  # in file order: the last embedding's row is the one read
+        size = tensor.n_bytes
+        if tensor.embedding:  # one row in RAM; tied: the output head reads its copy whole
+            shape = tensor.info.shape
+            rows = shape[1] if len(shape) > 1 else 1  # ne1: the vocabulary
+            row = size // max(rows, 1)
+            weights[ram_at] += row
+            weights[output_at] += size if tied else 0
+        else:
+            weights[output_at] += size
+    runs, n_layer, n_cpu_moe = _owners(plan), plan.geometry.n_layer, plan.weights.n_cpu_moe
+    for group in layout.groups:
+        size = group.n_bytes * used // count if group.expert else group.n_bytes
+        unread = group.below(n_layer)
+        for first, end, side in runs:
+            first = max(first, n_cpu_moe) if group.expert else first
+            end = min(end, n_layer)
+            if end > first:
+                held = group.below(end) - group.below(first)
+                weights[side] += held * size
+                unread -= held
+        weights[ram_at] += unread * size  # below -ngl's blocks, or experts --n-cpu-moe keeps
+    return weights, row
+
+
 def decode_bound(
     plan: Plan, model: GgufModel, report: GpuReport, ram: RamBandwidth | None
 ) -> DecodeBound:
     """The bytes each side reads per generated token under ``plan``, and their bandwidths."""
     sides = _sides(plan, report, ram)
     ram_at = len(sides) - 1
-    owner = {}  # block -> side index
-    output_at = ram_at
-    for i, share in enumerate(plan.devices if plan.on_gpu else ()):
-        owner.update({b: i for b in range(share.first_block, share.first_block + share.n_blocks)})
-        output_at = i if share.output else output_at
-    fraction = active_fraction(model)
-    used, count = fraction if isinstance(fraction, tuple) else (1, 1)
-    weights, row = [0] * len(sides), 0
-    tensors = model.tensors
-    tied = not any(t.name == "output.weight" for t in tensors)
-    slots = plan.weights.slots
-    if len(slots) != len(tensors):  # weights placed by hand (a test's): place them here
-        slots = tensor_slots(model)
-    for tensor, slot in zip(tensors, slots, strict=True):
-        size = tensor.n_bytes or 0
-        if slot.embedding:  # one row in RAM; tied: the output head reads its copy whole
-            rows = tensor.shape[1] if len(tensor.shape) > 1 else 1  # ne1: the vocabulary
-            row = size // max(rows, 1)
-            weights[ram_at] += row
-            weights[output_at] += size if tied else 0
-        elif slot.block is None:
-            weights[output_at] += size
-        elif slot.block < plan.geometry.n_layer:
-            at = owner.get(slot.block, ram_at)
-            if slot.expert:
-                at = ram_at if slot.block < plan.weights.n_cpu_moe else at
-                size = size * used // count
-            weights[at] += size
-    kv, swa = [0] * len(sides), [0] * len(sides)
-    for index, (cell, windowed) in _kv_cell_bytes(plan).items():
-        (swa if windowed else kv)[owner.get(index, ram_at)] += cell
+    layout = plan.weights.layout
+    if layout is None or layout.n_tensors != sum(len(part.tensors) for part in model.parts):
+        layout = WeightLayout.of(model)  # weights placed by hand (a test's): place them here
+    fraction = active_fraction(model, layout)
+    weights, row = _weights_read(
+        plan, layout, fraction if isinstance(fraction, tuple) else (1, 1), len(sides)
+    )
+    kv, swa = _kv_read(plan, _owners(plan), len(sides))
     alloc, n_swa = plan.candidate.allocation, plan.geometry.n_swa
     out = tuple(
         replace(side, weights=w, kv_per_cell=k, swa_per_cell=sw, n_swa=n_swa)

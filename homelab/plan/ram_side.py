@@ -20,7 +20,7 @@ from homelab.gguf.plausible import MAX_EXPERTS, MAX_WIDTH
 from homelab.gpu.report import CpuMemory
 from homelab.plan.budget import HEADROOM_RAM
 from homelab.plan.cpu_repack import engine_features, repacked_size, repacks
-from homelab.plan.placement import TensorSlot, in_ram, mapped_span
+from homelab.plan.weight_groups import Held, held_in_ram, mapped_span
 from homelab.units import format_bytes
 
 if TYPE_CHECKING:
@@ -66,15 +66,17 @@ def ram_side(
     is among the devices (its pinned host buffer, swapped for the mapping, comes before the
     repack buffer: nothing is repacked)."""
     features = engine_features(cpu_flags)
-    repack, unknown, mapped = 0, False, list[TensorSlot]()
-    for slot in in_ram(weights, first_gpu_block):
-        packed = False if host_buffer else repacks(slot.type_name, slot.matmul_rows, features)
+    layout = weights.layout
+    held = [] if layout is None else held_in_ram(layout, first_gpu_block, weights.n_cpu_moe)
+    repack, unknown, mapped = 0, False, list[Held]()
+    for piece in held:  # a group's members are of one type and shape: repacked alike
+        packed = False if host_buffer else repacks(piece.type_name, piece.matmul_rows, features)
         unknown = unknown or packed is None
         if packed:
-            repack += repacked_size(slot.n_bytes)
+            repack += repacked_size(piece.n_bytes) * piece.members
         else:
-            mapped.append(slot)
-    resident = sum(slot.n_bytes for slot in mapped)
+            mapped.append(piece)
+    resident = sum(piece.n_bytes * piece.members for piece in mapped)
     return RamSide(mapped_span(mapped), None if unknown else repack, compute, resident)
 
 

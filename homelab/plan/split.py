@@ -21,6 +21,8 @@ in proportion to what each has left: every device filled to the same fraction of
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import compress
+from operator import attrgetter
 
 from homelab.gguf.geometry import Geometry
 from homelab.plan.budget import WeightPlacement
@@ -76,7 +78,11 @@ class DeviceShare:
 
 
 def _sub(geometry: Geometry, blocks: range) -> Geometry:
-    return replace(geometry, layers=tuple(la for la in geometry.layers if la.index in blocks))
+    """The layers of these blocks (a comparison per layer, in C: thousands of blocks)."""
+    indices = map(attrgetter("index"), geometry.layers)
+    return replace(
+        geometry, layers=tuple(compress(geometry.layers, map(blocks.__contains__, indices)))
+    )
 
 
 class SplitFitter(Fitter):

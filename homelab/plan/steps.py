@@ -8,6 +8,7 @@ value 17,408 in bytes; :func:`~homelab.plan.working.render_step` makes it a line
 from __future__ import annotations
 
 from collections import Counter
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from homelab.gguf.ggml_types import ggml_type
@@ -34,9 +35,7 @@ def type_fraction(cache_type: str) -> tuple[str, float]:
 def kv_per_token_lines(plan: Plan) -> list[Step]:
     """How one token of context costs what it costs, by group of identical layers."""
     settings = plan.settings
-    groups = Counter(
-        (layer.n_head_kv, layer.k_width, layer.v_width) for layer in plan.geometry.full_layers
-    )
+    groups = Counter(map(attrgetter("n_head_kv", "k_width", "v_width"), plan.geometry.full_layers))
     tk, tv = settings.type_k, settings.type_v
     (fk, bk), (fv, bv) = type_fraction(tk), type_fraction(tv)
     rows = []
@@ -78,7 +77,7 @@ def describe_plan(plan: Plan) -> list[Step]:
 def _model_steps(plan: Plan) -> list[Step]:
     """The model's architecture, trained context and which layers keep memory."""
     g = plan.geometry
-    kinds = Counter(layer.kind for layer in g.layers)
+    kinds = Counter(map(attrgetter("kind"), g.layers))
     layout = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
     return [
         Step(

@@ -222,6 +222,7 @@ def make_app(
     blink: bool = True,
     adopt: bool = True,
     telemetry_clock: Clock | None = None,
+    check_agents: bool = True,
 ) -> HomelabApp:
     """The app the command line runs and the tests drive (same construction for both; the
     arguments are :class:`~homelab.ui.state.AppArgs`'s)."""
@@ -234,6 +235,7 @@ def make_app(
         blink=blink,
         adopt=adopt,
         telemetry_clock=telemetry_clock,
+        check_agents=check_agents,
     )
     return HomelabApp(args)
 

@@ -146,6 +146,8 @@ class AgentContract(Message, bubble=False):
     """The agent contract check's one line for the engine's URL (None: not known)."""
 
     words: str | None
+    checked: tuple[str, str]
+    """The (URL, model) it was run for: kept so the same engine is not probed again."""
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """The server panel's view of the engine: its state, crashes, restarts and pushed log.
 
-A mixin of :class:`homelab.ui.app.HomelabApp`. The palette's "Check the agents" runs the
-agent contract check (:mod:`homelab.agents.contract`) through the URL and shows its line
-next to it. Supervisor transitions arrive as
+A mixin of :class:`homelab.ui.app.HomelabApp`. When an engine becomes ready the agent
+contract check (:mod:`homelab.agents.contract`) runs through its URL, once per URL and
+model, and its line shows next to the URL (the palette's "Check the agents" runs it again). Supervisor transitions arrive as
 :class:`~homelab.ui.messages.EngineChanged` (from the serve session's thread), the log
 as :class:`~homelab.ui.log_feed.LogArrived` (from the supervisor's event hub). A crash
 keeps the engine's own explained failure (``EngineFailure``: title, what happened, the
@@ -92,10 +92,32 @@ class ServerFlow(AppFlow):
         url = backend.public_url(running.session)  # the gate's, in front of the engine
         if transition.state.value == "ready" and url:
             self.notify(f"{running.entry.name if running.entry else 'engine'} is ready at {url}")
+            if self.state.args.check_agents:
+                self._check_agents_once(url)
+
+    def _check_agents_once(self, url: str) -> None:
+        """The check on its own when an engine becomes ready, once per URL and model: what
+        the agents will meet is on the panel before anyone hands one off (a restart or a
+        re-plan of the same model shows the line it had)."""
+        checked = (url, self._model_key())
+        known = self.state.agent_contracts.get(checked)
+        if known is not None:
+            self.state.agent_contract = known
+            self._show_engine()
+            return
+        self.state.agent_contract = "checking…"
+        self._show_engine()
+        self.check_agent_contract(url, checked)
+
+    def _model_key(self) -> str:
+        entry = self.state.running.entry
+        if entry is None:
+            return ""
+        return str(entry.path) if entry.path is not None else entry.key
 
     def action_check_agents(self) -> None:
         """Run the agent contract check through the ready engine's URL (the palette's "Check
-        the agents"): asked for, never on its own, since it sends requests of its own."""
+        the agents"; it also runs on its own once per engine and model, see ``check_agents``)."""
         ready = self.state.engine_alive() and self.state.health.state == "ready"
         url = backend.public_url(self.state.running.session) if ready else None
         if url is None:
@@ -103,10 +125,10 @@ class ServerFlow(AppFlow):
             return
         self.state.agent_contract = "checking…"
         self._show_engine()
-        self.check_agent_contract(url)
+        self.check_agent_contract(url, (url, self._model_key()))
 
     @work(thread=True, exclusive=True, group="agent-contract", exit_on_error=False)
-    def check_agent_contract(self, url: str) -> None:
+    def check_agent_contract(self, url: str, checked: tuple[str, str]) -> None:
         """One short probe of each route the agents speak, through the URL they get."""
         from homelab.agents.contract import check_served, summary
         from homelab.gate.key_file import stored_key
@@ -115,14 +137,21 @@ class ServerFlow(AppFlow):
             words: str | None = summary(check_served(url, stored_key()))
         except HomelabError as error:
             words = f"not checked ({error.message})"
-        self.post_message(AgentContract(words))
+        self.post_message(AgentContract(words, checked))
 
     @while_mounted
     def on_agent_contract(self, message: AgentContract) -> None:
-        if self.state.health.state == "ready":
-            self.state.agent_contract = message.words
-            self._show_engine()
-            self.notify(message.words or "", title="Agents")
+        if self.state.health.state != "ready":
+            return  # it stopped or restarts meanwhile: the next ready checks again
+        url = backend.public_url(self.state.running.session)
+        if message.checked != (url, self._model_key()):
+            return  # another engine (a switch) answers now: its own check is under way
+        self.state.agent_contract = message.words
+        words = message.words or ""
+        if message.words is not None and not words.startswith("not checked"):
+            self.state.agent_contracts[message.checked] = message.words
+        self._show_engine()
+        self.notify(words, title="Agents")
 
     @while_mounted
     def on_engine_failed(self, message: EngineFailed) -> None:

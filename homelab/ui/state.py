@@ -46,6 +46,9 @@ class AppArgs:
     """Adopt an engine an earlier homelab left running."""
     telemetry_clock: Clock | None
     """When a replayed card's next sample is taken (tests); None: real time."""
+    check_agents: bool
+    """Run the agent contract check on its own when an engine becomes ready (once per URL
+    and model); off where a test counts the engine's requests."""
 
 
 @dataclass(slots=True)
@@ -147,6 +150,9 @@ class AppState:
     agent_contract: str | None = None
     """The agent contract check's line for the URL (``tool calls: ok``); None: not run for
     the engine that is ready now."""
+    agent_contracts: dict[tuple[str, str], str] = field(default_factory=dict)
+    """The check's line per (URL, model file) already checked on its own: a restart or a
+    re-plan of the same model is not probed again (its template, hence its line, is the same)."""
     engine_backend: str | None = None
     """What the llama-server found computes on (its own ``--list-devices``), for the server
     panel. Written by the server flow's engine check; None: not asked yet, or it did not say."""

@@ -61,6 +61,7 @@ SAMPLES: dict[type, object] = {
     ev.Stopped: ev.Stopped("outside"),
     ev.Failed: ev.Failed(EngineError("it broke")),
     ev.GateKeyCreated: ev.GateKeyCreated("/c/gate.key", "k-123"),
+    ev.GateSamplingNote: ev.GateSamplingNote("[sampling] min_p reaches only the OpenAI routes"),
     ev.GateStarted: ev.GateStarted("http://h:8080", 4096, 2, "http://h:1", False, 2048),
     ev.GateAdopted: ev.GateAdopted("http://h:8080", 2048),
     ev.GateMissing: ev.GateMissing("it was started with --no-gate"),

@@ -22,22 +22,30 @@ from tests.ui.test_engine_flows import (
 pytestmark = pytest.mark.engine
 
 
-def test_check_the_agents_shows_the_verdict_under_the_url(
+def test_the_agents_are_checked_on_their_own_when_ready(
     models_dir: Path, engine_pids, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SmolLM2's template emits no tool calls on any route (tests/agents/
-    test_contract_engine.py), so the one line for every agent is that."""
+    test_contract_engine.py), so the one line for every agent is that: on the panel once the
+    engine is ready, with nothing asked; kept for that URL and model (not probed again), and
+    run again when asked."""
     monkeypatch.setattr(contract, "PROBE_TIMEOUT_S", 600.0)  # a loaded 2-core CPU runner
+    probes: list[str] = []
+    real_check = contract.check_served
+
+    def counted(url: str, key: str | None):
+        probes.append(url)
+        return real_check(url, key)
+
+    monkeypatch.setattr(contract, "check_served", counted)
 
     async def drive() -> None:
-        app = _app(models_dir, free_port())
+        app = _app(models_dir, free_port(), check_agents=True)
         async with app.run_test(size=(140, 45)) as pilot:
             app.action_check_agents()  # nothing ready: said, nothing probed
             assert app.state.agent_contract is None
             await _pick_small_plan(app, pilot)
             await _start_and_wait_ready(app, pilot, engine_pids)
-            assert "agents:" not in _server_text(app)  # never probed on its own
-            app.action_check_agents()
             await wait_until(
                 pilot,
                 lambda: app.state.agent_contract not in (None, "checking…"),
@@ -45,6 +53,13 @@ def test_check_the_agents_shows_the_verdict_under_the_url(
             )
             assert app.state.agent_contract == NO_TOOL_CALLS
             assert f"agents: {NO_TOOL_CALLS}" in _server_text(app)
+            assert len(probes) == 1
+            url = probes[0]
+            app._check_agents_once(url)  # what a restart into the same model does
+            assert app.state.agent_contract == NO_TOOL_CALLS and len(probes) == 1
+            app.action_check_agents()  # asked for: probed again
+            await wait_until(pilot, lambda: app.state.agent_contract != "checking…", timeout=2400)
+            assert len(probes) == 2 and app.state.agent_contract == NO_TOOL_CALLS
             await _quit_stopping_the_engine(app, pilot)
 
     run(drive())

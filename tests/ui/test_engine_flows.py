@@ -28,7 +28,7 @@ def _app(models_dir: Path, port: int, **kwargs):
         port=port,
         refresh_s=0.5,
         blink=False,
-        **kwargs,
+        **{"check_agents": False, **kwargs},  # it probes the engine; its own test turns it on
     )
 
 

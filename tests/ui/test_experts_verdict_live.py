@@ -91,7 +91,9 @@ def test_the_panel_words_the_running_plan_with_experts_in_ram(moe_dir: Path, eng
     assert ram is not None and 0 < ram.n_cpu_moe < LAYERS and expected.n_gpu_layers is None
 
     async def drive() -> None:
-        app = make_app(vram=VRAM, models_dirs=[moe_dir], port=free_port(), blink=False)
+        app = make_app(
+            vram=VRAM, models_dirs=[moe_dir], port=free_port(), blink=False, check_agents=False
+        )
         async with app.run_test(size=(160, 50)) as pilot:
             await _pick(app, pilot)
             await pilot.press("s")

@@ -65,6 +65,7 @@ def no_package_index(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _app(models_dir: Path | None = None, **kwargs):
     dirs = [models_dir] if models_dir is not None else []
+    kwargs.setdefault("check_agents", False)  # the probe would load the engine under test
     return make_app(gpu_snapshot=NO_GPU, models_dirs=dirs, blink=False, adopt=False, **kwargs)
 
 

@@ -44,6 +44,7 @@ def growth_app(models_dir: Path, clock: ManualClock):
         blink=False,
         adopt=False,
         telemetry_clock=clock,
+        check_agents=False,  # the probe's requests would load the engine being measured
     )
 
 

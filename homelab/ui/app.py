@@ -70,6 +70,7 @@ class HomelabApp(
         Binding("R", "replan", "re-plan"),
         Binding("l", "focus_log", "log"),
         Binding("d", "download", "download"),
+        Binding("m", "rescan", "rescan models"),
         Binding("f", "fetch_engine", "fetch engine"),
         Binding("b", "build_engine", "build engine"),
         Binding("e", "choose_engine", "use engine…"),
@@ -116,6 +117,8 @@ class HomelabApp(
         self.list_models()
         self.check_engine()
         if self.state.args.adopt:
+            self.state.looking = True
+            self._show_engine()
             self.adopt_running(self.card_options())
 
     def get_system_commands(self, screen: Screen) -> Iterator[SystemCommand]:

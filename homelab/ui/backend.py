@@ -246,6 +246,7 @@ def serve_session(
     default_workload: Workload | None = None,
     report: GpuReport | None = None,
     prepared: Prepared | None = None,
+    replace: bool = False,
 ) -> ServeSession:
     """The domain's serve session for ``model`` (the path ``homelab serve`` takes too).
 
@@ -254,7 +255,8 @@ def serve_session(
     counted as freed) or, without one, on the card read as ``options`` say. The plan the app
     shows (or re-plans on the card now) is then the plan that runs.
 
-    Detached but held: the app keeps supervising it, and quitting may leave it running
+    ``replace``: an engine an earlier homelab left running is stopped first (the person
+    confirmed it). Detached but held: the app keeps supervising it, and quitting may leave it running
     for the next ``homelab`` to adopt. Its events go to ``on_event`` on a thread of its own.
     """
     from homelab.gate.config_file import GateChoices
@@ -270,6 +272,7 @@ def serve_session(
         default_workload=default_workload,
         report=None if report is None else without_own_engines(report),
         prepared=prepared,
+        replace=replace,
         gate=GateChoices(),  # the gate on the public port, its settings from gate.toml
     )
     session = ServeSession(request)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +25,7 @@ from homelab.ui.log_feed import LogFeed
 from homelab.ui.messages import (
     EngineChanged,
     EngineFailed,
+    EngineLookedFor,
     EngineStarted,
     EngineStopped,
     ServeEvent,
@@ -31,12 +33,19 @@ from homelab.ui.messages import (
 )
 from homelab.ui.models_flow import model_name
 from homelab.ui.screens import ConfirmScreen, QuitScreen
-from homelab.ui.state import Health, Running
+from homelab.ui.state import LOOKING, Health, Running
+from homelab.ui.what_runs import (
+    left_running_question,
+    record_as_picked,
+    runs_as_picked,
+    switch_question,
+)
 from homelab.ui.widgets.models import ModelsMenu
 from homelab.ui.widgets.server import ServerPanel
 from homelab.units import format_bytes
 
 if TYPE_CHECKING:
+    from homelab.engine.supervision.record import EngineRecord
     from homelab.engine.supervision.supervisor import Supervisor
     from homelab.gpu.report import GpuReport
     from homelab.plan.options import PlanOptions
@@ -59,6 +68,9 @@ class EngineFlow(AppFlow):
         if entry is None or plan is None:
             self.notify("Pick a model first (enter on a row).", title="Nothing to start")
             return
+        if self.state.looking:
+            self.notify(LOOKING, title="A moment")
+            return
         if path is None:
             self.notify(
                 f"{entry.name} is not downloaded yet: `homelab pull` it first.",
@@ -79,22 +91,26 @@ class EngineFlow(AppFlow):
         )
         if self.state.engine_alive():
             assert running.supervisor is not None
-            if running.entry is not None and running.entry.key == entry.key:
-                self.notify(f"{entry.name} is already running.", title="Running")
+            if runs_as_picked(running, picked):
+                self.notify(f"{entry.name} is already running as planned.", title="Running")
                 return
-            frees = self.running_plan_bytes()
-            question = (
-                f"Stop {running.entry.name if running.entry else 'the running engine'} "
-                f"(pid {running.supervisor.pid}{frees}) and start {entry.name}?"
-            )
-
-            def answered(yes: bool | None) -> None:
-                if yes:
-                    start(stop_first=True)
-
-            self.push_screen(ConfirmScreen(question), answered)
+            question = switch_question(running, entry.name, picked, self.running_plan_bytes())
+            self._confirm(question, partial(start, stop_first=True))
             return
+        record = _left_running()
+        if record is not None and not record.supervised_by_other():
+            if not record_as_picked(record, picked):  # the same engine as picked: adopted
+                question = left_running_question(record, entry.name)
+                self._confirm(question, partial(start, stop_first=False, replace=True))
+                return
         start(stop_first=False)
+
+    def _confirm(self, question: str, then: Callable[[], object]) -> None:
+        def answered(yes: bool | None) -> None:
+            if yes:
+                then()
+
+        self.push_screen(ConfirmScreen(question), answered)
 
     def running_plan_bytes(self) -> str:
         plan = self.state.running.plan
@@ -111,13 +127,14 @@ class EngineFlow(AppFlow):
         options: PlanOptions,
         *,
         stop_first: bool,
+        replace: bool = False,
         report: GpuReport | None = None,
         note: str | None = None,
         prepared: Prepared | None = None,
     ) -> None:
         """Through the domain's serve session: plan (on ``report``, the card as the app saw
         it, when given; none when handed ``prepared``), decide, start, ready, actuals. On a
-        worker thread."""
+        worker thread. ``replace``: stop an engine an earlier homelab left running (asked)."""
         session = None
         try:
             if stop_first and self.state.running.session is not None:
@@ -131,6 +148,7 @@ class EngineFlow(AppFlow):
                 default_workload=default,
                 report=report,
                 prepared=prepared,
+                replace=replace,
             )
             supervisor = session.start()  # plan, decide (adopt / replace / refuse), start
             served = session.plan.plan if session.plan is not None else plan
@@ -161,11 +179,18 @@ class EngineFlow(AppFlow):
 
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
     def adopt_running(self, options: PlanOptions) -> None:
-        from homelab.engine.supervision.state_file import StateFile
+        """Adopt what an earlier homelab left running; the panel says "looking…" until this
+        has looked (``s`` waits for it: it must not start beside, or silently adopt, it)."""
+        try:
+            self._adopt_left_running(options)
+        finally:
+            self.post_message(EngineLookedFor())
+
+    def _adopt_left_running(self, options: PlanOptions) -> None:
         from homelab.gguf.file_name import quant_tag
 
         try:
-            record = StateFile().live()
+            record = _left_running()
             if record is None or record.supervised_by_other():
                 return
             session = backend.adopt_engine(record, options, self._serve_event_arrived)
@@ -178,6 +203,11 @@ class EngineFlow(AppFlow):
             str(path), model_name(path, "dir"), quant_tag(path.name), "dir", path=path
         )
         self._started(entry, session, supervisor, None)
+
+    @while_mounted
+    def on_engine_looked_for(self, message: EngineLookedFor) -> None:
+        self.state.looking = False
+        self._show_engine()
 
     def _serve_event_arrived(self, event: object) -> None:
         """Called on the session's delivery thread: hand over, never block it."""
@@ -284,3 +314,14 @@ class EngineFlow(AppFlow):
             backend.stop_engine(session)
         else:
             session.close()
+
+
+def _left_running() -> EngineRecord | None:
+    """The live record of an engine homelab started (None: nothing runs, or it cannot be
+    read: the session's own decision then says why)."""
+    from homelab.engine.supervision.state_file import StateFile
+
+    try:
+        return StateFile().live()
+    except HomelabError:
+        return None

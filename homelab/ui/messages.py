@@ -69,6 +69,8 @@ class ModelsListed(Message, bubble=False):
     """The menu's rows, verdicts not yet known."""
 
     entries: list[ModelEntry]
+    asked: bool = False
+    """A rescan asked for with its key (said even when nothing changed)."""
 
 
 @dataclass
@@ -139,6 +141,11 @@ class EngineBackend(Message, bubble=False):
     """What the llama-server found computes on (``CUDA (CUDA0: …)``, ``CPU only``)."""
 
     words: str | None
+
+
+@dataclass
+class EngineLookedFor(Message, bubble=False):
+    """The app has looked for an engine an earlier homelab left running (adopted or not)."""
 
 
 @dataclass

@@ -43,13 +43,27 @@ class ModelsFlow(AppFlow):
     """List the models, judge each on the card, plan the picked one."""
 
     def _models_init(self) -> None:
-        self._headers: dict[Path, GgufModel] = {}
-        """Headers read so far (a row judged, then planned, is read once)."""
+        self._headers: dict[Path, tuple[tuple[int, int], GgufModel]] = {}
+        """Headers read so far, with the file's (mtime, size) then: a row judged, then
+        planned, is read once; a file replaced under the same name is read again."""
+        self._listed_once = False
+
+    def action_rescan(self) -> None:
+        """``m``: the models folders and the HF cache listed again (a GGUF copied or
+        downloaded meanwhile shows without a restart); new rows are judged, the others keep
+        their verdicts, rows whose file is gone go."""
+        self.query_one("#menu", ModelsMenu).border_subtitle = "rescanning…"
+        self.list_models(asked=True)
+
+    def on_app_focus(self) -> None:
+        """The terminal's focus is back (a person who was copying a model in): rescan."""
+        if self._listed_once:
+            self.list_models()
 
     # -- models ----------------------------------------------------------------------------
 
     @work(thread=True, exclusive=True, group="models", exit_on_error=False)
-    def list_models(self) -> None:
+    def list_models(self, asked: bool = False) -> None:
         from homelab.engine.kinds import engine_kind
         from homelab.gguf.file_name import quant_tag
         from homelab.hub.presets import load_presets
@@ -83,13 +97,23 @@ class ModelsFlow(AppFlow):
                         size=_size(path),
                     )
                 )
-        self.post_message(ModelsListed(entries))
+        self.post_message(ModelsListed(entries, asked))
 
     @while_mounted
     def on_models_listed(self, message: ModelsListed) -> None:
-        self.query_one("#menu", ModelsMenu).set_entries(message.entries)
-        if self.state.card.report is not None:
-            self.judge_models(message.entries)
+        menu = self.query_one("#menu", ModelsMenu)
+        before = {e.key for e in menu.entries}
+        menu.set_entries(message.entries)
+        now = {e.key for e in message.entries}
+        menu.forget(before - now)
+        fresh = [e for e in message.entries if e.key not in menu.judgements]
+        if self.state.card.report is not None and fresh:
+            self.judge_models(fresh)
+        if self._listed_once and (message.asked or now != before):
+            new, gone = len(now - before), len(before - now)
+            said = f"{len(now)} models: {new} new, {gone} gone" if new or gone else "no change"
+            self.notify(said, title="Models rescanned")
+        self._listed_once = True
 
     @work(thread=True, exclusive=True, group="verdicts", exit_on_error=False)
     def judge_models(self, entries: list[ModelEntry]) -> None:
@@ -133,9 +157,16 @@ class ModelsFlow(AppFlow):
         """The model's header (``ModelFileError`` when it is not a model llama.cpp loads)."""
         from homelab.gguf.model_file import read_model
 
-        header = self._headers.get(path)
-        if header is None:
-            header = self._headers[path] = read_model(path)
+        try:
+            stat = path.stat()
+            seen = (stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            seen = (0, 0)  # read_model says what is wrong with it
+        cached = self._headers.get(path)
+        if cached is not None and cached[0] == seen:
+            return cached[1]
+        header = read_model(path)
+        self._headers[path] = (seen, header)
         return header
 
     @while_mounted

@@ -41,6 +41,11 @@ if TYPE_CHECKING:
     from homelab.serve.session import ServeSession
 
 
+GATE_OPENING = "opening the gate"
+"""The state shown while the engine is ready but the gate in front of it does not listen
+yet: "ready" is said only once the URL shown answers."""
+
+
 class ServerFlow(AppFlow):
     """What the server panel shows of the engine (see the module docstring)."""
 
@@ -53,6 +58,8 @@ class ServerFlow(AppFlow):
             running = self.state.running.entry
             name = running.name if running else "engine"
             self.notify(f"{name} is ready at {event.url}")
+            if self.state.args.check_agents and self.state.health.state == "ready":
+                self._check_agents_once(event.url)
         elif isinstance(event, ev.GateRetargeted):  # a heal's or a re-plan's new limits
             self.notify(describe(event).line or "", title="gate")
         elif (note := describe(event).line) is not None:  # the launch proof, a heal
@@ -169,7 +176,7 @@ class ServerFlow(AppFlow):
                 words = f"{problem.title}: {problem.message}" + (
                     f"\n{problem.hint}" if problem.hint else ""
                 )
-            panel.show_state(None, None, None, 0, words)
+            panel.show_state(None, None, None, 0, words, looking=self.state.looking)
             return
         uptime = None
         if health.ready_at is not None:
@@ -179,6 +186,8 @@ class ServerFlow(AppFlow):
         state = health.state
         if state == "stopped" and health.gave_up:  # stopped on its own: said how below
             state = "gave up" if health.crashes else "failed"
+        elif state == "ready" and url is None:  # the engine answers; its gate not yet
+            state = GATE_OPENING
         panel.show_state(
             state,
             url,

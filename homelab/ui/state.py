@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from homelab.ui.catalog import ModelEntry
     from homelab.ui.log_feed import LogFeed
 
+LOOKING = "looking for an engine an earlier homelab left running…"
+"""What the server panel (and ``s``) says while the adoption worker looks."""
+
 
 @dataclass(frozen=True, slots=True)
 class AppArgs:
@@ -147,6 +150,10 @@ class AppState:
     """Why no engine can start (no llama-server, or one without a GPU backend where a card
     is). Written by the server flow (the check at start) and the engine-setup flow (one
     found); read by both."""
+    looking: bool = False
+    """The app is still looking for an engine an earlier homelab left running (its adoption
+    worker runs): the server panel says so and ``s`` waits. Set at start when adopting;
+    cleared by the engine flow once looked."""
     agent_contract: str | None = None
     """The agent contract check's line for the URL (``tool calls: ok``); None: not run for
     the engine that is ready now."""

@@ -95,6 +95,11 @@ class ModelsMenu(Vertical):
             subtitle += f" · {FROM_PRESET_LEGEND}"
         self.border_subtitle = subtitle
 
+    def forget(self, keys: set[str]) -> None:
+        """Drop the verdicts of rows no longer listed."""
+        for key in keys:
+            self.judgements.pop(key, None)
+
     def clear_judgements(self) -> None:
         self.judgements.clear()
         self._fill()

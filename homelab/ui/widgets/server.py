@@ -12,6 +12,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Input, Log, Static
 
+from homelab.ui.state import LOOKING
 from homelab.ui.widgets.download import DownloadBar
 
 if TYPE_CHECKING:
@@ -72,14 +73,18 @@ class ServerPanel(Vertical):
         backend: str | None = None,
         verdict: str | None = None,
         contract: str | None = None,
+        looking: bool = False,
     ) -> None:
         """The state line, the URL, ``verdict`` (the running plan's, worded as the menu words
         it: what fits and what stays off the card), and below them: ``detail`` (a problem before any engine),
         ``failure`` (the engine's explained ``EngineFailure``: now, or with ``failure_past``
         the last crash before it came back), ``note`` (a re-plan, old vs new) and, while one
-        runs, ``backend`` (what the engine binary computes on)."""
+        runs, ``backend`` (what the engine binary computes on). ``looking``: no engine yet,
+        and the app still looks for one an earlier homelab left running."""
         text = Text()
-        if state is None:
+        if state is None and looking:  # the adoption worker has not looked yet
+            text.append(LOOKING, style="dim italic")
+        elif state is None:
             text.append("no engine running", style="dim")
             text.append("  (s starts the picked model)", style="dim italic")
         else:

@@ -71,6 +71,7 @@ class HomelabApp(
         Binding("l", "focus_log", "log"),
         Binding("d", "download", "download"),
         Binding("m", "rescan", "rescan models"),
+        Binding("z", "reset_settings", "reset settings"),
         Binding("f", "fetch_engine", "fetch engine"),
         Binding("b", "build_engine", "build engine"),
         Binding("e", "choose_engine", "use engine…"),
@@ -159,10 +160,11 @@ class HomelabApp(
         args = self.state.args
         return backend.plan_options(vram=args.vram, gpu_snapshot=args.gpu_snapshot, port=args.port)
 
-    def plan_options(self) -> PlanOptions:
-        """The plan request the plan panel's fields describe (``UsageError`` when one is bad)."""
+    def plan_options(self, values: dict[str, str] | None = None) -> PlanOptions:
+        """The plan request the plan panel's fields describe, or ``values`` (a row's own
+        fields: its edits or the defaults); ``UsageError`` when one is bad."""
         args = self.state.args
-        values = self.query_one("#plan", PlanPanel).values()
+        values = values or self.query_one("#plan", PlanPanel).values()
         return backend.plan_options(
             workload=values["workload"] or None,
             ctx=int(values["ctx"]) if values["ctx"] else None,

@@ -13,6 +13,7 @@ from textual import work
 from textual.worker import get_current_worker
 
 from homelab.errors import HomelabError, ModelFileError, UsageError
+from homelab.plan.workload import AGENT
 from homelab.ui import backend
 from homelab.ui.catalog import (
     Judgement,
@@ -31,12 +32,16 @@ from homelab.ui.messages import (
 )
 from homelab.ui.state import Preview
 from homelab.ui.widgets.models import ModelsMenu
-from homelab.ui.widgets.plan import PlanPanel
+from homelab.ui.widgets.plan import DEFAULT_VALUES, PlanPanel
 
 if TYPE_CHECKING:
     from homelab.gguf.header import GgufModel
     from homelab.gpu.report import GpuReport
     from homelab.plan.options import PlanOptions
+
+
+NEXT_PICK = ""
+"""The row key of fields edited before any row was picked (:meth:`ModelsFlow._take_pending`)."""
 
 
 class ModelsFlow(AppFlow):
@@ -119,23 +124,35 @@ class ModelsFlow(AppFlow):
     def judge_models(self, entries: list[ModelEntry]) -> None:
         """Presets from their own facts first (instant, offline), then every row for real."""
         worker = get_current_worker()
-        try:
-            options = self.plan_options()
-        except (UsageError, ValueError):
-            return
         report = self.state.card.report
         if report is None:  # asked for once the card has been read
             return
-        for entry in entries:
+        judged = []
+        for entry in entries:  # each row with its own fields: an edit is that row's alone
+            try:
+                judged.append((entry, self.plan_options(self._row_values(entry))))
+            except (UsageError, ValueError):
+                continue  # the picked row's field is bad: its plan panel says so
+        for entry, options in judged:
             if worker.is_cancelled:
                 return
             if entry.preset is not None:
                 fit = backend.judge_preset_from_facts(entry.preset, report, options)
                 self.post_message(ModelJudged(entry.key, judgement_of_fit(fit.fit, fit.source)))
-        for entry in entries:
+        for entry, options in judged:
             if worker.is_cancelled:
                 return
             self.post_message(ModelJudged(entry.key, self._judge(entry, report, options)))
+
+    def _row_values(self, entry: ModelEntry) -> dict[str, str]:
+        return self.state.row_settings.get(entry.key, DEFAULT_VALUES)
+
+    def _take_pending(self, entry: ModelEntry) -> None:
+        """Fields typed before anything was picked belong to the first row picked (unless
+        that row has edits of its own)."""
+        pending = self.state.row_settings.pop(NEXT_PICK, None)
+        if pending is not None and entry.key not in self.state.row_settings:
+            self.state.row_settings[entry.key] = pending
 
     def _judge(self, entry: ModelEntry, report: GpuReport, options: PlanOptions) -> Judgement:
         if entry.preset is not None:
@@ -157,11 +174,7 @@ class ModelsFlow(AppFlow):
         """The model's header (``ModelFileError`` when it is not a model llama.cpp loads)."""
         from homelab.gguf.model_file import read_model
 
-        try:
-            stat = path.stat()
-            seen = (stat.st_mtime_ns, stat.st_size)
-        except OSError:
-            seen = (0, 0)  # read_model says what is wrong with it
+        seen = _seen(path)
         cached = self._headers.get(path)
         if cached is not None and cached[0] == seen:
             return cached[1]
@@ -180,18 +193,55 @@ class ModelsFlow(AppFlow):
         self.pick(message.entry)
 
     def pick(self, entry: ModelEntry) -> None:
+        self._take_pending(entry)
         self.state.picked.entry = entry
-        self.query_one("#plan", PlanPanel).show_planning(entry.name)
+        panel = self.query_one("#plan", PlanPanel)
+        default = entry.preset.workload.name if entry.preset is not None else AGENT.name
+        panel.set_values(self._row_values(entry), default)  # this row's fields, not the last's
+        panel.show_planning(entry.name)
         self.plan_picked(entry)
 
     @while_mounted
     def on_plan_panel_settings_changed(self, message: PlanPanel.SettingsChanged) -> None:
+        entry = self.state.picked.entry
+        key = NEXT_PICK if entry is None else entry.key  # nothing picked: the next pick's
+        if message.values == DEFAULT_VALUES:
+            self.state.row_settings.pop(key, None)
+        else:
+            self.state.row_settings[key] = dict(message.values)
+        if entry is not None:
+            self._replan_row(entry)
+
+    def action_reset_settings(self) -> None:
+        """``z``: the picked row's fields back to its defaults (its edits dropped)."""
+        entry = self.state.picked.entry
+        if entry is None or entry.key not in self.state.row_settings:
+            self.notify("Nothing edited on this row.", title="Reset")
+            return
+        del self.state.row_settings[entry.key]
+        self.pick(entry)
+        self._replan_row(entry, plan=False)
+        self.notify(f"{entry.name}: settings reset", title="Reset")
+
+    def _replan_row(self, entry: ModelEntry, *, plan: bool = True) -> None:
+        """The row's verdict judged again with its fields (the other rows keep theirs)."""
         menu = self.query_one("#menu", ModelsMenu)
-        if self.state.card.report is not None and menu.entries:
-            menu.clear_judgements()
-            self.judge_models(menu.entries)
-        if self.state.picked.entry is not None:
-            self.plan_picked(self.state.picked.entry)
+        if self.state.card.report is not None and any(e.key == entry.key for e in menu.entries):
+            menu.forget({entry.key})
+            self.judge_row(entry)
+        if plan:
+            self.plan_picked(entry)
+
+    @work(thread=True, exclusive=True, group="row-verdict", exit_on_error=False)
+    def judge_row(self, entry: ModelEntry) -> None:
+        """One row judged again (an edit of its fields), beside the menu's own judging."""
+        report = self.state.card.report
+        try:
+            options = self.plan_options(self._row_values(entry))
+        except (UsageError, ValueError):
+            return
+        if report is not None:
+            self.post_message(ModelJudged(entry.key, self._judge(entry, report, options)))
 
     @work(thread=True, exclusive=True, group="plan", exit_on_error=False)
     def plan_picked(self, entry: ModelEntry) -> None:
@@ -211,7 +261,7 @@ class ModelsFlow(AppFlow):
                 plan, argv = prepared.plan.plan, list(prepared.argv)
                 preview = Preview(prepared, report, options)
                 if prepared.plan.model is not None:  # the header prepare read: not read again
-                    self._headers[path] = prepared.plan.model
+                    self._headers[path] = (_seen(path), prepared.plan.model)
             else:
                 assert entry.preset is not None  # only presets come without a path
                 plan, argv = backend.plan_not_downloaded(entry.preset, report, options)
@@ -260,6 +310,15 @@ def model_name(path: Path, source: str) -> str:
             if part.startswith("models--"):
                 return part.removeprefix("models--").replace("--", "/", 1).split("/")[-1]
     return path.stem
+
+
+def _seen(path: Path) -> tuple[int, int]:
+    """The file's (mtime, size) as a header read from it was: another pair, another file."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return (0, 0)  # read_model says what is wrong with it
+    return (stat.st_mtime_ns, stat.st_size)
 
 
 def _size(path: Path) -> int | None:

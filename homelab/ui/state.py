@@ -144,6 +144,10 @@ class AppState:
     args: AppArgs
     card: Card = field(default_factory=Card)
     picked: Picked = field(default_factory=Picked)
+    row_settings: dict[str, dict[str, str]] = field(default_factory=dict)
+    """The plan panel's fields as edited for a row (its key): an edit belongs to the row it
+    was made on (that row's plan and verdict), never to every row; ``z`` drops it. Written
+    by the models flow."""
     running: Running = field(default_factory=Running)
     health: Health = field(default_factory=Health)
     engine_problem: HomelabError | None = None

@@ -42,7 +42,7 @@ def _banner(app) -> OfflineBanner:
 
 
 async def _rejudge(app, pilot, ctx: str) -> None:
-    """A new context in the plan panel: every row is judged again (header reads included)."""
+    """A new context in the plan panel: the picked row is judged again (its header read)."""
     app.query_one("#ctx").clear()
     app.query_one("#ctx").focus()
     await pilot.press(*ctx)
@@ -101,7 +101,8 @@ def test_the_hub_going_away_shows_the_offline_line_and_local_models_still_plan(
 
             await _pick(app, pilot, "smollm2")  # a local model plans without the Hub
             await wait_until(pilot, lambda: app.state.picked.plan is not None, timeout=60)
-            assert app.state.picked.plan.candidate.allocation.n_ctx == 4096
+            assert app.query_one("#ctx").value == ""  # the edit stayed with the preset's row
+            assert app.state.row_settings["preset:stubby"]["ctx"] == "4096"
             assert _banner(app).display
 
     run(drive())

@@ -78,8 +78,10 @@ def test_the_terminal_focus_coming_back_rescans(models_dir: Path, smollm2_gguf: 
             app.judge_models(list(menu.entries))
             await wait_until(
                 pilot,
-                lambda: str(copied) in menu.judgements
-                and menu.judgements[str(copied)].text.startswith("unknown"),
+                lambda: (
+                    str(copied) in menu.judgements
+                    and menu.judgements[str(copied)].text.startswith("unknown")
+                ),
                 timeout=120,
             )
 

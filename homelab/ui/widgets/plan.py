@@ -29,6 +29,8 @@ CACHE_CHOICES = ("auto", "q8_0", "f16", "q4_0")
 """The cache menu: ``auto`` asks for nothing (the planner's choice: q8_0 on a card, on the CPU
 the fastest setting RAM allows, as ``homelab plan`` without ``--cache-type``)."""
 AUTO_CACHE = CACHE_CHOICES[0]
+DEFAULT_VALUES = {"workload": "", "cache": AUTO_CACHE, "ctx": "", "slots": ""}
+"""The fields as nothing was edited: the row's own default workload, the planner's choices."""
 VERDICT_STYLE = {"fits": "green", "partial": "yellow", "does_not_fit": "red"}
 
 
@@ -86,6 +88,17 @@ class PlanPanel(Vertical):
             "ctx": self.query_one("#ctx", Input).value.strip(),
             "slots": self.query_one("#slots", Input).value.strip(),
         }
+
+    def set_values(self, values: dict[str, str], workload: str) -> None:
+        """The picked row's fields (its own edits, or the defaults), set without posting
+        :class:`SettingsChanged`; ``workload``: what the row plans for when the field is
+        empty (a preset's own workload, else "agent"), shown as the field's placeholder."""
+        with self.prevent(Input.Changed, Select.Changed):
+            self.query_one("#workload", Input).value = values["workload"]
+            self.query_one("#workload", Input).placeholder = workload
+            self.query_one("#cache", Select).value = values["cache"]
+            self.query_one("#ctx", Input).value = values["ctx"]
+            self.query_one("#slots", Input).value = values["slots"]
 
     @on(Input.Changed)
     @on(Select.Changed)

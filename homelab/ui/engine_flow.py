@@ -90,10 +90,12 @@ class EngineFlow(AppFlow):
 
             def answered(yes: bool | None) -> None:
                 if yes:
+                    self.notify(f"Switching to {entry.name}…", title="Start")
                     start(stop_first=True)
 
             self.push_screen(ConfirmScreen(question), answered)
             return
+        self.notify(f"Starting {entry.name}…", title="Start")  # seen now, not when it spawned
         start(stop_first=False)
 
     def running_plan_bytes(self) -> str:
@@ -210,10 +212,25 @@ class EngineFlow(AppFlow):
         self._show_card()
 
     def action_stop(self) -> None:
+        """``x``: stop the engine, once the person said yes (it kills the process)."""
+        running = self.state.running
         if not self.state.engine_alive():
             self.notify("No engine is running.", title="Nothing to stop")
             return
-        self.stop_running()
+        assert running.supervisor is not None
+        name = running.entry.name if running.entry else "the engine"
+        question = (
+            f"Stop {name} (pid {running.supervisor.pid}{self.running_plan_bytes()})? "
+            "Requests at its URL fail until s starts one again."
+        )
+
+        def answered(yes: bool | None) -> None:
+            if yes and self.state.engine_alive():
+                self.state.health.state = "stopping"  # on the panel now, not after the stop
+                self._show_engine()
+                self.stop_running()
+
+        self.push_screen(ConfirmScreen(question, yes="Stop it"), answered)
 
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
     def stop_running(self, then_exit: bool = False) -> None:
@@ -231,7 +248,11 @@ class EngineFlow(AppFlow):
         self.query_one("#menu", ModelsMenu).open_filter()
 
     def action_focus_log(self) -> None:
-        self.query_one("#server", ServerPanel).focus_search()
+        panel = self.query_one("#server", ServerPanel)
+        if not panel.focus_search():
+            self.notify(
+                "The log is not on screen: make the terminal taller.", title="No log to search"
+            )
 
     def action_copy_url(self) -> None:
         ready = self.state.engine_alive() and self.state.health.state == "ready"
@@ -247,6 +268,8 @@ class EngineFlow(AppFlow):
 
     def action_quit_app(self) -> None:
         running = self.state.running
+        if isinstance(self.screen, QuitScreen):  # ctrl+q again, over its own question
+            return
         if not self.state.engine_alive():
             self.exit(0)
             return

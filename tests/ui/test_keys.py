@@ -192,6 +192,39 @@ def test_keys_that_cannot_act_say_why(models_dir: Path, no_engine_here: Path) ->
     run(drive())
 
 
+def test_x_q_and_ctrl_q_ask_while_an_engine_runs_and_no_leaves_it_alone() -> None:
+    """The dialogs' wiring, no engine needed: the app's state says one runs (a stand-in
+    supervisor that nothing may touch); every no leaves it so."""
+    from types import SimpleNamespace
+
+    from homelab.ui.screens import QuitScreen
+
+    async def drive() -> None:
+        app = _app()
+        async with app.run_test(size=(140, 45)) as pilot:
+            await wait_until(pilot, lambda: app.state.card.report is not None)
+            await app.workers.wait_for_complete()
+            app.state.running.supervisor = SimpleNamespace(pid=4242)  # type: ignore[assignment]
+            app.state.health.state = "ready"
+            for key, dialog, no in (
+                ("x", ConfirmScreen, "n"),
+                ("x", ConfirmScreen, "escape"),
+                ("q", QuitScreen, "n"),
+                ("ctrl+q", QuitScreen, "escape"),  # Textual's own ctrl+q would quit unasked
+            ):
+                await pilot.press(key)
+                await wait_until(pilot, lambda: isinstance(app.screen, dialog))  # noqa: B023
+                assert "pid 4242" in str(app.screen.query_one("Static").render()), key
+                await pilot.press(no)
+                await wait_until(pilot, lambda: len(app.screen_stack) == 1)
+                assert app.is_running and app.state.health.state == "ready", key
+            app.state.running.supervisor, app.state.health.state = None, None
+            await pilot.press("q")  # nothing runs: quits at once
+        assert app.return_code == 0
+
+    run(drive())
+
+
 def test_b_asks_first_and_escape_stops_the_wait_for_another_build_at_once(
     no_engine_here: Path,
 ) -> None:

@@ -26,6 +26,7 @@ from homelab.ui.screens import ConfirmScreen, QuitScreen
 from homelab.ui.widgets.engine_setup import EngineSetupPanel
 from tests.factory.server_log import free_port
 from tests.ui.helpers import GPU_FIXTURES, NO_GPU, pick_smollm2, run, wait_until
+from tests.ui.test_engine_flows import _app as _engine_app
 from tests.ui.test_engine_flows import _pick_small_plan, _start_and_wait_ready
 from tests.ui.test_first_run import _setup_text
 
@@ -265,11 +266,12 @@ def test_b_asks_first_and_escape_stops_the_wait_for_another_build_at_once(
     run(drive())
 
 
+@pytest.mark.engine
 def test_x_and_q_with_an_engine_ask_first(models_dir: Path, engine_pids) -> None:
     from homelab.engine.supervision.process import alive
 
     async def drive() -> None:
-        app = _app(models_dir, gpu_snapshot=GPU_FIXTURES / "rtx3090_wayland.json", port=free_port())
+        app = _engine_app(models_dir, free_port())
         async with app.run_test(size=(140, 45)) as pilot:
             await _pick_small_plan(app, pilot)
             await _start_and_wait_ready(app, pilot, engine_pids)

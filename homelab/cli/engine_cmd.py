@@ -23,6 +23,7 @@ class ProgressPrinter:
         self.stream = stream
         self.tty = stream.isatty() if tty is None else tty
         self._open = False
+        self._last: str | None = None
 
     def __call__(self, fraction: float | None, line: str) -> None:
         text = (
@@ -30,6 +31,9 @@ class ProgressPrinter:
             if fraction is None or line.startswith("[")
             else (f"[{fraction * 100:3.0f}%] {line}")
         )
+        if text == self._last:  # said again (a wait for another build's lock): said once
+            return
+        self._last = text
         if not self.tty:
             print(text, file=self.stream, flush=True)
             return

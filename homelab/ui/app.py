@@ -75,10 +75,12 @@ class HomelabApp(
         Binding("f", "fetch_engine", "fetch engine"),
         Binding("b", "build_engine", "build engine"),
         Binding("e", "choose_engine", "use engine…"),
+        Binding("f,b,e", "engine_there", show=False),  # the three above, with an engine there
         Binding("escape", "cancel_build", "cancel build", priority=True),  # while one runs
         Binding("escape", "cancel_download", "cancel download", show=False, priority=True),
         Binding("c", "copy_url", "copy URL"),
         Binding("q", "quit_app", "quit"),
+        Binding("ctrl+q", "quit_app", "quit", show=False, priority=True),  # asks too
     ]
 
     def __init__(self, args: AppArgs) -> None:

@@ -1,4 +1,5 @@
-"""The download key: pull the picked preset into the HF cache, with progress; escape cancels.
+"""The download key: pull the picked preset into the HF cache, with progress; escape cancels
+(from a field, the first escape leaves the field).
 
 A mixin of :class:`homelab.ui.app.HomelabApp`. The pull runs in a thread worker; on
 escape its progress callback raises at the next chunk, which stops the pull and keeps
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from textual import work
 from textual.actions import SkipAction
+from textual.widgets import Input
 
 from homelab.errors import HomelabError
 from homelab.ui import backend
@@ -41,8 +43,14 @@ class DownloadFlow(AppFlow):
 
     def action_download(self) -> None:
         entry = self.state.picked.entry
-        if entry is None or entry.preset is None:
+        if entry is None:
             self.notify("Pick a preset (a model from the Hub) first.", title="Nothing to download")
+            return
+        if entry.preset is None:
+            self.notify(
+                f"{entry.name} is a file here already; d downloads presets (★).",
+                title="Nothing to download",
+            )
             return
         if self.download_cancel is not None:
             self.notify("A download is running (escape cancels it).", title="Downloading")
@@ -53,12 +61,16 @@ class DownloadFlow(AppFlow):
         self.download_model(entry, entry.preset.ref, cancel, ended)
 
     def action_cancel_download(self) -> None:
-        """Escape, wherever the focus is (a priority binding): cancel the running download.
+        """Escape, wherever the focus is but a field (a priority binding): cancel the
+        running download.
 
-        With none running, or a dialog open, the key goes on to the focused widget (the
-        filter closes, a dialog answers no) as if this binding were not there."""
+        With none running, a dialog open or a field focused, the key goes on to the focused
+        widget (the field is left, the filter closes, a dialog answers no) as if this
+        binding were not there."""
         cancel = self.download_cancel
         if cancel is None or cancel.is_set() or len(self.screen_stack) > 1:
+            raise SkipAction
+        if isinstance(self.focused, Input):
             raise SkipAction
         cancel.set()
         self.query_one("#download", DownloadBar).show_line("cancelling…", "yellow")

@@ -95,15 +95,32 @@ class EngineFlow(AppFlow):
                 self.notify(f"{entry.name} is already running as planned.", title="Running")
                 return
             question = switch_question(running, entry.name, picked, self.running_plan_bytes())
-            self._confirm(question, partial(start, stop_first=True))
+            self._confirm(
+                question,
+                partial(self._say_and_start, f"Switching to {entry.name}…", start, stop_first=True),
+            )
             return
         record = _left_running()
         if record is not None and not record.supervised_by_other():
             if not record_as_picked(record, picked):  # the same engine as picked: adopted
                 question = left_running_question(record, entry.name)
-                self._confirm(question, partial(start, stop_first=False, replace=True))
+                self._confirm(
+                    question,
+                    partial(
+                        self._say_and_start,
+                        f"Starting {entry.name}…",
+                        start,
+                        stop_first=False,
+                        replace=True,
+                    ),
+                )
                 return
+        self.notify(f"Starting {entry.name}…", title="Start")  # seen now, not when it spawned
         start(stop_first=False)
+
+    def _say_and_start(self, said: str, start: Callable[..., object], **how: bool) -> None:
+        self.notify(said, title="Start")  # seen now, not when it spawned
+        start(**how)
 
     def _confirm(self, question: str, then: Callable[[], object]) -> None:
         def answered(yes: bool | None) -> None:
@@ -240,10 +257,25 @@ class EngineFlow(AppFlow):
         self._show_card()
 
     def action_stop(self) -> None:
+        """``x``: stop the engine, once the person said yes (it kills the process)."""
+        running = self.state.running
         if not self.state.engine_alive():
             self.notify("No engine is running.", title="Nothing to stop")
             return
-        self.stop_running()
+        assert running.supervisor is not None
+        name = running.entry.name if running.entry else "the engine"
+        question = (
+            f"Stop {name} (pid {running.supervisor.pid}{self.running_plan_bytes()})? "
+            "Requests at its URL fail until s starts one again."
+        )
+
+        def answered(yes: bool | None) -> None:
+            if yes and self.state.engine_alive():
+                self.state.health.state = "stopping"  # on the panel now, not after the stop
+                self._show_engine()
+                self.stop_running()
+
+        self.push_screen(ConfirmScreen(question, yes="Stop it"), answered)
 
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
     def stop_running(self, then_exit: bool = False) -> None:
@@ -261,7 +293,11 @@ class EngineFlow(AppFlow):
         self.query_one("#menu", ModelsMenu).open_filter()
 
     def action_focus_log(self) -> None:
-        self.query_one("#server", ServerPanel).focus_search()
+        panel = self.query_one("#server", ServerPanel)
+        if not panel.focus_search():
+            self.notify(
+                "The log is not on screen: make the terminal taller.", title="No log to search"
+            )
 
     def action_copy_url(self) -> None:
         ready = self.state.engine_alive() and self.state.health.state == "ready"
@@ -277,6 +313,8 @@ class EngineFlow(AppFlow):
 
     def action_quit_app(self) -> None:
         running = self.state.running
+        if isinstance(self.screen, QuitScreen):  # ctrl+q again, over its own question
+            return
         if not self.state.engine_alive():
             self.exit(0)
             return

@@ -7,14 +7,21 @@ panel offers three ways, by key and in the command palette:
 
 - ``f`` fetches llama.cpp's official prebuilt release for the card's driver (``homelab
   engine fetch``: seconds, so offered first), with the build's panel, progress and cancel.
-- ``b`` builds it: ``homelab engine build`` in a thread worker, its lines and progress
-  in the panel; escape cancels it at its next line (raised from the progress callback,
-  so the domain's build stops and keeps what it built for the next try); an error is
-  shown as its title, message and hint. Already built, it returns at once.
+- ``b`` builds it, once the person said yes (it takes minutes): ``homelab engine build``
+  in a thread worker, its lines and progress in the panel; escape cancels it at its next
+  line (raised from the progress callback, so the domain's build stops and keeps what it
+  built for the next try; a wait for another build's lock asks the callback again every
+  fraction of a second, so it stops at once too); an error is shown as its title,
+  message and hint. Already built, it returns at once.
 - ``e`` asks for the path of one the user has; it is checked (exists, executable, answers
   like llama.cpp's llama-server), kept in the TUI settings (``llama_server`` in
   ``ui.toml``) and handed to the domain's locate rules, so ``s`` runs it at once and the
   next start finds it.
+
+With an engine there, ``b``, ``f`` and ``e`` leave the footer and say so when pressed.
+While the panel is up and no build runs, the app looks for an engine again every
+:data:`ENGINE_LOOK_S` (a build in another terminal, or the one this app's cancelled build
+waited for, finished): once one is there the panel goes.
 
 The saved binary is handed to the domain when the app is made and forgotten again when it
 unmounts (a process running several apps, as the tests do, carries none into the next).
@@ -24,10 +31,13 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from textual import work
 from textual.message import Message
+from textual.timer import Timer
+from textual.widgets import Input
 
 from homelab.engine.llamacpp.backend import NoGpuBackend
 from homelab.engine.llamacpp.locate import (
@@ -39,13 +49,15 @@ from homelab.engine.llamacpp.locate import (
 from homelab.errors import EngineError, HomelabError
 from homelab.ui.flow import AppFlow
 from homelab.ui.messages import EngineMissing, while_mounted
-from homelab.ui.screens import EnginePathScreen
+from homelab.ui.screens import ConfirmScreen, EnginePathScreen
 from homelab.ui.settings import llama_server_setting, save_llama_server, saved_llama_server
 from homelab.ui.widgets.engine_setup import EngineSetupPanel
 
 CHOSEN = "the llama-server path (e)"
 """How errors name the path typed into the dialog (before it is saved)."""
 SETUP_ACTIONS = ("fetch_engine", "build_engine", "choose_engine")
+ENGINE_LOOK_S = 2.0
+"""How often the app looks for a llama-server again while it has none (and refreshes)."""
 
 
 class BuildCancelled(Exception):
@@ -89,22 +101,48 @@ class EngineSetupFlow(AppFlow):
         except HomelabError as error:  # a bad file: said on screen, the rules go on without it
             saved, self.engine_setup_error = None, error
         configure_llama_server(saved, setting=llama_server_setting())
+        self.engine_look_timer: Timer | None = None
 
     # -- keys ------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """``b`` and ``e`` are on offer (footer) while there is no engine; escape cancels a
-        build only while one runs (otherwise it cancels a download)."""
+        """``b`` and ``e`` are on offer (footer) while there is no engine (with one, their
+        keys say so: ``engine_there``); escape cancels a build only while one runs, and not
+        from a field (there it leaves the field) nor a dialog (there it closes the dialog)."""
         if action in SETUP_ACTIONS:
             return self.state.engine_problem is not None or self.build_cancel is not None
-        if action == "cancel_build":  # not in a dialog: there escape closes the dialog
-            return self.build_cancel is not None and len(self.screen_stack) == 1
+        if action == "cancel_build":
+            typing = isinstance(self.focused, Input)
+            return self.build_cancel is not None and len(self.screen_stack) == 1 and not typing
         return super().check_action(action, parameters)
+
+    def action_engine_there(self) -> None:
+        """``b``, ``f`` or ``e`` while an engine is there: why they do nothing."""
+        self.notify(
+            "There is a llama-server already (`homelab engine path` says which); "
+            "`homelab engine build --force` builds it again.",
+            title="Engine there",
+        )
 
     def action_build_engine(self, fetch: bool = False) -> None:
         if self.build_cancel is not None:
             self.notify("A build is running (escape cancels it).", title="Building")
             return
+        if fetch:
+            self._start_build(fetch=True)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes and self.build_cancel is None:
+                self._start_build(fetch=False)
+
+        question = (
+            "Build llama-server here? It compiles llama.cpp: minutes, the CPU busy "
+            "(escape cancels; what was built is kept). f fetches the prebuilt one in seconds."
+        )
+        self.push_screen(ConfirmScreen(question, yes="Build"), answered)
+
+    def _start_build(self, fetch: bool) -> None:
         self.build_cancel = threading.Event()
         self.query_one("#engine-setup", EngineSetupPanel).show_building(fetch)
         self.refresh_bindings()
@@ -153,7 +191,7 @@ class EngineSetupFlow(AppFlow):
                 built = build_llama_server(progress=progress, card=card)
             located = locate_llama_server()
         except BuildCancelled:
-            self.post_message(EngineSetupFailed(None))
+            self.look_for_engine(cancelled=True)
         except HomelabError as error:
             self.post_message(EngineSetupFailed(error))
         else:
@@ -182,12 +220,38 @@ class EngineSetupFlow(AppFlow):
         how = f"llama.cpp {tag}, kept in the settings"
         self.post_message(EngineFound(found.path, found.origin, how))
 
+    def _look_again(self) -> None:
+        """The timer's: while the panel says there is no engine and no build runs."""
+        problem = self.state.engine_problem
+        if problem is None or isinstance(problem, NoGpuBackend) or self.build_cancel is not None:
+            return
+        self.run_worker(
+            partial(self.look_for_engine, cancelled=False),
+            thread=True,
+            exclusive=True,
+            group="engine-look",
+            exit_on_error=False,
+        )
+
+    def look_for_engine(self, cancelled: bool) -> None:
+        """On a worker thread: an engine there now is found (the panel goes); none: after a
+        cancelled build, the panel says it was cancelled; otherwise nothing changes."""
+        try:
+            located = locate_llama_server()
+        except HomelabError:
+            if cancelled:
+                self.post_from_thread(EngineSetupFailed(None))
+            return
+        self.post_from_thread(EngineFound(located.path, located.origin, f"found: {located.origin}"))
+
     # -- what they tell the app ------------------------------------------------------------
 
     @while_mounted
     def on_mount(self) -> None:
         if self.engine_setup_error is not None:
             self.query_one("#engine-setup", EngineSetupPanel).show_error(self.engine_setup_error)
+        if self.state.args.refresh_s > 0:
+            self.engine_look_timer = self.set_interval(ENGINE_LOOK_S, self._look_again)
 
     @while_mounted
     def on_unmount(self) -> None:

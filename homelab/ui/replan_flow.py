@@ -75,6 +75,7 @@ class ReplanFlow(EngineFlow):
         alloc = plan.candidate.allocation
         same = options.pinned(ctx=alloc.n_ctx, slots=plan.settings.n_seq)
         report = self.state.card.report
+        self.notify(f"Restarting {entry.name} with the same plan…", title="Restart")
         why_not = backend.why_not_in_place(self.state.running.session)
         if why_not is None:
             self.restart_in_place(same, report, "restart")

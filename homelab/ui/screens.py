@@ -1,5 +1,8 @@
-"""The app's dialogs: confirm a switch, what to do with a running engine on quit, and the
-path of a llama-server to use."""
+"""The app's dialogs: confirm what costs minutes or kills an engine (a switch, a build, a
+stop), what to do with a running engine on quit, and the path of a llama-server to use.
+
+Each answers from the keyboard alone: y or enter says yes, n or escape says no (quit: s
+stops, l leaves it running, n or escape stays); while one is up no key of the app acts."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ _CSS = """
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    """A question with yes (y) / no (n, escape)."""
+    """A question with yes (y, enter) / no (n, escape); ``yes``: the yes button's words."""
 
     DEFAULT_CSS = _CSS.format(name="ConfirmScreen")
     BINDINGS = [
@@ -28,16 +31,20 @@ class ConfirmScreen(ModalScreen[bool]):
         Binding("n,escape", "answer(False)", "no"),
     ]
 
-    def __init__(self, question: str) -> None:
+    def __init__(self, question: str, yes: str = "Yes") -> None:
         super().__init__()
         self.question = question
+        self.yes = yes
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static(self.question)
             with Horizontal():
-                yield Button("Yes (y)", id="yes", variant="warning")
-                yield Button("No (n)", id="no")
+                yield Button(f"{self.yes} (y, enter)", id="yes", variant="warning")
+                yield Button("No (n, esc)", id="no")
+
+    def on_mount(self) -> None:
+        self.query_one("#yes", Button).focus()  # enter says yes (tab, then enter: no)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
@@ -53,7 +60,7 @@ class QuitScreen(ModalScreen[str]):
     BINDINGS = [
         Binding("s", "answer('stop')", "stop it"),
         Binding("l", "answer('leave')", "leave it running"),
-        Binding("escape", "answer('cancel')", "cancel"),
+        Binding("n,escape", "answer('cancel')", "cancel"),
     ]
 
     def __init__(self, what: str) -> None:
@@ -69,7 +76,7 @@ class QuitScreen(ModalScreen[str]):
             with Horizontal():
                 yield Button("Stop it (s)", id="stop", variant="error")
                 yield Button("Leave running (l)", id="leave", variant="primary")
-                yield Button("Cancel (esc)", id="cancel")
+                yield Button("Cancel (n, esc)", id="cancel")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(str(event.button.id))

@@ -105,7 +105,7 @@ def test_start_answers_a_chat_then_stop(models_dir: Path, engine_pids) -> None:
             # then the pushed lines, none twice at the seam: the serving line once
             assert sum("listening on http" in line for line in lines) == 1
             assert "── ready: ready in" in _log_text(app)  # the supervisor's transition
-            await pilot.press("x")
+            await pilot.press("x", "y")  # stop it? yes
             await wait_until(pilot, lambda: app.state.health.state == "stopped", timeout=60)
             assert not alive(pid)
             await pilot.press("q")  # nothing runs: quits at once
@@ -163,7 +163,7 @@ def test_quit_leaving_the_engine_running_and_the_next_app_adopts_it(
             await wait_until(pilot, lambda: app.state.health.state == "ready", timeout=60)
             assert app.state.running.supervisor.pid == state["pid"]
             assert str(state["url"]) in str(app.query_one("#server-state").render())
-            await pilot.press("x")
+            await pilot.press("x", "y")  # stop it? yes
             await wait_until(pilot, lambda: app.state.health.state == "stopped", timeout=60)
             await pilot.press("q")
 
@@ -236,7 +236,7 @@ def test_the_serve_session_records_the_plan_and_the_panel_shows_actuals_and_a_se
             await pilot.press("escape")
             assert len(panel.visible_lines) > len(shown)
             app.query_one("#models").focus()
-            await pilot.press("x")
+            await pilot.press("x", "y")  # stop it? yes
             await wait_until(pilot, lambda: app.state.health.state == "stopped", timeout=60)
             await pilot.press("q")
 

@@ -66,7 +66,7 @@ def test_metrics_panel_shows_the_generation_speed_of_a_real_chat(
             assert held > 0  # the chat's cells are held in slot 0
             assert _alarm_text(app) == ""  # a first short chat never alarms
             poller = app.status_poller
-            await pilot.press("x")
+            await pilot.press("x", "y")  # stop it? yes
             await wait_until(pilot, lambda: app.state.health.state == "stopped", 60)
             await wait_until(pilot, lambda: not panel.display and app.status_poller is None, 30)
             await wait_until(pilot, lambda: poller._thread.ended.is_set(), 30)

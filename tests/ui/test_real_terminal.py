@@ -144,7 +144,8 @@ def test_homelab_in_a_real_terminal(tmux: Tmux, models_dir: Path, engine_pids) -
             json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
         )
     assert answer.status_code == 200
-    tmux.key("x", lambda s: _server_state(s) == "stopped", timeout=60)
+    tmux.key("x", lambda s: "Stop it (y, enter)" in s)  # it asks first
+    tmux.key("y", lambda s: _server_state(s) == "stopped", timeout=60)
     assert not alive(record.pid)
     tmux.key("q", lambda s: "homelab-exited-0" in s, timeout=30)
     after = tmux.run("capture-pane", "-p", "-S", "-", "-t", tmux.session)

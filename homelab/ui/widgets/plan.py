@@ -4,6 +4,7 @@ step, the warnings, what a stored bench measured at these flags, and the exact
 llama-server command line.
 
 Editing a setting posts :class:`PlanPanel.SettingsChanged` at once; the app re-plans.
+Enter or escape in a setting hands the keys back to the models menu.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Input, Label, Select, Static
@@ -44,6 +46,8 @@ class PlanPanel(Vertical):
     PlanPanel #working { height: 1fr; }
     PlanPanel #argv { margin-top: 1; }
     """
+
+    BINDINGS = [Binding("escape", "done", "back to the models", show=False)]
 
     class SettingsChanged(Message):
         """The raw field values: workload, cache type, ctx and slots (text, '' = auto)."""
@@ -110,6 +114,10 @@ class PlanPanel(Vertical):
     def _submitted(self, event: Input.Submitted) -> None:
         """Enter in a setting: done editing, back to the models menu."""
         event.stop()
+        self.action_done()
+
+    def action_done(self) -> None:
+        """Enter or escape in a setting (the value stays as typed): back to the models menu."""
         self.app.query_one("#models").focus()
 
     def show_planning(self, name: str) -> None:

@@ -153,16 +153,32 @@ class ServerPanel(Vertical):
             event.stop()
             self.search(event.value)
 
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        """Enter in the search: the lines stay filtered, the keys go back to the models."""
+        if event.input.id == "log-search":
+            event.stop()
+            self._hand_back()
+
     def on_key(self, event: Key) -> None:
         search = self.query_one("#log-search", Input)
         if event.key == "escape" and (search.has_focus or self._needle):
             event.stop()
             search.value = ""
             self.search("")
-            self.query_one("#log", Log).focus()
+            self._hand_back()
 
-    def focus_search(self) -> None:
-        self.query_one("#log-search", Input).focus()
+    def _hand_back(self) -> None:
+        """The keys back to the app's models menu (a panel on its own: to its log)."""
+        menu = self.app.query("#models")
+        (menu.first() if menu else self.query_one("#log", Log)).focus()
+
+    def focus_search(self) -> bool:
+        """Focus the search field; False when it is not on screen (no room for it)."""
+        search = self.query_one("#log-search", Input)
+        if not search.visible or not search.display or search.region.area == 0:
+            return False
+        search.focus()
+        return True
 
     def clear_log(self) -> None:
         self._all.clear()

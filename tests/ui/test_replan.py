@@ -16,6 +16,7 @@ import pytest
 from textual.widgets._footer import FooterKey
 
 from homelab.engine.supervision.process import alive
+from homelab.plan.vocabulary import summary_words
 from homelab.ui.app import make_app
 from homelab.ui.widgets.models import ModelsMenu
 from tests.factory.clock import ManualClock
@@ -112,8 +113,8 @@ def test_R_after_the_desktop_grew_restarts_with_a_plan_made_on_the_card_now(
 
             server = str(app.query_one("#server-state").render())
             assert "re-planned on the card now (desktop +700 MiB)" in server
-            assert f"was 1 slot × 8,192 tokens, {old.tokens_fit:,} fit" in server
-            assert f"now 1 slot × 8,192 tokens, {new.tokens_fit:,} fit" in server
+            assert f"was {summary_words(old)}" in server
+            assert f"now {summary_words(new)}" in server
             assert "flags -c 8192 -np 1 → -c 8192 -np 1 (unchanged)" in server
             assert "restarts 0" in server  # a new engine, not a crash
             await wait_until(pilot, lambda: _growth_text(app) == "", WAIT_S)  # planned for it

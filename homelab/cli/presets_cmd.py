@@ -119,7 +119,8 @@ def _card(budget: DeviceBudget) -> dict[str, Any]:
 def print_table(fits: list[PresetFit], budget: DeviceBudget, user_dir: Path) -> None:
     """The presets as an aligned table, with the reasons for unknown verdicts below."""
     print(
-        f"On {budget.name}: {format_bytes(budget.usable)} {USABLE} of {format_bytes(budget.total)}."
+        f"On {budget.name}: {format_bytes(budget.total)} in all, "
+        f"{format_bytes(budget.usable)} {USABLE}."
     )
     header = (
         "PRESET",

@@ -5,8 +5,8 @@ verdict comes from the domain's plan (or the preset's fit); this module only wor
 ``fits: 3 slots × 32,768 tokens allocated`` / ``fits: 2 slots × 131,072 tokens allocated,
 experts of 14 layers in RAM (9.80 GiB)`` / ``partial: -ngl 30, 19 of 48 layers on the CPU`` /
 ``does not fit: ...``, in the words of :mod:`homelab.plan.vocabulary` (``homelab plan`` and
-``homelab presets`` use the same). Each verdict also has a compact form (``fits: 2 × 131k
-allocated, experts in RAM``) for a column too narrow for the whole one (:func:`fitted`).
+``homelab presets`` use the same). Each verdict also has a compact form (``fits: 2×131k,
+experts in RAM``: slots × tokens allocated, as ``homelab presets`` writes them) for a column too narrow for the whole one (:func:`fitted`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal
 from rich.cells import cell_len
 
 from homelab.plan.placement import plan_ram
-from homelab.plan.vocabulary import ALLOCATED, TRAINED_CAP, allocated_words, capped_at_trained
+from homelab.plan.vocabulary import TRAINED_CAP, allocated_words, capped_at_trained
 from homelab.units import format_bytes, format_int
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def plan_words(plan: Plan) -> tuple[str, str]:
     else:
         per_slot = plan.candidate.allocation.ctx_per_slot
         text = f"fits: {allocated_words(plan)}"
-        compact = f"fits: {plan.settings.n_seq} × {_thousands(per_slot)} {ALLOCATED}"
+        compact = f"fits: {plan.settings.n_seq}×{_thousands(per_slot)}"
         if capped_at_trained(plan):
             compact += f" ({TRAINED_CAP})"
     if ram is not None:

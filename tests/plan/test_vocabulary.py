@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from homelab.cli import main
+from homelab.engine.options import plan_options
 from homelab.gguf.file_name import quant_tag, split_info
 from homelab.gguf.model_file import read_model
 from homelab.gpu.probe import probe
 from homelab.plan.judge import judge
-from homelab.engine.options import plan_options
 from homelab.plan.planner import Plan
 from homelab.plan.vocabulary import allocated_words, summary_words
 from homelab.ui.catalog import plan_words
@@ -80,7 +80,7 @@ def test_slots_capped_at_the_trained_context_say_the_cap_in_the_cli_and_the_tui(
     assert allocated_words(plan) == capped
     whole, compact = plan_words(plan)  # the models menu's verdict
     assert whole == f"fits: {capped}"
-    assert compact == "fits: 32 × 8,192 allocated (trained cap)"
+    assert compact == "fits: 32×8,192 (trained cap)"
     code, out, _ = _plan(capsys, str(smollm2_gguf), "--gpu-snapshot", str(WAYLAND))
     assert code == 0
     assert f"Fits. {summary_words(plan)}, KV " in out
@@ -156,3 +156,17 @@ def test_a_symlink_is_read_by_its_own_name(tmp_path: Path) -> None:
     bare.symlink_to(tmp_path / "blobs" / "x-Q4_0.gguf")
     (found,) = local_ggufs([link.parent])
     assert found == bare and quant_tag(found.name) is None
+
+
+def test_presets_name_the_tokens_allocated_and_the_tokens_that_fit(
+    capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code = main(["presets", "--gpu-snapshot", str(WAYLAND)])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert lines[0].endswith(" GiB usable after headroom.")
+    header = [cell.strip() for cell in lines[1].split("  ") if cell.strip()]
+    # the TUI's verdict says "N slots × T tokens allocated"; `plan` says "N tokens fit"
+    assert "SLOTS × TOKENS ALLOCATED" in header and "TOKENS THAT FIT" in header
+    assert "TOKENS" not in header and "CONVERSATIONS" not in header

@@ -88,7 +88,7 @@ def test_R_after_the_desktop_grew_restarts_with_a_plan_made_on_the_card_now(
             await _advance_to(app, pilot, clock, 3)  # kwin_wayland +700 MiB
             await wait_until(pilot, lambda: _growth_text(app) != "", WAIT_S)
             warning = _growth_text(app)
-            assert "kwin_wayland" in warning and "+700 MiB" in warning
+            assert "kwin_wayland" in warning and "+700.00 MiB" in warning
             assert "R: re-plan on the card now and restart" in warning
             footer = {(k.key, k.description) for k in app.query(FooterKey)}
             assert ("R", "re-plan") in footer  # the key is in the footer too
@@ -112,7 +112,7 @@ def test_R_after_the_desktop_grew_restarts_with_a_plan_made_on_the_card_now(
             assert _flag(argv, "-np") == 1
 
             server = str(app.query_one("#server-state").render())
-            assert "re-planned on the card now (desktop +700 MiB)" in server
+            assert "re-planned on the card now (desktop +700.00 MiB)" in server
             assert f"was {summary_words(old)}" in server
             assert f"now {summary_words(new)}" in server
             assert "flags -c 8192 -np 1 → -c 8192 -np 1 (unchanged)" in server

@@ -47,15 +47,21 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
-def format_bytes(n: int | None, *, precision: int = 2) -> str:
-    """Binary units for people: ``format_bytes(17408) == "17.00 KiB"``; ``None`` is ``"n/a"``."""
+PRECISION = 2
+"""Decimals of every size a person reads, in the TUI and the CLI alike (one format: the
+same figure never reads ``1.16 GiB`` in one place and ``1 GiB`` in another)."""
+
+
+def format_bytes(n: int | None) -> str:
+    """Binary units for people: ``format_bytes(17408) == "17.00 KiB"``; ``None`` is ``"n/a"``.
+    The one formatter of sizes for people (:data:`PRECISION` decimals)."""
     if n is None:
         return "n/a"
     sign = "-" if n < 0 else ""
     value = abs(n)
     for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
         if value >= size:
-            return f"{sign}{value / size:.{precision}f} {unit}"
+            return f"{sign}{value / size:.{PRECISION}f} {unit}"
     return f"{sign}{value} B"
 
 

@@ -19,8 +19,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "model",
-        help="a .gguf file (any part of a split model), or a Hugging Face "
-        "REPO[:QUANT] / REPO/FILE.gguf, planned from its header without downloading",
+        help="a .gguf file (any part of a split model), a preset name (`homelab presets`), "
+        "or a Hugging Face REPO[:QUANT] / REPO/FILE.gguf, planned from its header without "
+        "downloading (a preset from its own facts while the Hub cannot be reached)",
     )
     add_plan_arguments(parser)
     add_rpc_argument(parser)
@@ -286,15 +287,34 @@ def print_engine_plan(plan, argv: list[str]) -> None:
             "partial": "Does not fit on the card as a whole: partial offload below.",
             "does_not_fit": "Does not fit.",
         }[plan.verdict]
-        alloc = plan.candidate.allocation
-        print(
-            f"{verdict} {plan.settings.n_seq} slot(s) × {alloc.ctx_per_slot:,} tokens, "
-            f"KV {format_bytes(alloc.total)}"
-        )
+        from homelab.plan.vocabulary import summary_words
+
+        kv = format_bytes(plan.candidate.allocation.total)
+        print(f"{verdict} {summary_words(plan)}, KV {kv}")
     print(shlex.join(argv))
 
 
+def named_preset(model: str, engine: str):
+    """The preset ``model`` names, or None when it names a file or a Hub reference (as
+    ``homelab serve`` reads its argument: :func:`~homelab.serve.model_ref.named_model`).
+
+    Raises:
+        HomelabError: a path that cannot be a model, an unknown preset, or one for another
+            engine.
+    """
+    from homelab.engine.kinds import engine_kind
+    from homelab.serve.model_ref import named_model
+
+    kind = engine_kind(engine)
+    return named_model(model, kind).preset if kind.pulls else None
+
+
 def run(args: argparse.Namespace) -> int:
+    from homelab.engine.kinds import DEFAULT_ENGINE
+
+    preset = named_preset(args.model, getattr(args, "engine", DEFAULT_ENGINE))
+    if preset is not None:
+        return _run_preset(args, preset)
     prepared = prepared_from_args(args)
     if args.json:
         print_json(plan_data(prepared))
@@ -311,3 +331,30 @@ def exit_code(prepared) -> int:
     plan that was made fits (one that does not is an error)."""
     verdict = getattr(prepared.plan.plan, "verdict", "fits")
     return int(ExitCode.OK if verdict == "fits" else ExitCode.DOES_NOT_FIT)
+
+
+def _run_preset(args: argparse.Namespace, preset) -> int:
+    """``homelab plan PRESET``: as ``serve PRESET --dry-run`` plans it (its workload hint,
+    served by its name), from the preset's own facts while the Hub cannot be reached."""
+    from homelab.plan.serialize import plan_to_dict
+    from homelab.serve.preset_plan import plan_preset
+
+    planned = plan_preset(preset, None, options_from_args(args))
+    offline = planned.offline
+    if args.json:
+        if planned.prepared is not None:
+            data = plan_data(planned.prepared)
+        else:
+            data = plan_to_dict(planned.plan, list(planned.argv))
+        data["preset"] = preset.key
+        data["planned_from"] = "header" if offline is None else "preset facts"
+        data["offline"] = offline
+        print_json(data)
+    else:
+        if offline is not None:
+            print(
+                f"! Planned from the preset's own facts: the Hub cannot be reached ({offline}). "
+                "A header read online replaces them."
+            )
+        print_engine_plan(planned.plan, list(planned.argv))
+    return int(ExitCode.OK if planned.plan.verdict == "fits" else ExitCode.DOES_NOT_FIT)

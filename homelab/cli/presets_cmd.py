@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from homelab.cli.common import VERDICT_WORDS, print_json
 from homelab.cli.plan_cmd import add_plan_arguments, options_from_args
 from homelab.errors import ExitCode
+from homelab.plan.vocabulary import ALLOCATED, FIT, TRAINED_CAP, USABLE, capped_at_trained
 from homelab.units import format_bytes
 
 if TYPE_CHECKING:
@@ -30,8 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "presets",
         help="list the model presets and how each fits this card",
         description="List the shipped and user presets (config dir: presets/*.toml) with the "
-        "fit of each default quant on this card: tokens that fit and conversations for the "
-        "preset's workload. Reads GGUF headers remotely (or from the caches), never the weights.",
+        "fit of each default quant on this card: the slots × tokens allocated for the preset's "
+        "workload, and the tokens that fit. Reads GGUF headers remotely (or from the caches), never the weights.",
     )
     add_plan_arguments(parser)
     for action in parser._actions:
@@ -118,7 +119,8 @@ def _card(budget: DeviceBudget) -> dict[str, Any]:
 def print_table(fits: list[PresetFit], budget: DeviceBudget, user_dir: Path) -> None:
     """The presets as an aligned table, with the reasons for unknown verdicts below."""
     print(
-        f"On {budget.name}: {format_bytes(budget.usable)} usable of {format_bytes(budget.total)}."
+        f"On {budget.name}: {format_bytes(budget.total)} in all, "
+        f"{format_bytes(budget.usable)} {USABLE}."
     )
     header = (
         "PRESET",
@@ -126,8 +128,8 @@ def print_table(fits: list[PresetFit], budget: DeviceBudget, user_dir: Path) -> 
         "WORKLOAD",
         "FIT",
         "OFF THE CARD",
-        "CONVERSATIONS",
-        "TOKENS",
+        f"SLOTS × TOKENS {ALLOCATED.upper()}",
+        f"TOKENS THAT {FIT.upper()}",
         "WEIGHTS",
         "KV/TOKEN",
     )
@@ -167,6 +169,8 @@ def _row(row: PresetFit) -> tuple[str, ...]:
     conversations = tokens = "-"
     if fit.plan is not None:
         conversations = f"{fit.slots} × {fit.ctx_per_slot:,}"
+        if capped_at_trained(fit.plan):
+            conversations += f" ({TRAINED_CAP})"
         tokens = f"{fit.tokens_fit:,}"
     off_card = _off_card(fit.plan) if fit.plan is not None else "-"
     weights = fit.weights_bytes
@@ -190,7 +194,7 @@ def _off_card(plan: Plan) -> str:
 
     ram = plan_ram(plan)
     if ram is not None:
-        return f"experts of {ram.n_cpu_moe} layers ({format_bytes(ram.experts, precision=1)})"
+        return f"experts of {ram.n_cpu_moe} layers ({format_bytes(ram.experts)})"
     if plan.n_gpu_layers is not None:
         n_blocks = len(plan.weights.per_block)
         return f"{n_blocks - sum(d.n_blocks for d in plan.devices)} of {n_blocks} layers"

@@ -12,6 +12,11 @@ from dataclasses import dataclass
 
 _SPLIT = re.compile(r"^(.+)-([0-9]{5})-of-([0-9]{5})$", re.IGNORECASE)
 _TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
+QUANT = re.compile(
+    r"^(?:I?Q[0-9](?:_[A-Z0-9]+)*|TQ[0-9]_[0-9]|B?F(?:16|32)|FP(?:8|16|32)|MXFP4)$", re.IGNORECASE
+)
+"""A file-name tag that names a quant (``Q4_K_M``, ``IQ2_XXS``, ``BF16``, ``MXFP4``): only
+these, not any last word (``model-second.gguf`` has none)."""
 
 
 @dataclass(frozen=True)
@@ -25,7 +30,9 @@ class SplitInfo:
 
 
 def split_info(path: str) -> SplitInfo | None:
-    """Prefix, quant tag and split part of a ``.gguf`` path; None for anything else."""
+    """Prefix, quant tag and split part of a ``.gguf`` path; None for anything else. The
+    path is read as written: a symlink by its own name, never its target's (a Hub cache's
+    blob is named by its hash)."""
     if not path.lower().endswith(".gguf"):
         return None
     prefix = path[: -len(".gguf")]
@@ -35,6 +42,8 @@ def split_info(path: str) -> SplitInfo | None:
         prefix, index, count = match.group(1), int(match.group(2)), int(match.group(3))
     tag_match = _TAG.search(prefix)
     tag = tag_match.group(1).upper() if tag_match else None
+    if tag is not None and not QUANT.match(tag):
+        tag = None
     return SplitInfo(prefix, tag, index, count)
 
 

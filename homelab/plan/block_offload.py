@@ -21,6 +21,7 @@ from homelab.plan.fit import Candidate, Fitter
 from homelab.plan.kv import KvSettings
 from homelab.plan.layer_shapes import later_layers
 from homelab.plan.split import DeviceShare, SplitFitter, split_notes
+from homelab.units import format_bytes
 
 if TYPE_CHECKING:
     from homelab.plan.planner import PlanRequest
@@ -73,8 +74,13 @@ def place_blocks(
     n_gpu_layers, fitter = _partial_offload(geometry, devices, budget, weights, base, request, want)
     weights_on_device = weights.on_device(n_gpu_layers - 1)
     shortfall = weights.on_device() - (budget.usable - CUDA_CONTEXT_BYTES)
+    short = (
+        f"short by {format_bytes(shortfall)} with the engine's state"
+        if shortfall > 0
+        else "with the engine's state and the least context"
+    )
     warnings.append(
-        f"The weights do not fit on the {'devices' if split else 'card'} (short by {shortfall:,} bytes with the engine's state): "
+        f"The weights do not fit on the {'devices' if split else 'card'} ({short}): "
         f"{n_gpu_layers - 1} of {len(weights.per_block)} blocks go to the GPU, the rest run on the CPU. "
         "Expect generation several times slower than a model that fits."
     )
@@ -173,7 +179,8 @@ def _partial_offload(
         return lo + 1, best
     raise DoesNotFitError(
         f"not even the output layer of this model fits on {budget.name} "
-        f"({budget.usable:,} bytes usable{' in all' if split else ''}, output layer {weights.output:,} bytes)",
+        f"({format_bytes(budget.usable)} usable{' in all' if split else ''}, "
+        f"output layer {format_bytes(weights.output)})",
         hint=f"Free {'memory on the devices' if split else 'GPU memory'} or pick a smaller model.",
         short_by=None
         if split or weights.output <= budget.usable

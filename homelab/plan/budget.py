@@ -137,6 +137,14 @@ class WeightPlacement:
     """Every tensor's place in the files, by group (what the RAM side's mapped buffer spans
     and the decode bound reads); None for weights placed by hand."""
 
+    @property
+    def embedding(self) -> int | None:
+        """The input embedding's bytes, which stay in system RAM; None for weights placed
+        by hand (no layout)."""
+        if self.layout is None:
+            return None
+        return sum(t.n_bytes for t in self.layout.loose if t.embedding)
+
     def on_device(self, n_gpu_blocks: int | None = None) -> int:
         """Weights on the GPU with the last ``n_gpu_blocks`` blocks offloaded (None: all)."""
         blocks = (

@@ -8,6 +8,7 @@ from homelab.errors import DoesNotFitError
 from homelab.gguf.geometry import Geometry
 from homelab.plan.fit import Candidate, Fitter
 from homelab.plan.kv import CTX_PAD, pad
+from homelab.units import format_bytes
 
 if TYPE_CHECKING:
     from homelab.plan.planner import PlanRequest
@@ -31,8 +32,9 @@ def choose(
         if not fitter.fits(request.ctx, n_seq):
             raise DoesNotFitError(
                 f"a context of {request.ctx:,} tokens with {n_seq} slot(s) needs "
-                f"{candidate.cost:,} bytes for KV and engine state; {max(fitter.room, 0):,} are free for them",
-                hint=f"What fits with {n_seq} slot(s): a context of {tokens_fit} tokens."
+                f"{format_bytes(candidate.cost)} for KV and engine state; "
+                f"{format_bytes(max(fitter.room, 0))} are free for them",
+                hint=f"What fits with {n_seq} slot(s): a context of {tokens_fit:,} tokens."
                 if tokens_fit
                 else "Nothing fits: try a smaller quant or cache type q4_0.",
                 short_by=candidate.cost - max(fitter.room, 0),
@@ -69,7 +71,8 @@ def nothing_fits(fitter: Fitter, n_seq: int) -> DoesNotFitError:
     best = fitter.max_ctx(n_seq)
     return DoesNotFitError(
         f"with {n_seq} slot(s) only {best:,} tokens of context fit "
-        f"({max(fitter.room, 0):,} bytes free for KV and engine state), below the {MIN_CTX:,}-token minimum",
+        f"({format_bytes(max(fitter.room, 0))} free for KV and engine state), below the "
+        f"{MIN_CTX:,}-token minimum",
         hint="Try a smaller quant, cache type q4_0, fewer slots, or close programs using the GPU.",
         short_by=fitter.candidate(MIN_CTX * n_seq, n_seq).cost - max(fitter.room, 0),
     )

@@ -15,6 +15,7 @@ from homelab.gguf.ggml_types import ggml_type
 from homelab.plan.decode_bound import decode_steps
 from homelab.plan.device_steps import budget_terms, device_lines
 from homelab.plan.placement import plan_ram
+from homelab.plan.vocabulary import cap_note, slots_by_tokens
 from homelab.plan.working import Step, byte_figure
 from homelab.units import format_bytes
 
@@ -105,17 +106,7 @@ def _budget_steps(plan: Plan) -> list[Step]:
 def _engine_steps(plan: Plan) -> list[Step]:
     """The weights on the device and the engine state that does not grow per token."""
     g, s, engine = plan.geometry, plan.settings, plan.candidate.engine
-    where = ("on the devices" if plan.split else "on the card") if plan.on_gpu else "in RAM"
-    embd_note = " (the input embedding stays in system RAM)" if plan.on_gpu else ""
-    if plan.on_gpu and plan.weights.cuda_padded:
-        embd_note += "; CUDA pads quantized rows to 512 values and aligns tensors to 128 B"
-    steps = [
-        Step(
-            f"Weights {where}",
-            f"{byte_figure(plan.weights_on_device)} of {byte_figure(plan.weights.total)}{embd_note}",
-            plan.weights_on_device,
-        )
-    ]
+    steps = [_weights_step(plan)]
     if ram := plan_ram(plan):
         steps.append(experts_step(ram, mapped=plan.ram is None))
         if plan.rung:  # the planner chose it: why
@@ -146,6 +137,29 @@ def _engine_steps(plan: Plan) -> list[Step]:
     left = plan.left_for_conversations
     steps.append(Step("Left for conversations", byte_figure(left), left))
     return steps
+
+
+def _weights_step(plan: Plan) -> Step:
+    """What of the weights is on the device, what stays in system RAM, and the file's bytes
+    (a CUDA card's figure is padded: a little above the file's)."""
+    weights, on_device = plan.weights, plan.weights_on_device
+    if not plan.on_gpu:
+        return Step("Weights in RAM", f"{byte_figure(weights.total)}, the whole file", on_device)
+    where = "on the devices" if plan.split else "on the card"
+    n_blocks = len(weights.per_block)
+    held = "every block and the output layer"
+    if plan.n_gpu_layers is not None:
+        held = f"the output layer and {plan.n_gpu_layers - 1} of {n_blocks} blocks"
+    if weights.n_cpu_moe:
+        held += ", less the routed experts kept in system RAM (below)"
+    text = f"{byte_figure(on_device)} ({held})"
+    embedding = weights.embedding
+    if embedding is not None:
+        text += f"; in system RAM: the input embedding, {format_bytes(embedding)}"
+    text += f"; the file holds {format_bytes(weights.total)} of weights"
+    if weights.cuda_padded:
+        text += " (CUDA pads quantized rows to 512 values and aligns tensors to 128 B)"
+    return Step(f"Weights {where}", text, on_device)
 
 
 def _token_steps(plan: Plan) -> list[Step]:
@@ -232,11 +246,24 @@ def ram_check_steps(check: RamCheck) -> list[Step]:
     return rows
 
 
+def _slot_note(plan: Plan) -> str:
+    """What a slot holds, when it is not just its tokens: one shared pool, more cells than
+    a request may use (the trained context caps it), or the trained cap itself."""
+    alloc, trained = plan.candidate.allocation, plan.geometry.trained_ctx
+    if plan.settings.unified:
+        return " (one shared pool, -kvu)"
+    if alloc.ctx_per_seq > alloc.ctx_per_slot:
+        return (
+            f" ({alloc.ctx_per_seq:,} cells allocated to each; a request is capped at the "
+            f"{trained:,} tokens the model was trained on)"
+        )
+    return cap_note(plan)
+
+
 def _fit_steps(plan: Plan) -> list[Step]:
     """The tokens that fit, the slots they make, the KV allocated and the spare memory."""
     b, s, engine = plan.budget, plan.settings, plan.candidate.engine
     alloc = plan.candidate.allocation
-    slot_note = "shared pool (-kvu)" if s.unified else f"{alloc.ctx_per_seq:,} each"
     steps = [
         Step(
             f"Tokens that fit with {s.n_seq} slot(s)",
@@ -245,7 +272,7 @@ def _fit_steps(plan: Plan) -> list[Step]:
         ),
         Step(
             f"Slots for {plan.request.workload.describe()}",
-            f"{s.n_seq} × {alloc.ctx_per_slot:,} tokens ({slot_note})",
+            slots_by_tokens(s.n_seq, alloc.ctx_per_slot) + _slot_note(plan),
             s.n_seq,
         ),
         Step(

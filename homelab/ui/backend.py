@@ -181,42 +181,20 @@ def prepare(
 def plan_not_downloaded(
     preset: Preset, report: GpuReport, options: PlanOptions
 ) -> tuple[Plan, list[str]]:
-    """What ``homelab serve PRESET --dry-run`` plans for a preset not downloaded yet (the
-    same :func:`prepare`): its header read from the Hub, llama-server fetching the model
-    itself (``-hf``). While the Hub cannot be reached, the plan from the preset's own facts,
-    fetched the same way (``-hf REPO:QUANT``).
+    """What ``homelab plan PRESET`` and ``homelab serve PRESET --dry-run`` plan for a preset
+    not downloaded yet (:func:`homelab.serve.preset_plan.plan_preset`), on ``report`` with
+    our own running engine counted as freed: from its header, or while the Hub cannot be
+    reached from the preset's own facts.
 
     Raises:
         HomelabError: the Hub's answer (a refusal, no such quant), nothing fits, or (the Hub
             unreachable) no facts for the preset's quant.
     """
-    from homelab.engine.kinds import engine_kind
-    from homelab.engine.llamacpp.argv import llama_server_argv
-    from homelab.engine.llamacpp.served_id import served_id
-    from homelab.errors import HomelabError
+    from homelab.plan.own_engine import without_own_engines
+    from homelab.serve.preset_plan import plan_preset
 
-    try:
-        prepared = prepare(preset.ref, report, options, preset.workload, served_name=preset.key)
-        return prepared.plan.plan, list(prepared.argv)
-    except HomelabError as error:
-        if hub_unreachable(error) is None:
-            raise
-        offline = error
-
-    def resolve(ref: str) -> GgufModel:
-        raise offline  # the header read that just failed: the Hub is not asked again
-
-    fit = judge_preset(preset, report, options, resolve).fit
-    if fit.plan is None:
-        raise HomelabError(
-            fit.reason or "its header could not be read",
-            title=fit.problem or "Cannot plan this preset",
-            hint="Download it first (`homelab pull`), or check the network.",
-        )
-    port = options.engine.port or engine_kind(options.engine.name).default_port
-    alias = served_id(None, preset.ref, preset.key)  # the preset's name, as when it is served
-    argv = llama_server_argv(fit.plan, port=port, model_args=["-hf", preset.ref], alias=alias)
-    return fit.plan, argv
+    planned = plan_preset(preset, without_own_engines(report), options)
+    return planned.plan, list(planned.argv)
 
 
 def measured(plan: Plan, model: GgufModel) -> tuple[Plan, tuple[str, ...]]:
@@ -367,11 +345,9 @@ def hub_at_start() -> tuple[str, str | None]:
 def hub_unreachable(error: BaseException) -> str | None:
     """Why ``error`` says the Hub cannot be had (no network, offline), or None when the Hub
     answered (a refusal or a missing repo is an answer too)."""
-    from homelab.hub.errors import HubNetworkError, HubOfflineError
+    from homelab.serve.preset_plan import hub_unreachable as unreachable
 
-    if isinstance(error, (HubNetworkError, HubOfflineError)):
-        return error.message
-    return None
+    return unreachable(error)
 
 
 class DownloadCancelled(Exception):

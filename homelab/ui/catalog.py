@@ -2,10 +2,11 @@
 
 A row is a preset, a GGUF in the Hugging Face cache or one in a models folder. Its
 verdict comes from the domain's plan (or the preset's fit); this module only words it:
-``fits: 98,304 tokens, 3 slots`` / ``fits: 262,144 tokens, 2 slots, experts of 14 layers in
-RAM (9.8 GiB)`` / ``partial: -ngl 30, 19 of 48 layers on the CPU`` / ``does not fit: ...``.
-Each verdict also has a compact form (``fits: 262k × 2, experts in RAM``) for a column too
-narrow for the whole one (:func:`fitted`).
+``fits: 3 slots × 32,768 tokens allocated`` / ``fits: 2 slots × 131,072 tokens allocated,
+experts of 14 layers in RAM (9.80 GiB)`` / ``partial: -ngl 30, 19 of 48 layers on the CPU`` /
+``does not fit: ...``, in the words of :mod:`homelab.plan.vocabulary` (``homelab plan`` and
+``homelab presets`` use the same). Each verdict also has a compact form (``fits: 2×131k,
+experts in RAM``: slots × tokens allocated, as ``homelab presets`` writes them) for a column too narrow for the whole one (:func:`fitted`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Literal
 from rich.cells import cell_len
 
 from homelab.plan.placement import plan_ram
+from homelab.plan.vocabulary import TRAINED_CAP, allocated_words, capped_at_trained
 from homelab.units import format_bytes, format_int
 
 if TYPE_CHECKING:
@@ -75,13 +77,14 @@ def plan_words(plan: Plan) -> tuple[str, str]:
         text = f"partial: -ngl {plan.n_gpu_layers}, {on_cpu} of {n_blocks} layers on the CPU"
         compact = f"partial: -ngl {plan.n_gpu_layers}"
     else:
-        slots = plan.settings.n_seq
-        tokens = plan.candidate.allocation.n_ctx
-        text = f"fits: {format_int(tokens)} tokens, {slots} slot{'s' if slots != 1 else ''}"
-        compact = f"fits: {_thousands(tokens)} × {slots}"
+        per_slot = plan.candidate.allocation.ctx_per_slot
+        text = f"fits: {allocated_words(plan)}"
+        compact = f"fits: {plan.settings.n_seq}×{_thousands(per_slot)}"
+        if capped_at_trained(plan):
+            compact += f" ({TRAINED_CAP})"
     if ram is not None:
         layers = "1 layer" if ram.n_cpu_moe == 1 else f"{ram.n_cpu_moe} layers"
-        text += f", experts of {layers} in RAM ({format_bytes(ram.experts, precision=1)})"
+        text += f", experts of {layers} in RAM ({format_bytes(ram.experts)})"
         compact += ", experts in RAM"
     return text, compact
 
@@ -117,6 +120,11 @@ def fitted(judgement: Judgement, width: int) -> str:
     return cut.rstrip(" ,:×") + ELLIPSIS + mark
 
 
+PRESET_MARK = " ★"
+"""Marks a preset's row (a model named by ``homelab presets``), not a file found on disk."""
+PRESET_LEGEND = "★ a preset (homelab presets)"
+"""What the star means, shown with the menu while a preset's row is listed."""
+
 FROM_PRESET = " †"
 """Marks a verdict planned from a preset's own facts until its header has been read."""
 FROM_PRESET_LEGEND = "† from the preset (header not read yet)"
@@ -144,7 +152,7 @@ def _words(fit: Fit) -> Judgement:
     if fit.verdict == "does_not_fit":
         text = "does not fit"
         if fit.short_by is not None and fit.short_by > 0:
-            text += f": short by {format_bytes(fit.short_by, precision=1)}"
+            text += f": short by {format_bytes(fit.short_by)}"
         return Judgement("does_not_fit", text, fit.file_bytes, fit.reason)
     return Judgement(
         "unknown", f"unknown: {fit.problem or 'no header'}", fit.file_bytes, fit.reason
@@ -152,7 +160,7 @@ def _words(fit: Fit) -> Judgement:
 
 
 def size_text(size: int | None) -> str:
-    return "?" if size is None else format_bytes(size, precision=1)
+    return "?" if size is None else format_bytes(size)
 
 
 def matches(entry: ModelEntry, query: str) -> bool:

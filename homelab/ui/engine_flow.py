@@ -134,7 +134,7 @@ class EngineFlow(AppFlow):
         if plan is None:
             return ""
         held = plan.weights_on_device + plan.candidate.cost
-        return f", frees about {format_bytes(held, precision=1)}"
+        return f", frees about {format_bytes(held)}"
 
     def serve(
         self,

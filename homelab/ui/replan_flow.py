@@ -29,6 +29,7 @@ from textual import work
 from textual.message import Message
 
 from homelab.errors import HomelabError
+from homelab.plan.vocabulary import summary_words
 from homelab.serve.describe import describe
 from homelab.ui import backend
 from homelab.ui.catalog import ModelEntry
@@ -163,9 +164,8 @@ class ReplanFlow(EngineFlow):
 
 
 def plan_figures(plan: Plan) -> str:
-    """``1 slot × 8,192 tokens, 1,433,600 fit``."""
-    slots, alloc = plan.settings.n_seq, plan.candidate.allocation
-    return f"{slots} slot{'s' if slots != 1 else ''} × {alloc.ctx_per_slot:,} tokens, {plan.tokens_fit:,} fit"
+    """``1 slot × 8,192 tokens allocated, 1,433,600 tokens fit`` (as ``homelab plan`` says)."""
+    return summary_words(plan)
 
 
 def plan_flags(plan: Plan) -> str:
@@ -178,7 +178,7 @@ def replan_note(old: Plan, new: Plan) -> str:
     grown = new.budget.desktop - old.budget.desktop
     if grown:
         sign = "+" if grown > 0 else "−"
-        desktop = f"desktop {sign}{format_bytes(abs(grown), precision=0)}"
+        desktop = f"desktop {sign}{format_bytes(abs(grown))}"
     else:
         desktop = "desktop unchanged"
     flags = f"{plan_flags(old)} → {plan_flags(new)}"

@@ -85,7 +85,7 @@ def test_does_not_fit_keeps_the_errors_numbers(llama: Path) -> None:
     model = read_model(llama)
     fit = judge(model, "m", synthetic_report(HEADROOM_HEADLESS + 64 * MiB), plan_options())
     assert fit.verdict == "does_not_fit" and fit.plan is None
-    assert fit.problem == "Does not fit" and "bytes usable" in (fit.reason or "")
+    assert fit.problem == "Does not fit" and "64.00 MiB usable" in (fit.reason or "")
     assert fit.explanation.startswith(f"Does not fit: {fit.reason}")
     assert fit.weights_bytes == model.weights_bytes  # the header was read: sizes known
     assert fit.tokens_fit is None and fit.slots is None and fit.kv_bytes_per_token is None

@@ -24,6 +24,7 @@ from homelab.gpu.report import CpuMemory
 from homelab.plan.judge import judge
 from homelab.plan.placement import is_routed_expert, plan_ram
 from homelab.plan.planner import Plan
+from homelab.plan.vocabulary import allocated_words
 from homelab.ui.app import make_app
 from homelab.ui.catalog import ELLIPSIS, fitted, judgement_of_plan, plan_words
 from homelab.ui.widgets.models import MIN_VERDICT_CELLS, ModelsMenu
@@ -100,9 +101,8 @@ def test_the_experts_in_ram_verdict_is_worded_everywhere(
     # the ladder's second rung: experts of some layers in RAM, every layer on the card
     assert ram is not None and 0 < ram.n_cpu_moe < 48 and plan.n_gpu_layers is None
     whole, compact = plan_words(plan)
-    layers = f"experts of {ram.n_cpu_moe} layers in RAM ({format_bytes(ram.experts, precision=1)})"
-    tokens = plan.candidate.allocation.n_ctx
-    assert whole == f"fits: {tokens:,} tokens, {plan.settings.n_seq} slot, {layers}"
+    layers = f"experts of {ram.n_cpu_moe} layers in RAM ({format_bytes(ram.experts)})"
+    assert whole == f"fits: {allocated_words(plan)}, {layers}"
     assert compact.endswith(", experts in RAM")
 
     async def drive() -> None:

@@ -113,7 +113,7 @@ def test_the_panel_words_the_running_plan_with_experts_in_ram(moe_dir: Path, eng
             # the panel's plan line is the running plan's words
             whole = plan_words(running)[0]
             layers = f"experts of {running_ram.n_cpu_moe} layers in RAM"
-            assert f"{layers} ({format_bytes(running_ram.experts, precision=1)})" in whole
+            assert f"{layers} ({format_bytes(running_ram.experts)})" in whole
             panel = app.query_one("#server", ServerPanel)
             await wait_until(
                 pilot, lambda: session.public_url in str(panel.query_one("#server-state").render())

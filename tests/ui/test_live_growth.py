@@ -66,7 +66,7 @@ def test_growth_warning_names_kwin_and_its_mib(models_dir: Path) -> None:
             await wait_until(pilot, lambda: _growth_text(app) != "", WAIT_S)
             text = _growth_text(app)
             assert "kwin_wayland" in text
-            assert "+700 MiB" in text
+            assert "+700.00 MiB" in text
             assert "since the plan" in text
             assert "Close it, or re-plan" in text
             assert "enter on the model re-plans on the card now" in text  # no engine yet

@@ -9,9 +9,10 @@ import pytest
 from homelab.engine.options import plan_options
 from homelab.gpu.probe import probe
 from homelab.hub.presets import load_presets
+from homelab.plan.vocabulary import allocated_words
 from homelab.serve.preset_fit import fit_preset_from_facts
 from homelab.ui.app import make_app
-from homelab.ui.catalog import FROM_PRESET, FROM_PRESET_LEGEND
+from homelab.ui.catalog import FROM_PRESET, FROM_PRESET_LEGEND, PRESET_LEGEND
 from homelab.ui.widgets.models import ModelsMenu
 from tests.ui.helpers import GPU_FIXTURES, run, wait_until
 
@@ -45,9 +46,9 @@ def test_offline_the_presets_are_judged_from_their_facts_and_marked(
                 assert judged.verdict == fit.verdict != "unknown", key
                 if fit.verdict == "fits":
                     assert fit.plan is not None
-                    tokens = fit.plan.candidate.allocation.n_ctx
-                    assert judged.text.startswith(f"fits: {tokens:,} tokens"), key
+                    assert judged.text.startswith(f"fits: {allocated_words(fit.plan)}"), key
             assert FROM_PRESET_LEGEND in str(menu.border_subtitle)
+            assert PRESET_LEGEND in str(menu.border_subtitle)  # what the rows' ★ means
             assert menu.judgements[smollm2].text.startswith("fits: ")
             assert not menu.judgements[smollm2].from_preset
             assert menu.judgements[broken].verdict == "unknown"

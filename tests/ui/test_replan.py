@@ -16,6 +16,7 @@ import pytest
 from textual.widgets._footer import FooterKey
 
 from homelab.engine.supervision.process import alive
+from homelab.plan.vocabulary import summary_words
 from homelab.ui.app import make_app
 from homelab.ui.widgets.models import ModelsMenu
 from tests.factory.clock import ManualClock
@@ -87,7 +88,7 @@ def test_R_after_the_desktop_grew_restarts_with_a_plan_made_on_the_card_now(
             await _advance_to(app, pilot, clock, 3)  # kwin_wayland +700 MiB
             await wait_until(pilot, lambda: _growth_text(app) != "", WAIT_S)
             warning = _growth_text(app)
-            assert "kwin_wayland" in warning and "+700 MiB" in warning
+            assert "kwin_wayland" in warning and "+700.00 MiB" in warning
             assert "R: re-plan on the card now and restart" in warning
             footer = {(k.key, k.description) for k in app.query(FooterKey)}
             assert ("R", "re-plan") in footer  # the key is in the footer too
@@ -111,9 +112,9 @@ def test_R_after_the_desktop_grew_restarts_with_a_plan_made_on_the_card_now(
             assert _flag(argv, "-np") == 1
 
             server = str(app.query_one("#server-state").render())
-            assert "re-planned on the card now (desktop +700 MiB)" in server
-            assert f"was 1 slot × 8,192 tokens, {old.tokens_fit:,} fit" in server
-            assert f"now 1 slot × 8,192 tokens, {new.tokens_fit:,} fit" in server
+            assert "re-planned on the card now (desktop +700.00 MiB)" in server
+            assert f"was {summary_words(old)}" in server
+            assert f"now {summary_words(new)}" in server
             assert "flags -c 8192 -np 1 → -c 8192 -np 1 (unchanged)" in server
             assert "restarts 0" in server  # a new engine, not a crash
             await wait_until(pilot, lambda: _growth_text(app) == "", WAIT_S)  # planned for it

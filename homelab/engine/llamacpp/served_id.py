@@ -32,8 +32,6 @@ FALLBACK_ID = "model"
 """The id when neither the name nor the file's name leaves anything usable."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _EDGES = "-._"
-_QUANT = re.compile(r"^(?:I?Q[0-9]|TQ[0-9]|B?F(?:16|32)$|MXFP4$)", re.IGNORECASE)
-"""A file-name tag that names a quant (``Q4_K_M``, ``IQ2_XXS``, ``BF16``), not any last word."""
 
 
 def clean_id(text: str) -> str:
@@ -69,7 +67,7 @@ def served_id(metadata: dict[str, Any] | None, path: str, preset: str | None = N
     if not base:
         base = clean_id(_file_stem(path))
     tag = quant_tag(PurePosixPath(path.replace("\\", "/")).name)
-    if base and tag and _QUANT.match(tag) and tag.lower() not in base.lower():
+    if base and tag and tag.lower() not in base.lower():
         room = MAX_ID_CHARS - len(tag) - 1
         base = f"{base[:room].rstrip(_EDGES)}-{tag}"
     return base or FALLBACK_ID

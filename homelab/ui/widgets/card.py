@@ -17,6 +17,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
+from homelab.plan.vocabulary import SPARE, USABLE
 from homelab.units import format_bytes
 
 if TYPE_CHECKING:
@@ -100,15 +101,23 @@ def holds(share: DeviceShare) -> str:
     return f"{share.device.llama_name}: {share.block_range}{output} ({share.layers} of the split)"
 
 
+ENGINE_PARTS = ("weights", "KV", "compute")
+
+
 def legend(parts: list[tuple[str, int]], planned: bool) -> Text:
+    """Each part's name and size; the free part named as what it is (the words of
+    :mod:`homelab.plan.vocabulary`): usable after headroom, or spare once a plan is in."""
     colours = dict(SEGMENTS)
+    engine = any(size > 0 for name, size in parts if name in ENGINE_PARTS)
     text = Text()
     for i, (name, size) in enumerate(p for p in parts if p[1] > 0):
         if i:
             text.append("  ")
         text.append("■ ", style=colours[name])
-        label = f"{name} (plan)" if planned and name in ("weights", "KV", "compute") else name
-        text.append(f"{label} {format_bytes(size, precision=1)}")
+        label = f"{name} (plan)" if planned and name in ENGINE_PARTS else name
+        if name == "free":
+            label = SPARE if engine else USABLE
+        text.append(f"{label} {format_bytes(size)}")
     return text
 
 
@@ -155,7 +164,7 @@ class CardPanel(Vertical):
         for budget in [*budgets, *(b for b in remote if b.name not in names)]:
             share = share_for(plan, budget)
             parts = segments(budget, share)
-            text.append(f"{budget.name}  {format_bytes(budget.total, precision=1)}\n", style="bold")
+            text.append(f"{budget.name}  {format_bytes(budget.total)}\n", style="bold")
             text.append_text(bar(parts, budget.total))
             text.append("\n")
             text.append_text(legend(parts, planned and share is not None))
@@ -202,7 +211,7 @@ class CardPanel(Vertical):
                 str(p.pid),
                 _short(p.name),
                 p.klass,
-                format_bytes(p.used_bytes, precision=0),
+                format_bytes(p.used_bytes),
             )
             for d in report.devices
             for p in d.processes or ()
@@ -231,19 +240,19 @@ def growth_text(growth: DesktopGrowth, serving: bool = False) -> Text:
         name = _short(culprit.name)
         what = f"{name} (pid {culprit.pid})"
         if culprit.grown is not None and culprit.grown > 0:
-            what += f" +{format_bytes(culprit.grown, precision=0)}"
+            what += f" +{format_bytes(culprit.grown)}"
     gone = growth.exhausted
     text = Text("⚠ ", style="bold red" if gone else "bold yellow")
     text.append(
-        f"The desktop grew +{format_bytes(growth.grown, precision=0)} since the plan "
-        f"({format_bytes(growth.planned_desktop, precision=1)} → "
-        f"{format_bytes(growth.desktop_peak, precision=1)}): {what}. "
+        f"The desktop grew +{format_bytes(growth.grown)} since the plan "
+        f"({format_bytes(growth.planned_desktop)} → "
+        f"{format_bytes(growth.desktop_peak)}): {what}. "
     )
     if gone:
         text.append("The headroom is gone; the engine is next. ", style="bold red")
     else:
-        left = format_bytes(growth.headroom_left, precision=0)
-        text.append(f"{left} of {format_bytes(growth.headroom, precision=0)} headroom left. ")
+        left = format_bytes(growth.headroom_left)
+        text.append(f"{left} of {format_bytes(growth.headroom)} headroom left. ")
     if serving:
         text.append(f"Close it, or re-plan and restart ({RE_PLAN_KEY}).", style="italic")
     else:

@@ -18,6 +18,8 @@ from textual.widgets import DataTable, Input
 
 from homelab.ui.catalog import (
     FROM_PRESET_LEGEND,
+    PRESET_LEGEND,
+    PRESET_MARK,
     Judgement,
     ModelEntry,
     fitted,
@@ -89,8 +91,11 @@ class ModelsMenu(Vertical):
         self._subtitle()
 
     def _subtitle(self) -> None:
-        """The count of rows, and what † means while a verdict is from a preset's facts."""
+        """The count of rows, what ★ means while a preset is listed, and what † means while
+        a verdict is from a preset's facts."""
         subtitle = f"{len(self.entries)} models"
+        if any(e.source == "preset" for e in self.entries):
+            subtitle += f" · {PRESET_LEGEND}"
         if any(j.from_preset for j in self.judgements.values()):
             subtitle += f" · {FROM_PRESET_LEGEND}"
         self.border_subtitle = subtitle
@@ -150,7 +155,7 @@ class ModelsMenu(Vertical):
         for entry in self.visible_entries():
             label = Text(entry.name)
             if entry.source == "preset":
-                label.append(" ★", style="yellow")
+                label.append(PRESET_MARK, style="yellow")
             table.add_row(
                 label,
                 entry.quant or "",

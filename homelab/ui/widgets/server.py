@@ -189,7 +189,7 @@ class ServerPanel(Vertical):
 def _size(value: int | None) -> str:
     from homelab.units import format_bytes
 
-    return "—" if value is None else format_bytes(value, precision=1)
+    return "—" if value is None else format_bytes(value)
 
 
 QUOTED_SHOWN = 2

@@ -42,22 +42,30 @@ async def _pick(app, pilot, words: str, key: str) -> None:
     await pilot.pause()
 
 
+def _second_name(models_dir: Path, smollm2_gguf: Path) -> tuple[Path, str]:
+    """A second row of the same file (a link by another name), and the first row's key."""
+    other = models_dir / "other-name.gguf"
+    other.symlink_to(smollm2_gguf)
+    return other, str(models_dir / smollm2_gguf.name)
+
+
+async def _all_judged(app, pilot) -> ModelsMenu:
+    menu = app.query_one("#menu", ModelsMenu)
+    await wait_until(pilot, lambda: len(menu.judgements) == len(menu.entries) > 0, timeout=120)
+    return menu
+
+
 def _slots(app) -> int:
     return app.state.picked.plan.settings.n_seq
 
 
 def test_an_edit_stays_with_its_row_and_z_drops_it(models_dir: Path, smollm2_gguf: Path) -> None:
-    other = models_dir / "other-name.gguf"
-    other.symlink_to(smollm2_gguf)
-    first = str(models_dir / smollm2_gguf.name)
+    other, first = _second_name(models_dir, smollm2_gguf)
 
     async def drive() -> None:
         app = _app(models_dir)
         async with app.run_test(size=(140, 45)) as pilot:
-            menu = app.query_one("#menu", ModelsMenu)
-            await wait_until(
-                pilot, lambda: len(menu.judgements) == len(menu.entries) > 0, timeout=120
-            )
+            menu = await _all_judged(app, pilot)
             untouched = menu.judgements[str(other)]
             await _pick(app, pilot, "smollm2", first)
             default_slots = _slots(app)
@@ -95,17 +103,12 @@ def test_an_edit_stays_with_its_row_and_z_drops_it(models_dir: Path, smollm2_ggu
 def test_a_bad_field_on_one_row_leaves_the_others_judged(
     models_dir: Path, smollm2_gguf: Path
 ) -> None:
-    other = models_dir / "other-name.gguf"
-    other.symlink_to(smollm2_gguf)
-    first = str(models_dir / smollm2_gguf.name)
+    other, first = _second_name(models_dir, smollm2_gguf)
 
     async def drive() -> None:
         app = _app(models_dir)
         async with app.run_test(size=(140, 45)) as pilot:
-            menu = app.query_one("#menu", ModelsMenu)
-            await wait_until(
-                pilot, lambda: len(menu.judgements) == len(menu.entries) > 0, timeout=120
-            )
+            menu = await _all_judged(app, pilot)
             await _pick(app, pilot, "smollm2", first)
             app.query_one("#workload").focus()
             await pilot.press(*"nonsense", "enter")  # not a workload: this row's plan says so

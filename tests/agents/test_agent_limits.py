@@ -97,7 +97,7 @@ def test_plan_for_claude_plans_each_slot_for_its_minimum(llama8b_gguf: Path) -> 
     planned = homelab("plan", str(llama8b_gguf), "--vram", "24GiB", "--for", "claude")
     assert planned.returncode == 0, planned.stderr
     expected = plan_facts(llama8b_gguf, vram=24 * GIB, workload=workload_for("claude"))
-    assert f"{expected.ctx_per_slot:,} each" in planned.stdout
+    assert f"slots × {expected.ctx_per_slot:,} tokens" in planned.stdout
     assert "Claude Code (100,000 tokens per conversation)" in planned.stdout
     both = homelab(
         "plan", str(llama8b_gguf), "--vram", "24GiB", "--for", "claude", "--workload", "chat"

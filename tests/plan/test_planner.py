@@ -148,7 +148,7 @@ def test_ctx_that_does_not_fit_says_what_does() -> None:
         make_plan(seed_model(), "seed.gguf", synthetic_report(16 * GiB), PlanRequest(ctx=4_000_000))
     hint = caught.value.hint or ""
     assert "a context of" in hint and "--" not in hint  # names the setting, not a flag
-    offered = int(re.search(r"a context of (\d+) tokens", hint).group(1))
+    offered = int(re.search(r"a context of ([\d,]+) tokens", hint).group(1).replace(",", ""))
     plan = make_plan(
         seed_model(), "seed.gguf", synthetic_report(16 * GiB), PlanRequest(ctx=offered)
     )

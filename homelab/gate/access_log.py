@@ -50,6 +50,9 @@ class Charge:
     """An error the engine reported (in its answer or inside a stream)."""
     model: str | None = None
     """The ``model`` the client named."""
+    delivered: bool = False
+    """The stream's last event (``[DONE]``, ``response.completed``, ``message_stop``) was
+    written to the client: a client that closes after it (Codex does, at once) was answered."""
 
     @property
     def charged_tokens(self) -> int | None:
@@ -110,7 +113,7 @@ def _charge(request: web.Request) -> dict[str, object] | None:
 async def access_log(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Log the request once it is answered (a stream: once it ended)."""
     start = time.monotonic()
-    status = 499  # the client left before an answer (nginx's word for it)
+    status = 499  # the client left before the whole answer (nginx's word for it)
     try:
         response = await handler(request)
         status = response.status
@@ -119,6 +122,9 @@ async def access_log(request: web.Request, handler: Handler) -> web.StreamRespon
         status = error.status
         raise
     except asyncio.CancelledError:
+        charge = request.get(CHARGE_KEY)
+        if charge is not None and charge.delivered:
+            status = 200  # the whole answer went out; the client closed after its last event
         raise
     except Exception:
         status = 500

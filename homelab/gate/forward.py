@@ -318,11 +318,16 @@ async def _forward(
             response = web.StreamResponse(status=upstream.status, headers=SSE_HEADERS)
             await response.prepare(request)
         tally = StreamTally()
-        async for chunk in upstream.content.iter_any():
-            tally.feed(chunk)
-            await response.write(chunk)
-        tally.feed(b"\n")
-        outcome.update(tally.outcome)
+        charge = request.get(CHARGE_KEY)
+        try:
+            async for chunk in upstream.content.iter_any():
+                tally.feed(chunk)
+                await response.write(chunk)
+                if tally.ended and charge is not None:
+                    charge.delivered = True  # a client may close now: it has the answer
+            tally.feed(b"\n")
+        finally:  # the engine's count, even when the client left mid-stream
+            outcome.update(tally.outcome)
         if tally.errors:
             gate.metrics.upstream_errors.labels(kind="stream").inc(tally.errors)
         await response.write_eof()

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 MARKERS = (b'"timings"', b'"usage"', b'"error"')
+LAST_EVENTS = (b"response.completed", b"response.incomplete", b"response.failed", b"message_stop")
+"""The event that ends a Responses or an Anthropic stream (a chat stream ends ``data: [DONE]``)."""
 WHOLE_PARSE_BYTES = 4096
 """A whole answer longer than this has only its accounting objects parsed."""
 _DECODER = json.JSONDecoder()
@@ -120,6 +122,8 @@ class StreamTally:
     def __init__(self) -> None:
         self.outcome = Outcome()
         self.errors = 0
+        self.ended = False
+        """The stream's last event has passed (the answer is whole)."""
         self._rest = b""
 
     def feed(self, chunk: bytes) -> None:
@@ -130,6 +134,8 @@ class StreamTally:
             return
         self._rest = data[end + 1 :] if len(data) - end <= MAX_LINE else b""
         complete = data[:end]
+        if not self.ended and (b"[DONE]" in complete or any(e in complete for e in LAST_EVENTS)):
+            self.ended = any(_is_last(line) for line in complete.split(b"\n"))
         if not any(marker in complete for marker in MARKERS):
             return
         for line in complete.split(b"\n"):
@@ -142,3 +148,24 @@ class StreamTally:
                 self.outcome.take(event)
                 if self.outcome.error is not None and self.outcome.error is not had:
                     self.errors += 1
+
+
+def _is_last(line: bytes) -> bool:
+    """Whether an SSE line is a stream's last event: ``data: [DONE]``, an ``event:`` line
+    naming one of :data:`LAST_EVENTS`, or a ``data:`` object of that ``type`` (the words of
+    an answer are inside a JSON string, so they never match: their quotes are escaped)."""
+    field, _, value = line.partition(b":")
+    value = value.strip()
+    if field == b"event":
+        return value in LAST_EVENTS
+    if field != b"data":
+        return False
+    if value == b"[DONE]":
+        return True
+    if not any(e in value for e in LAST_EVENTS):
+        return False
+    try:
+        event = json.loads(value)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(event, dict) and str(event.get("type", "")).encode() in LAST_EVENTS

@@ -9,7 +9,8 @@ import logging
 import pytest
 
 from homelab.gate.access_log import PREFIX, Entry, entry_of_line
-from tests.gate.conftest import SPLIT_FACTS, client, words
+from tests.gate.conftest import SPLIT_FACTS, client, hold, wait_for, words
+from tests.gate.lingering_relay import lingering_relay
 
 pytestmark = pytest.mark.engine
 KEY = "sk-secret-0451"
@@ -71,3 +72,57 @@ def test_other_lines_read_as_no_entry() -> None:
     assert entry_of_line(PREFIX + '{"method": "GET"}') is None  # fields missing
     entry = Entry("GET", "/health", 200, 0.01, {})
     assert entry_of_line("04:10:00 " + entry.line()) == entry
+
+
+def _read_to_last_event_and_close(url: str, path: str, body: dict) -> str:
+    """Stream ``body`` to ``path`` and close the connection as soon as the last event has
+    arrived (as Codex does after ``response.completed``); the text read."""
+    with client(url) as c:
+        request = c.build_request("POST", path, json={**body, "stream": True})
+        response = c.send(request, stream=True)
+        assert response.status_code == 200
+        read = ""
+        for text in response.iter_text():
+            read += text
+            if any(f"{e}\n" in read for e in ("response.completed", "message_stop")):
+                break
+        response.close()  # before the engine's end of stream reaches the gate
+    return read
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/responses", {"input": "Say hi", "max_output_tokens": 6}),
+        ("/v1/messages", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6}),
+    ],
+)
+def test_a_client_that_closes_after_the_last_event_was_answered(
+    engine, gate, caplog: pytest.LogCaptureFixture, path: str, body: dict
+) -> None:
+    """Codex closes its connection once ``response.completed`` is read: the answer was whole,
+    so the log says 200 with the engine's own counts (CI once saw it logged 499, no counts).
+    The relay holds the engine's end of stream back, so the gate is still waiting for it."""
+    caplog.set_level(logging.INFO, logger="homelab.gate.access")
+    with lingering_relay(engine) as relayed:
+        g = gate(relayed)
+        read = _read_to_last_event_and_close(g.url, path, {"model": "m", **body})
+        entry = wait_for(lambda: next(iter(logged(caplog)), None), what="the request logged")
+    assert "response.completed" in read or "message_stop" in read
+    assert (entry.path, entry.status) == (path, 200), entry
+    charge = entry.charge
+    assert charge is not None and charge["delivered"] is True
+    assert isinstance(charge["engine_prompt_tokens"], int) and charge["engine_prompt_tokens"] > 0
+    assert charge["engine_completion_tokens"] == 6
+
+
+def test_a_client_that_leaves_mid_answer_is_logged_499(
+    engine, gate, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="homelab.gate.access")
+    g = gate(engine)
+    held = hold(g.url)  # a stream that generates until its client leaves
+    held.close()
+    entry = wait_for(lambda: next(iter(logged(caplog)), None), what="the request logged")
+    assert entry.status == 499 and entry.charge is not None
+    assert entry.charge["delivered"] is False

@@ -163,6 +163,29 @@ def test_the_stream_tally_reads_timings_split_across_chunks_and_errors() -> None
     assert (openai.cached, openai.processed, openai.prompt) == (20, 11, 31)
 
 
+@pytest.mark.parametrize(
+    "last",
+    [
+        b"data: [DONE]\n\n",  # chat and completions
+        b'event: response.completed\ndata: {"type":"response.completed","response":{}}\n\n',
+        b'data: {"type":"response.completed","response":{"usage":{"input_tokens":3}}}\n\n',
+        b'event: message_stop\ndata: {"type":"message_stop"}\n\n',  # Anthropic
+    ],
+)
+def test_the_stream_tally_knows_when_the_last_event_has_passed(last: bytes) -> None:
+    tally = StreamTally()
+    # an answer that speaks of the markers: its words are inside an escaped JSON string
+    said = json.dumps({"choices": [{"delta": {"content": 'data: [DONE] "message_stop"'}}]})
+    typed = json.dumps({"type": "response.output_text.delta", "delta": "response.completed"})
+    for line in (said, typed):
+        tally.feed(b"data: " + line.encode() + b"\n\n")
+    tally.feed(b"event: response.output_text.delta\n: message_stop\n\n")
+    assert not tally.ended
+    for i in range(0, len(last), 5):  # split across chunks
+        tally.feed(last[i : i + 5])
+    assert tally.ended
+
+
 def test_a_runner_not_started_reports_an_empty_state_and_stops_quietly() -> None:
     from homelab.gate.runner import GateRunner
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from homelab.measure.summary import seconds
+from homelab.plan.vocabulary import slot_count
 
 
 def _rate(value: float | None) -> str:
@@ -48,7 +49,7 @@ def print_report(report: Any, data: dict[str, Any], stored: str | None) -> None:
     print(f"verdict: {rec.reason}")
     if rec.max_concurrent is not None:
         print(
-            f"recommended: max_concurrent {rec.max_concurrent} for the gate, {rec.slots} slot(s) for the plan"
+            f"recommended: max_concurrent {rec.max_concurrent} for the gate, {slot_count(rec.slots)} for the plan"
         )
     if report.stopped:
         print(f"stopped early: {report.stopped} (the figures are what completed)")

@@ -25,6 +25,7 @@ from homelab.paths import state_dir
 from homelab.plan.calibration import CalibrationError, EngineVersion
 from homelab.plan.calibration_key import ModelIdentity, model_identity
 from homelab.plan.record_store import locked, read_records, write_records
+from homelab.plan.vocabulary import slots_by_tokens
 
 if TYPE_CHECKING:
     from homelab.plan.planner import Plan, PlanRequest
@@ -68,7 +69,7 @@ class Setting:
         return self.ctx // max(self.slots, 1)
 
     def describe(self) -> str:
-        return f"{self.slots} slot(s) × {self.ctx_per_slot:,} tokens"
+        return slots_by_tokens(self.slots, self.ctx_per_slot)
 
 
 @dataclass(frozen=True, slots=True)

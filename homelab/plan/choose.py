@@ -8,6 +8,7 @@ from homelab.errors import DoesNotFitError
 from homelab.gguf.geometry import Geometry
 from homelab.plan.fit import Candidate, Fitter
 from homelab.plan.kv import CTX_PAD, pad
+from homelab.plan.vocabulary import slot_count
 from homelab.units import format_bytes
 
 if TYPE_CHECKING:
@@ -31,10 +32,10 @@ def choose(
         tokens_fit = fitter.max_ctx(n_seq)
         if not fitter.fits(request.ctx, n_seq):
             raise DoesNotFitError(
-                f"a context of {request.ctx:,} tokens with {n_seq} slot(s) needs "
+                f"a context of {request.ctx:,} tokens with {slot_count(n_seq)} needs "
                 f"{format_bytes(candidate.cost)} for KV and engine state; "
                 f"{format_bytes(max(fitter.room, 0))} are free for them",
-                hint=f"What fits with {n_seq} slot(s): a context of {tokens_fit:,} tokens."
+                hint=f"What fits with {slot_count(n_seq)}: a context of {tokens_fit:,} tokens."
                 if tokens_fit
                 else "Nothing fits: try a smaller quant or cache type q4_0.",
                 short_by=candidate.cost - max(fitter.room, 0),
@@ -70,7 +71,7 @@ def choose(
 def nothing_fits(fitter: Fitter, n_seq: int) -> DoesNotFitError:
     best = fitter.max_ctx(n_seq)
     return DoesNotFitError(
-        f"with {n_seq} slot(s) only {best:,} tokens of context fit "
+        f"with {slot_count(n_seq)} only {best:,} tokens of context fit "
         f"({format_bytes(max(fitter.room, 0))} free for KV and engine state), below the "
         f"{MIN_CTX:,}-token minimum",
         hint="Try a smaller quant, cache type q4_0, fewer slots, or close programs using the GPU.",

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from homelab.errors import DoesNotFitError, UsageError
 from homelab.plan.cpu_kv_speed import CpuKvSpeeds, KvSetting
 from homelab.plan.steps import describe_plan
+from homelab.plan.vocabulary import slots_by_tokens
 
 if TYPE_CHECKING:
     from homelab.plan.planner import Plan, PlanRequest
@@ -57,9 +58,9 @@ def choose_cpu_kv(
 
 
 def _slots(plan: Plan, request: PlanRequest, plan_with: Callable[[PlanRequest], Plan]) -> str:
-    """`` (3 slot(s) of 100,096 tokens; q8_0 would hold 6)``: what the speed costs in slots."""
+    """`` (3 slots × 100,096 tokens; q8_0 would hold 6)``: what the speed costs in slots."""
     slots, per_slot = plan.settings.n_seq, plan.candidate.allocation.ctx_per_slot
-    said = f" ({slots} slot(s) of {per_slot:,} tokens"
+    said = f" ({slots_by_tokens(slots, per_slot)}"
     try:
         default = plan_with(replace(request, kv_asked=True))
     except (DoesNotFitError, UsageError):

@@ -15,7 +15,7 @@ from homelab.gguf.ggml_types import ggml_type
 from homelab.plan.decode_bound import decode_steps
 from homelab.plan.device_steps import budget_terms, device_lines
 from homelab.plan.placement import plan_ram
-from homelab.plan.vocabulary import cap_note, slots_by_tokens
+from homelab.plan.vocabulary import cap_note, slot_count, slots_by_tokens
 from homelab.plan.working import Step, byte_figure
 from homelab.units import format_bytes
 
@@ -266,7 +266,7 @@ def _fit_steps(plan: Plan) -> list[Step]:
     alloc = plan.candidate.allocation
     steps = [
         Step(
-            f"Tokens that fit with {s.n_seq} slot(s)",
+            f"Tokens that fit with {slot_count(s.n_seq)}",
             f"{plan.tokens_fit:,}",
             plan.tokens_fit,
         ),

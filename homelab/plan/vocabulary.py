@@ -36,9 +36,14 @@ TRAINED_CAP = "trained cap"
 """Each slot is capped at the model's trained context."""
 
 
+def slot_count(slots: int) -> str:
+    """``1 slot`` / ``32 slots``."""
+    return f"{slots:,} slot{'' if slots == 1 else 's'}"
+
+
 def slots_by_tokens(slots: int, per_slot: int) -> str:
     """``1 slot × 8,192 tokens`` / ``32 slots × 8,192 tokens``."""
-    return f"{slots:,} slot{'' if slots == 1 else 's'} × {per_slot:,} tokens"
+    return f"{slot_count(slots)} × {per_slot:,} tokens"
 
 
 def capped_at_trained(plan: Plan) -> bool:

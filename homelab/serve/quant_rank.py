@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from homelab.plan.placement import RamShare, ram_share
+from homelab.plan.vocabulary import slots_by_tokens
 from homelab.units import format_bytes
 
 if TYPE_CHECKING:
@@ -113,7 +114,8 @@ def explain(fits: list[QuantFit], best: QuantFit | None, workload_name: str) -> 
             )
         return f"No quant fits on this card for the {workload_name} workload."
     order = ranked(fits)
-    gives = f"({best.fit.full_slots} slot(s) × {best.fit.ctx_per_slot:,} tokens)"
+    per_slot = best.fit.ctx_per_slot  # known: a quant that serves has a plan
+    gives = f"({slots_by_tokens(best.fit.full_slots, per_slot)})" if per_slot is not None else ""
     wider_than_best = [f for f in order if (f.size or 0) > (best.size or 0)]
     if wider_than_best:
         other = wider_than_best[0]

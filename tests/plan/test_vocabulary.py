@@ -91,7 +91,7 @@ def test_slots_capped_at_the_trained_context_say_the_cap_in_the_cli_and_the_tui(
 def test_a_does_not_fit_line_formats_every_figure(capsys, smollm2_gguf: Path) -> None:
     code, _, err = _plan(capsys, str(smollm2_gguf), "--vram", "16GiB", "--ctx", "4000000")
     assert code == 3 and "Traceback" not in err
-    assert "What fits with 1 slot(s): a context of " in err
+    assert "What fits with 1 slot: a context of " in err
     assert not re.search(r"[0-9]{4,}", err), err  # 2359296 was printed bare
 
 

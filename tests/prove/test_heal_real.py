@@ -121,7 +121,7 @@ def test_heal_gives_up_after_its_steps_naming_what_was_tried(
         session.end()
         session.close()
     message = raised.value.message
-    assert "32 slot(s) × 8,192 tokens, 16 slot(s) × 8,192 tokens" in message
+    assert "32 slots × 8,192 tokens, 16 slots × 8,192 tokens" in message
     assert "still out of memory after 1 smaller plans" in message
     assert "engine memory limit" in (raised.value.hint or "")
     assert [e.now.slots for e in seen if isinstance(e, ev.Healing)] == [16]

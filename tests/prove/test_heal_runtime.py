@@ -124,11 +124,11 @@ def test_a_batch_that_cannot_allocate_at_run_time_heals_to_fewer_slots(
     printed = capsys.readouterr()
     out = printed.out
     assert "out of memory (run): " in out and "decode() failed: std::bad_alloc" in out
-    assert out.index("out of memory (run)") < out.index("healing 1/4: 2 slot(s) × 1,024 tokens")
-    assert "→ 1 slot(s) × 1,024 tokens; restarting on the smaller plan" in out
+    assert out.index("out of memory (run)") < out.index("healing 1/4: 2 slots × 1,024 tokens")
+    assert "→ 1 slot × 1,024 tokens; restarting on the smaller plan" in out
     assert "restarting on the new plan" in out and "ready again: " in out
     assert "crashed" not in out + printed.err  # no stale crash line naming the old plan
-    assert out.index("restarting on the new plan") < out.index("healed: 1 slot(s)")
+    assert out.index("restarting on the new plan") < out.index("healed: 1 slot")
 
 
 def test_a_run_time_heal_with_no_smaller_plan_left_ends_with_a_heal_error(
@@ -154,7 +154,7 @@ def test_a_run_time_heal_with_no_smaller_plan_left_ends_with_a_heal_error(
     assert error.title == "Out of memory, not healed"
     assert "ran out of memory (run: " in error.message  # the stage and the engine's line
     assert "decode() failed: std::bad_alloc" in error.message
-    assert "2 slot(s) × 1,024 tokens" in error.message
+    assert "2 slots × 1,024 tokens" in error.message
     assert "still out of memory after 0 smaller plans" in error.message
     assert "engine memory limit" in (error.hint or "")
     assert any(isinstance(e, ev.Failed) and e.error is error for e in seen)

@@ -16,9 +16,9 @@ def test_a_heal_says_what_ran_out_and_what_changed() -> None:
     note = describe(ev.Healing("load", said, WAS, NOW, 1, 4)).line
     assert note is not None
     assert said in note and "1/4" in note
-    assert "32 slot(s) × 8,192 tokens → 16 slot(s) × 8,192 tokens" in note
+    assert "32 slots × 8,192 tokens → 16 slots × 8,192 tokens" in note
     done = describe(ev.Healed((WAS,), NOW, True)).line
-    assert done is not None and "16 slot(s)" in done and "the next plan starts there" in done
+    assert done is not None and "16 slots" in done and "the next plan starts there" in done
     not_kept = describe(ev.Healed((WAS,), NOW, False, "read-only")).line or ""
     assert "not recorded: read-only" in not_kept
 

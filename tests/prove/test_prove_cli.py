@@ -28,7 +28,7 @@ def test_serve_heals_under_an_engine_memory_limit_and_status_says_so(
         out = result.stdout
         assert result.returncode == 0, result.stderr + out
         assert "out of memory (load): " in out
-        assert "healing 1/4: 32 slot(s) × 8,192 tokens → 16 slot(s) × 8,192 tokens" in out
+        assert "healing 1/4: 32 slots × 8,192 tokens → 16 slots × 8,192 tokens" in out
         assert "healed: " in out and "recorded the miss in the calibration store" in out
         # what happened and what changed, then the restart: no stale crash line and hint
         assert "restarting on the new plan" in out

@@ -18,6 +18,7 @@ from homelab.gguf.header import GgufModel
 from homelab.plan.calibration import Calibration, CalibrationError, save
 from homelab.plan.calibration_key import CalibrationKey, key_for
 from homelab.plan.planner import Plan
+from homelab.plan.vocabulary import slot_count
 
 
 def current_engine_version() -> str | None:
@@ -54,8 +55,8 @@ def measure(plan: Plan, load_log: LoadLog, key: CalibrationKey) -> Calibration:
     )
     if any(v is not None and v != p for v, p in zip(logged, planned, strict=True)):
         raise CalibrationError(
-            f"the engine ran with n_ctx {ctx.n_ctx}, {ctx.n_seq_max} slot(s), ubatch {ctx.n_ubatch}; "
-            f"the plan has n_ctx {planned[0]}, {planned[1]} slot(s), ubatch {planned[2]}",
+            f"the engine ran with n_ctx {ctx.n_ctx}, {_slots(ctx.n_seq_max)}, ubatch {ctx.n_ubatch}; "
+            f"the plan has n_ctx {planned[0]}, {slot_count(planned[1])}, ubatch {planned[2]}",
             hint="The figures belong to other flags than the plan's; run the plan's argv unchanged.",
         )
     rows = compare(plan, load_log)
@@ -118,3 +119,8 @@ def record(
     calibration = measure(plan, load_log, key_for(plan, model, engine_version))
     save(calibration, path)
     return calibration
+
+
+def _slots(logged: int | None) -> str:
+    """The slots the engine logged, in the plan's words (``? slots`` when the log had none)."""
+    return "? slots" if logged is None else slot_count(logged)

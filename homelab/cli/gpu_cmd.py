@@ -24,6 +24,8 @@ from homelab.gpu.record import record_snapshot, write_snapshot
 from homelab.gpu.replay import ReplayNvml
 from homelab.gpu.report import GpuDevice, GpuReport
 from homelab.gpu.telemetry import TelemetryPoller
+from homelab.plan.budget import device_budget
+from homelab.plan.vocabulary import FREE, USABLE
 from homelab.units import format_bytes
 
 INTERVAL_S = 0.25
@@ -74,6 +76,7 @@ def report_dict(report: GpuReport) -> dict[str, Any]:
     data = dataclasses.asdict(report)
     for device, raw in zip(data["devices"], report.devices, strict=True):
         device["homelab_bytes"] = raw.homelab_bytes
+        device["usable_bytes"] = device_budget(report, raw.index).usable
     return data
 
 
@@ -91,25 +94,28 @@ def render(report: GpuReport) -> str:
         versions = [f"driver {report.driver or 'n/a'}", f"CUDA {report.cuda_driver or 'n/a'}"]
         lines.append(f"source: {report.source}, " + ", ".join(versions))
     for device in report.devices:
-        lines.extend(_render_device(device, report.window_s))
+        lines.extend(_render_device(report, device))
     lines.extend(f"warning: {w}" for w in report.warnings)
     if report.note:
         lines.append(f"note: {report.note}")
     return "\n".join(lines)
 
 
-def _render_device(device: GpuDevice, window_s: float) -> list[str]:
+def _render_device(report: GpuReport, device: GpuDevice) -> list[str]:
     size = format_bytes
     display = {True: "active", False: "inactive", None: "n/a"}[device.display_active]
+    budget = device_budget(report, device.index)
+    samples = f"{device.samples} sample{'' if device.samples == 1 else 's'}"
     lines = [
         "",
         f"GPU {device.index}: {device.name}" + (f"  ({device.uuid})" if device.uuid else ""),
         f"  total     {size(device.total)}",
         f"  reserved  {size(device.reserved)}",
         f"  used      {size(device.used)}",
-        f"  free      {size(device.free)}",
-        f"  free_min  {size(device.free_min)}  (lowest of {device.samples} sample(s)"
-        f" over {window_s:g} s)",
+        f"  free      {size(device.free)}  ({FREE} now, as the driver reports it)",
+        f"  free_min  {size(device.free_min)}  (lowest of {samples} over {report.window_s:g} s)",
+        f"  usable    {size(budget.usable)}  ({USABLE}: what a plan may use, the desktop's peak"
+        f" and other programs out, {size(budget.headroom)} kept free)",
         f"  desktop   now {size(device.desktop_now)}, peak {size(device.desktop_peak)}",
         f"  display   {display}",
     ]

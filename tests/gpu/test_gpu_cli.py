@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from homelab.cli import gpu_cmd, main
+from homelab.gpu.probe import probe
+from homelab.plan.budget import device_budget
 from homelab.units import format_bytes
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
@@ -40,7 +42,11 @@ def test_human_output_for_the_wayland_card(capsys: pytest.CaptureFixture[str]) -
     assert f"used      {format_bytes(last['used'])}" in out
     assert f"free      {format_bytes(last['free'])}" in out
     free_min = min(e["free"] for e in device["memory_v2"])
-    assert f"free_min  {format_bytes(free_min)}  (lowest of 8 sample(s)" in out
+    assert f"free_min  {format_bytes(free_min)}  (lowest of 8 samples" in out
+    # the figure the TUI's card calls usable after headroom, in the same words
+    report = probe(snapshot=Path(fixture("rtx3090_wayland.json")))
+    usable = device_budget(report, 0).usable
+    assert usable < free_min and f"usable    {format_bytes(usable)}  (usable after headroom" in out
     assert "desktop   now " in out and ", peak " in out
     assert "display   active" in out
     assert "source: replay, driver 590.44.01, CUDA 13.1" in out
@@ -130,6 +136,11 @@ def test_json_is_one_object_in_bytes(capsys: pytest.CaptureFixture[str]) -> None
     assert gpu1["total"] == raw1["memory_v2"][-1]["total"]
     assert gpu1["free_min"] == min(e["free"] for e in raw1["memory_v2"])
     assert isinstance(gpu1["reserved"], int) and gpu1["homelab_bytes"] == 0
+    report = probe(snapshot=Path(fixture("two_gpus.json")))
+    assert [d["usable_bytes"] for d in data["devices"]] == [
+        device_budget(report, i).usable for i in (0, 1)
+    ]
+    assert gpu1["usable_bytes"] == gpu1["free_min"] - 512 * 1024**2  # no desktop: 512 MiB kept
     assert gpu1["processes"] == [
         {
             "pid": 7001,

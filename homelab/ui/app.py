@@ -20,7 +20,7 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input
+from textual.widgets import DataTable, Input
 from textual.worker import Worker, WorkerState
 
 from homelab.ui import backend
@@ -35,9 +35,11 @@ from homelab.ui.server_flow import ServerFlow
 from homelab.ui.state import AppArgs, AppState
 from homelab.ui.widgets.card import CardPanel
 from homelab.ui.widgets.engine_setup import EngineSetupPanel
+from homelab.ui.widgets.keys import KeysFooter
 from homelab.ui.widgets.metrics import MetricsPanel
 from homelab.ui.widgets.models import ModelsMenu
 from homelab.ui.widgets.offline import OfflineBanner
+from homelab.ui.widgets.pages import NARROW_BELOW, PageTabs, StatusLine
 from homelab.ui.widgets.plan import AUTO_CACHE, PlanPanel
 from homelab.ui.widgets.server import ServerPanel
 
@@ -62,6 +64,7 @@ class HomelabApp(
 
     TITLE = "homelab"
     CSS_PATH = "homelab.tcss"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (NARROW_BELOW, "-wide")]
     BINDINGS = [
         Binding("slash", "filter", "filter"),
         Binding("s", "start", "start/switch"),
@@ -95,16 +98,22 @@ class HomelabApp(
     # -- layout ----------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
+        """Two columns, or under ``NARROW_BELOW`` columns one, of pages (``homelab.tcss``)."""
+        yield PageTabs(id="pages")
+        yield StatusLine(id="status-line")
         with Vertical(id="left"):
-            yield CardPanel(id="card")
-            yield MetricsPanel(id="metrics")
-            yield EngineSetupPanel(id="engine-setup")
-            yield ServerPanel(id="server")
+            with Vertical(id="card-page"):
+                yield CardPanel(id="card")
+                yield EngineSetupPanel(id="engine-setup")
+            with Vertical(id="engine"):
+                yield MetricsPanel(id="metrics")
+                yield ServerPanel(id="server")
         with Vertical(id="right"):
             yield ModelsMenu(id="menu")
             yield PlanPanel(id="plan", blink=self.state.args.blink)
-        yield OfflineBanner(id="offline")
-        yield Footer()
+        with Vertical(id="bottom"):  # docked: the banner over the keys, both as tall as they need
+            yield OfflineBanner(id="offline")
+            yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#models", DataTable).focus()

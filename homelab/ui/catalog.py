@@ -102,22 +102,32 @@ ELLIPSIS = "…"
 
 
 def fitted(judgement: Judgement, width: int) -> str:
-    """The judgement's words in at most ``width`` cells: the whole text when it fits, else
-    the compact one, else the compact one cut after a whole word with an ellipsis (the
-    preset's mark kept at the end)."""
+    """The judgement's words in at most ``width`` cells, never cut inside a word or a number:
+    the whole text when it fits, else the compact one, else the compact one's leading
+    clauses (``fits: 262k × 2 …``), else the verdict's own word (``fits``, ``partial``,
+    ``does not fit``); the preset's mark kept at the end while there is room for it."""
     for words in (judgement.text, judgement.compact):
         if words is not None and cell_len(words) <= width:
             return words
     words = judgement.compact or judgement.text
     mark = FROM_PRESET if words.endswith(FROM_PRESET) else ""
-    words = words.removesuffix(mark)
-    room = width - cell_len(mark) - cell_len(ELLIPSIS)
-    if room < 1:
-        return words[: max(width, 1)]
-    cut = words[:room]
-    if words[room : room + 1] not in ("", " ") and " " in cut:
-        cut = cut[: cut.rfind(" ")]  # never mid-word
-    return cut.rstrip(" ,:×") + ELLIPSIS + mark
+    bare = words.removesuffix(mark)
+    for kept in _leading_clauses(bare):
+        cut = kept + " " + ELLIPSIS + mark
+        if cell_len(cut) <= width:
+            return cut
+    head = bare.split(":", 1)[0]
+    for cut in (head + mark, head):
+        if cell_len(cut) <= width:
+            return cut
+    return head[: max(width, 1)]
+
+
+def _leading_clauses(words: str) -> list[str]:
+    """The words cut at each clause's end, longest first: a clause ends before ``, `` and
+    before a parenthesis (``fits: 32×8,192 (trained cap)`` → ``fits: 32×8,192``)."""
+    ends = [i for i in range(len(words)) if words.startswith((", ", " ("), i)]
+    return [words[:end] for end in reversed(ends) if end > 0]
 
 
 PRESET_MARK = " ★"

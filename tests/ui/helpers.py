@@ -38,3 +38,21 @@ async def pick_smollm2(pilot) -> None:
 
 def run(coro) -> None:
     asyncio.run(coro)
+
+
+def screen_text(app) -> str:
+    """What the screen shows now, as plain text (one line a row)."""
+    import io
+
+    from rich.console import Console
+
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), record=True)
+    console.print(app.screen._compositor.render_update(full=True))
+    return console.export_text()
+
+
+def on_screen(app, widget) -> bool:
+    """Whether ``widget`` is drawn, whole, inside the screen (not hidden, not scrolled off)."""
+    region = widget.region
+    return bool(widget.display and region.area) and app.screen.region.contains_region(region)

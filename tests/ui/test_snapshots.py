@@ -20,7 +20,9 @@ from homelab.ui.app import make_app
 from homelab.units import GiB
 from tests.ui.helpers import GPU_FIXTURES, pick_smollm2
 
-SIZE = (140, 45)
+SIZE = (160, 45)
+"""Two columns, each card; the other sizes of issue 21 on the RTX 3090 below."""
+SIZES = {"80x24": (80, 24), "120x40": (120, 40), "200x60": (200, 60)}
 
 
 @pytest.fixture
@@ -29,18 +31,46 @@ def relative_models(models_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return Path("models")
 
 
-@pytest.mark.parametrize("fixture", ["rtx3090_wayland", "rtx4060ti16_xorg", "two_gpus", "no_gpu"])
-def test_main_screen(
-    fixture: str, relative_models: Path, snap_compare, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _app(fixture: str, relative_models: Path, monkeypatch: pytest.MonkeyPatch):
     # system RAM held still for every card: the plan for no card is made in it, and a MoE
     # preset's experts in RAM are weighed against it
     monkeypatch.setattr(cpu, "cpu_memory", lambda: CpuMemory(total=32 * GiB, available=24 * GiB))
-    app = make_app(
+    return make_app(
         gpu_snapshot=GPU_FIXTURES / f"{fixture}.json",
         models_dirs=[relative_models],
         refresh_s=0,
         blink=False,
         adopt=False,
     )
+
+
+@pytest.mark.parametrize("fixture", ["rtx3090_wayland", "rtx4060ti16_xorg", "two_gpus", "no_gpu"])
+def test_main_screen(
+    fixture: str, relative_models: Path, snap_compare, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = _app(fixture, relative_models, monkeypatch)
     assert snap_compare(app, terminal_size=SIZE, run_before=pick_smollm2)
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_main_screen_at(
+    size: str, relative_models: Path, snap_compare, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One column of pages at 80×24 (the models page), two columns at 120×40 and 200×60."""
+    app = _app("rtx3090_wayland", relative_models, monkeypatch)
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=pick_smollm2)
+
+
+@pytest.mark.parametrize("page", ["plan", "card", "server"])
+def test_narrow_page(
+    page: str, relative_models: Path, snap_compare, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other pages of the one column at 80×24 (the state line over each)."""
+
+    async def show(pilot) -> None:
+        await pick_smollm2(pilot)
+        pilot.app.query_one("#pages").show_page(page)
+        await pilot.pause()
+
+    app = _app("rtx3090_wayland", relative_models, monkeypatch)
+    assert snap_compare(app, terminal_size=SIZES["80x24"], run_before=show)

@@ -29,19 +29,21 @@ if TYPE_CHECKING:
     from homelab.plan.split import DeviceShare
 
 BAR_WIDTH = 50
-"""Cells of the stacked bar (fixed, so the picture is the same on every terminal)."""
+"""Cells of the stacked bar before the panel has a width; then it is as wide as the panel."""
 
 SEGMENTS = (
     ("reserved", "grey50"),
-    ("desktop", "magenta"),
+    ("desktop", "magenta1"),
     ("other", "yellow"),
     ("weights", "green"),
     ("KV", "cyan"),
-    ("compute", "blue"),
-    ("headroom", "red"),
+    ("compute", "dodger_blue1"),
+    ("headroom", "red1"),
     ("free", "grey23"),
 )
-"""Segment names in bar order, with their colours (the legend uses the same)."""
+"""Segment names in bar order, with their colours (the legend uses the same). Desktop,
+compute and headroom are of the 256-colour palette: the theme maps the 16 ANSI colours,
+and its magenta is its red (the legend gave desktop and headroom one colour)."""
 
 
 def share_for(plan: Plan | None, budget: DeviceBudget) -> DeviceShare | None:
@@ -140,11 +142,24 @@ class CardPanel(Vertical):
 
     def on_mount(self) -> None:
         self.border_title = "card"
+        self._shown: tuple[GpuReport, list[DeviceBudget], Plan | None, bool] | None = None
+
+    def on_resize(self) -> None:
+        """The bars drawn again as wide as the panel is now."""
+        if self._shown is not None:
+            self.call_after_refresh(self._redraw)
+
+    def _redraw(self) -> None:
+        if self._shown is not None:
+            self.show(*self._shown)
 
     def show(
         self, report: GpuReport, budgets: list[DeviceBudget], plan: Plan | None, planned: bool
     ) -> None:
         """Render ``report`` with one budget per card; ``plan`` fills the engine's part."""
+        self._shown = (report, budgets, plan, planned)
+        box = self.query_one("#card-text", Static)
+        width = box.content_region.width or BAR_WIDTH
         text = Text()
         if not report.devices:
             text.append("No NVIDIA GPU: planning for system RAM\n", style="bold yellow")
@@ -165,7 +180,7 @@ class CardPanel(Vertical):
             share = share_for(plan, budget)
             parts = segments(budget, share)
             text.append(f"{budget.name}  {format_bytes(budget.total)}\n", style="bold")
-            text.append_text(bar(parts, budget.total))
+            text.append_text(bar(parts, budget.total, width))
             text.append("\n")
             text.append_text(legend(parts, planned and share is not None))
             text.append("\n")
@@ -198,6 +213,7 @@ class CardPanel(Vertical):
         box.display = True
 
     def show_error(self, error: HomelabError) -> None:
+        self._shown = None  # a resize must not draw the last card over the error
         text = Text(f"{error.title}: {error.message}", style="bold red")
         if error.hint:
             text.append(f"\n{error.hint}", style="italic")

@@ -80,7 +80,10 @@ class MetricsPanel(Vertical):
     """Hidden until ``show`` gets a status; ``clear`` hides it again (engine gone)."""
 
     DEFAULT_CSS = """
-    MetricsPanel { height: auto; border: round $primary; padding: 0 1; display: none; }
+    MetricsPanel {
+        height: auto; max-height: 50%; overflow-y: auto;
+        border: round $primary; padding: 0 1; display: none;
+    }
     MetricsPanel #metrics-text { height: auto; }
     MetricsPanel #metrics-alarm { height: auto; color: $error; text-style: bold; display: none; }
     MetricsPanel Sparkline { height: 1; margin-bottom: 0; }

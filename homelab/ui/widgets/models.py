@@ -2,12 +2,14 @@
 
 ``/`` shows the filter; typing narrows the rows; enter picks the first match. Enter on a
 row picks it (posts :class:`ModelsMenu.Picked`). A verdict longer than the room the
-other columns leave is shown compact, or cut after a whole word (:func:`~homelab.ui.catalog.fitted`),
-and worded again when the terminal is resized.
+other columns leave is shown compact, or shortened at a clause, never inside a number
+(:func:`~homelab.ui.catalog.fitted`); long model names are shortened first, so the table
+is never wider than the panel. Both are worded again when the terminal is resized.
 """
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -34,8 +36,12 @@ VERDICT_STYLE = {
     "unknown": "dim",
     "pending": "dim italic",
 }
-MIN_VERDICT_CELLS = 14
-"""The least a verdict is cut to, however narrow the menu (the table scrolls sideways)."""
+MIN_VERDICT_CELLS = 4
+"""The least room a verdict is given (its word: ``fits``), however narrow the menu."""
+VERDICT_WANTED = 20
+"""Cells a verdict is given before the model names are shortened (``fits: 262k × 32 †``)."""
+MIN_NAME_CELLS = 16
+"""The least a model's name is shortened to (with an ellipsis) to make room for its verdict."""
 
 
 class ModelsMenu(Vertical):
@@ -91,9 +97,11 @@ class ModelsMenu(Vertical):
         self._subtitle()
 
     def _subtitle(self) -> None:
-        """The count of rows, what ★ means while a preset is listed, and what † means while
-        a verdict is from a preset's facts."""
-        subtitle = f"{len(self.entries)} models"
+        """The count of rows (those shown of those listed while a filter hides some), what ★
+        means while a preset is listed, and what † means while a verdict is from a preset's
+        facts."""
+        shown, listed = len(self.visible_entries()), len(self.entries)
+        subtitle = f"{listed} models" if shown == listed else f"{shown} of {listed} models"
         if any(e.source == "preset" for e in self.entries):
             subtitle += f" · {PRESET_LEGEND}"
         if any(j.from_preset for j in self.judgements.values()):
@@ -125,23 +133,53 @@ class ModelsMenu(Vertical):
             return Text("judging…", style=VERDICT_STYLE["pending"])
         return Text(fitted(judged, self._verdict_room()), style=VERDICT_STYLE[judged.verdict])
 
-    def _verdict_room(self) -> int:
-        """Cells the verdict column has once the other columns are drawn."""
+    def _free_cells(self) -> int:
+        """Cells the model and verdict columns share once quant and size are drawn."""
         table = self.query_one("#models", DataTable)
         others = sum(
             column.get_render_width(table)
             for key, column in table.columns.items()
-            if key.value != "verdict"
+            if key.value in ("quant", "size")
         )
         # the vertical scrollbar's cells are kept free whether it shows or not: it comes and
         # goes with the rows, and a verdict worded before it came would run under it
         inner = table.size.width - table.styles.gutter.width - table.styles.scrollbar_size_vertical
-        room = inner - others - 2 * table.cell_padding
+        return inner - others - 4 * table.cell_padding
+
+    def _name_cells(self) -> int:
+        """Cells a model's name gets: all it needs, unless the verdicts then have fewer
+        than ``VERDICT_WANTED`` (the names are shortened first, to ``MIN_NAME_CELLS``)."""
+        names = max((cell_len(self._label(e).plain) for e in self.visible_entries()), default=5)
+        verdicts = max((cell_len(j.compact or j.text) for j in self.judgements.values()), default=0)
+        wanted = min(max(verdicts, len("judging…")), VERDICT_WANTED)
+        free = self._free_cells()
+        return names if names + wanted <= free else max(MIN_NAME_CELLS, free - wanted)
+
+    def _verdict_room(self) -> int:
+        """Cells the verdict column has once the other columns are drawn: the table never
+        runs wider than the panel, so a verdict is never hidden past its right edge."""
+        names = max((cell_len(self._label(e).plain) for e in self.visible_entries()), default=5)
+        room = self._free_cells() - min(names, self._name_cells())
         return max(room, MIN_VERDICT_CELLS)
 
+    def _label(self, entry: ModelEntry, width: int | None = None) -> Text:
+        """The model's cell: its name (shortened to ``width`` with an ellipsis), a preset's ★."""
+        star = PRESET_MARK if entry.source == "preset" else ""
+        name = entry.name
+        if width is not None and cell_len(name + star) > width:
+            name = name[: max(width - cell_len(star) - 1, 1)] + "…"
+        label = Text(name)
+        if star:
+            label.append(star, style="yellow")
+        return label
+
     def _reword(self) -> None:
-        """Each verdict again for the room there is now (after a resize or a new row)."""
+        """Each name and verdict again for the room there is now (after a resize or a new row)."""
         table = self.query_one("#models", DataTable)
+        width = self._name_cells()
+        for entry in self.visible_entries():
+            if entry.key in table.rows:
+                table.update_cell(entry.key, "model", self._label(entry, width), update_width=True)
         for key in self.judgements:
             if key in table.rows:
                 table.update_cell(key, "verdict", self._verdict(key), update_width=True)
@@ -153,11 +191,8 @@ class ModelsMenu(Vertical):
         current = self._cursor_key(table)
         table.clear()
         for entry in self.visible_entries():
-            label = Text(entry.name)
-            if entry.source == "preset":
-                label.append(PRESET_MARK, style="yellow")
             table.add_row(
-                label,
+                self._label(entry),
                 entry.quant or "",
                 size_text(self._entry_size(entry.key)),
                 self._verdict(entry.key),

@@ -13,7 +13,7 @@ class OfflineBanner(Static):
 
     DEFAULT_CSS = """
     OfflineBanner {
-        dock: bottom; display: none; height: auto; max-height: 2; margin-bottom: 1;
+        display: none; height: auto; max-height: 2;
         background: $warning 20%; padding: 0 1;
     }
     """

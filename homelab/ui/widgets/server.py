@@ -14,6 +14,7 @@ from textual.widgets import Input, Log, Static
 
 from homelab.ui.state import LOOKING
 from homelab.ui.widgets.download import DownloadBar
+from homelab.ui.widgets.pages import StatusLine, status_text
 
 if TYPE_CHECKING:
     from textual.events import Key
@@ -37,11 +38,11 @@ LOG_LINES = 500
 
 class ServerPanel(Vertical):
     DEFAULT_CSS = """
-    ServerPanel { border: round $primary; padding: 0 1; height: 1fr; min-height: 10; }
-    ServerPanel #server-state { height: auto; }
-    ServerPanel #server-actuals { height: auto; }
+    ServerPanel { border: round $primary; padding: 0 1; height: 1fr; min-height: 8; }
+    ServerPanel #server-state { height: auto; max-height: 50%; overflow-y: auto; }
+    ServerPanel #server-actuals { height: auto; max-height: 25%; overflow-y: auto; }
     ServerPanel #log-search { height: 1; border: none; padding: 0; }
-    ServerPanel Log { height: 1fr; }
+    ServerPanel Log { height: 1fr; min-height: 3; }
     """
 
     def compose(self) -> ComposeResult:
@@ -111,6 +112,8 @@ class ServerPanel(Vertical):
         if text == self._state_text:
             return
         self._state_text = text
+        for line in self.screen.query(StatusLine):  # the narrow layout's line, on every page
+            line.update(status_text(state, url, model, STATE_STYLE.get(state or "", "")))
         self.query_one("#server-state", Static).update(text)
         log = self.query_one("#log", Log)
         if log.is_vertical_scroll_end:  # the panel's height changes: keep the newest in view
@@ -173,11 +176,14 @@ class ServerPanel(Vertical):
         (menu.first() if menu else self.query_one("#log", Log)).focus()
 
     def focus_search(self) -> bool:
-        """Focus the search field; False when it is not on screen (no room for it)."""
+        """The log's search focused, and the panel brought into view with it (its page in
+        the narrow layout, scrolled to in a column taller than the screen); False when the
+        panel is not shown at all."""
         search = self.query_one("#log-search", Input)
-        if not search.visible or not search.display or search.region.area == 0:
+        if not self.display or not search.display:
             return False
         search.focus()
+        self.call_after_refresh(self.scroll_visible, animate=False)
         return True
 
     def clear_log(self) -> None:

@@ -75,10 +75,12 @@ class ModelsListed(Message, bubble=False):
 
 @dataclass
 class ModelJudged(Message, bubble=False):
-    """One row's verdict."""
+    """One row's verdict, judged with ``values`` (the row's fields then): a verdict of
+    fields edited since is stale (the menu's judging pass may end after an edit's own)."""
 
     key: str
     judgement: Judgement
+    values: dict[str, str]
 
 
 @dataclass

@@ -129,20 +129,23 @@ class ModelsFlow(AppFlow):
             return
         judged = []
         for entry in entries:  # each row with its own fields: an edit is that row's alone
+            values = dict(self._row_values(entry))
             try:
-                judged.append((entry, self.plan_options(self._row_values(entry))))
+                judged.append((entry, values, self.plan_options(values)))
             except (UsageError, ValueError):
                 continue  # the picked row's field is bad: its plan panel says so
-        for entry, options in judged:
+        for entry, values, options in judged:
             if worker.is_cancelled:
                 return
             if entry.preset is not None:
                 fit = backend.judge_preset_from_facts(entry.preset, report, options)
-                self.post_message(ModelJudged(entry.key, judgement_of_fit(fit.fit, fit.source)))
-        for entry, options in judged:
+                said = judgement_of_fit(fit.fit, fit.source)
+                self.post_message(ModelJudged(entry.key, said, values))
+        for entry, values, options in judged:
             if worker.is_cancelled:
                 return
-            self.post_message(ModelJudged(entry.key, self._judge(entry, report, options)))
+            said = self._judge(entry, report, options)
+            self.post_message(ModelJudged(entry.key, said, values))
 
     def _row_values(self, entry: ModelEntry) -> dict[str, str]:
         return self.state.row_settings.get(entry.key, DEFAULT_VALUES)
@@ -184,6 +187,8 @@ class ModelsFlow(AppFlow):
 
     @while_mounted
     def on_model_judged(self, message: ModelJudged) -> None:
+        if message.values != self.state.row_settings.get(message.key, DEFAULT_VALUES):
+            return  # judged with fields edited since: the edit's own verdict follows
         self.query_one("#menu", ModelsMenu).set_judgement(message.key, message.judgement)
 
     # -- the plan --------------------------------------------------------------------------
@@ -236,12 +241,13 @@ class ModelsFlow(AppFlow):
     def judge_row(self, entry: ModelEntry) -> None:
         """One row judged again (an edit of its fields), beside the menu's own judging."""
         report = self.state.card.report
+        values = dict(self._row_values(entry))
         try:
-            options = self.plan_options(self._row_values(entry))
+            options = self.plan_options(values)
         except (UsageError, ValueError):
             return
         if report is not None:
-            self.post_message(ModelJudged(entry.key, self._judge(entry, report, options)))
+            self.post_message(ModelJudged(entry.key, self._judge(entry, report, options), values))
 
     @work(thread=True, exclusive=True, group="plan", exit_on_error=False)
     def plan_picked(self, entry: ModelEntry) -> None:

@@ -8,7 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from homelab.ui.app import make_app
+from homelab.ui.messages import ModelJudged
 from homelab.ui.widgets.models import ModelsMenu
+from homelab.ui.widgets.plan import DEFAULT_VALUES
 from tests.ui.helpers import NO_GPU, run, wait_until
 
 
@@ -148,5 +150,36 @@ def test_a_presets_own_workload_is_the_fields_placeholder(models_dir: Path) -> N
                 ),
             )
             assert app.query_one("#workload").placeholder == "agent"
+
+    run(drive())
+
+
+def test_a_verdict_judged_before_an_edit_never_replaces_the_edits_own(
+    models_dir: Path, smollm2_gguf: Path
+) -> None:
+    """The menu's judging pass reads each row's fields when it starts; an edit made while it
+    runs gets its own verdict at once, and the pass's older one, arriving after it, is
+    dropped (it was judged with the fields before the edit)."""
+    _, first = _second_name(models_dir, smollm2_gguf)
+
+    async def drive() -> None:
+        app = _app(models_dir)
+        async with app.run_test(size=(140, 45)) as pilot:
+            menu = await _all_judged(app, pilot)
+            before = menu.judgements[first]  # judged with the default fields
+            await _pick(app, pilot, "smollm2", first)
+            app.query_one("#slots").focus()
+            await pilot.press("2", "enter")
+            await wait_until(pilot, lambda: "2 slots" in menu.judgements[first].text, timeout=120)
+            edited = menu.judgements[first]
+            # the pass that started before the edit ends now: its verdict is stale
+            app.post_message(ModelJudged(first, before, dict(DEFAULT_VALUES)))
+            await pilot.pause()
+            await app.workers.wait_for_complete()
+            assert menu.judgements[first] is edited
+            # one judged with the row's fields as they are is taken
+            values = dict(app.state.row_settings[first])
+            app.post_message(ModelJudged(first, before, values))
+            await wait_until(pilot, lambda: menu.judgements[first] is before)
 
     run(drive())

@@ -39,7 +39,7 @@ from homelab.ui.widgets.keys import KeysFooter
 from homelab.ui.widgets.metrics import MetricsPanel
 from homelab.ui.widgets.models import ModelsMenu
 from homelab.ui.widgets.offline import OfflineBanner
-from homelab.ui.widgets.pages import NARROW_BELOW, PageTabs, StatusLine
+from homelab.ui.widgets.pages import FOCUS_ON, NARROW_BELOW, PAGES, PageTabs, StatusLine
 from homelab.ui.widgets.plan import AUTO_CACHE, PlanPanel
 from homelab.ui.widgets.server import ServerPanel
 
@@ -84,6 +84,7 @@ class HomelabApp(
         Binding("c", "copy_url", "copy URL"),
         Binding("q", "quit_app", "quit"),
         Binding("ctrl+q", "quit_app", "quit", show=False, priority=True),  # asks too
+        *(Binding(str(n), f"page('{page}')", page, show=False) for n, page in enumerate(PAGES, 1)),
     ]
 
     def __init__(self, args: AppArgs) -> None:
@@ -119,6 +120,13 @@ class HomelabApp(
         self.query_one("#models", DataTable).focus()
         self.query_one("#filter", Input).cursor_blink = self.state.args.blink
         self.call_after_refresh(self._start_work)  # the first frame first, then the imports
+
+    def action_page(self, page: str) -> None:
+        """Bring ``page`` up (the narrow layout; the tabs name the keys) and focus what it
+        has to focus; at two columns every page is on screen and only the focus moves."""
+        self.query_one("#pages", PageTabs).show_page(page)
+        if page in FOCUS_ON:
+            self.query_one(FOCUS_ON[page]).focus()
 
     def on_unmount(self) -> None:
         self.stop_live()  # the pollers' threads joined before the loop closes

@@ -271,3 +271,41 @@ def test_a_resize_between_one_and_two_columns(models_dir: Path) -> None:
             assert not on_screen(app, app.query_one("#menu"))
 
     run(drive())
+
+
+def test_the_keys_1_to_4_bring_up_the_pages_their_tabs_name(models_dir: Path) -> None:
+    """At 80×24 the tabs read ``1 models  2 plan  3 card  4 server``; each key brings its
+    page up. The plan and card keys focus no field (every hotkey still acts: ``/`` from the
+    card brings the models back with the filter); the server's focuses the log; 1 the
+    models table. A 2 typed into the filter is text, not a page."""
+
+    async def drive() -> None:
+        app = _app(models_dir)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pick_smollm2(pilot)
+            assert "1 models  2 plan  3 card  4 server" in screen_text(app)
+            table = app.query_one("#models", DataTable)
+            await pilot.press("2")
+            await pilot.pause()
+            assert "Model: llama, 30 layers" in screen_text(app)
+            assert on_screen(app, app.query_one("#plan")) and not on_screen(app, table)
+            assert not isinstance(app.focused, Input), app.focused
+            await pilot.press("3")
+            await pilot.pause()
+            assert "GPU 0: NVIDIA GeForce RTX 3090" in screen_text(app)
+            assert not on_screen(app, app.query_one("#plan"))
+            await pilot.press("slash")  # a hotkey acts on the card page
+            await pilot.pause()
+            assert app.query_one("#filter", Input).has_focus and on_screen(app, table)
+            await pilot.press("escape", "4")
+            await pilot.pause()
+            assert app.query_one("#log").has_focus and on_screen(app, app.query_one("#server"))
+            await pilot.press("1")
+            await pilot.pause()
+            assert table.has_focus and on_screen(app, app.query_one("#menu"))
+            await pilot.press("slash", "2")  # typed into the filter: no page turns
+            await pilot.pause()
+            assert app.query_one("#filter", Input).value == "2"
+            assert on_screen(app, app.query_one("#menu"))
+
+    run(drive())

@@ -84,7 +84,13 @@ def tmux() -> Iterator[Tmux]:
     subprocess.run(["tmux", "-L", session.socket, "kill-server"], capture_output=True, timeout=30)
 
 
-def test_homelab_in_a_real_terminal(tmux: Tmux, models_dir: Path, engine_pids) -> None:
+@pytest.mark.parametrize("size", [(200, 60), (80, 24)], ids=["200x60", "80x24"])
+def test_homelab_in_a_real_terminal(
+    tmux: Tmux, models_dir: Path, engine_pids, size: tuple[int, int]
+) -> None:
+    """Wide: the two columns, every panel on screen. 80×24: one column of pages, the keys
+    1–4 turning them, the state and URL on the line under the tabs."""
+    narrow = size[0] < 120
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm-256color"}
     command = (
@@ -97,9 +103,9 @@ def test_homelab_in_a_real_terminal(tmux: Tmux, models_dir: Path, engine_pids) -
         "-s",
         tmux.session,
         "-x",
-        "140",
+        str(size[0]),
         "-y",
-        "45",
+        str(size[1]),
         *[f"-e{k}={v}" for k, v in env.items() if k.startswith(("HOMELAB_", "HF_", "PYTHON"))],
         "-e",
         f"TERM={env['TERM']}",
@@ -121,17 +127,22 @@ def test_homelab_in_a_real_terminal(tmux: Tmux, models_dir: Path, engine_pids) -
     screen = tmux.key(
         "Enter",
         lambda s: (
-            "Model: llama, 30 layers" in s
+            ("Model: llama, 30 layers" in s or narrow)
             and "filter models" not in s
             and f"─ {listed} models" in s
             and len(_menu_rows(s)) > 1
         ),
         120,
     )
+    if narrow:  # the plan is a page of its own
+        screen = tmux.key("2", lambda s: "Model: llama, 30 layers" in s)
     assert "SmolLM2-135M-Instruct.Q4_1" in _plan_title(screen), screen
     screen = tmux.key("s", lambda s: re.search(r"URL http://127\.0\.0\.1:\d+", s), timeout=120)
     url = re.search(r"URL (http://127\.0\.0\.1:\d+)", screen).group(1)
     assert url == f"http://127.0.0.1:{port}"
+    if narrow:  # the state line says ready on every page; the live panel is the server's
+        tmux.wait_for(lambda s: re.search(rf"ready\s+URL {re.escape(url)}", s), 120)
+        tmux.key("4", lambda s: "╭─ server" in s)
     # the live panel (32 agent slots) must not push the server panel off the screen
     screen = tmux.wait_for(lambda s: "over 32 slots" in s and _server_state(s) == "ready", 120)
     assert f"URL {url}" in screen, screen

@@ -1,5 +1,6 @@
 """The narrow layout's pages: under :data:`NARROW_BELOW` columns the screen is one column and
-shows one page at a time (models, plan, card, server), picked by these tabs; the
+shows one page at a time (models, plan, card, server), picked by these tabs or by the
+keys 1 to 4 their labels name; the
 :class:`StatusLine` under them keeps the engine's state and URL in view on every page.
 
 Above it both are hidden and every panel is on screen (two columns). A page is a class on
@@ -17,6 +18,10 @@ from textual.widgets import Static, Tab, Tabs
 NARROW_BELOW = 120
 """Columns under which the screen is one column of pages (``App.HORIZONTAL_BREAKPOINTS``)."""
 PAGES = ("models", "plan", "card", "server")
+FOCUS_ON = {"models": "#models", "server": "#log"}
+"""What a page key focuses: the models table, the log (arrows scroll it). The plan and the
+card are read, not typed into: their keys focus no field, so every hotkey still acts (a
+plan field is focused with tab, or by clicking it)."""
 PAGE_OF = {
     "menu": "models",
     "plan": "plan",
@@ -47,7 +52,8 @@ class PageTabs(Tabs):
     """
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(*(Tab(page, id=f"tab-{page}") for page in PAGES), **kwargs)
+        tabs = (Tab(f"{n} {page}", id=f"tab-{page}") for n, page in enumerate(PAGES, 1))
+        super().__init__(*tabs, **kwargs)
 
     def on_mount(self) -> None:
         self.watch(self.screen, "focused", self._follow_focus)

@@ -29,6 +29,8 @@ class AppFlow(App[int]):
     """See the module docstring."""
 
     state: AppState
+    hub_offline: str | None
+    """Why the Hub cannot be reached now, or None (kept by OfflineFlow)."""
 
     def post_from_thread(self, message: Message) -> None:
         """Post from a worker's or a poller's thread; an app whose loop already closed (quit

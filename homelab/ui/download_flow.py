@@ -155,6 +155,7 @@ class DownloadFlow(AppFlow):
             bar.show_line(f"{message.error.title}: {message.error.message}", "red")
         elif message.path is not None:  # done
             bar.show_done(message.path, verified=message.fetched)
+            self.list_models()  # the file is a row of the HF cache now (another quant's too)
             picked = self.state.picked.entry
             if picked is not None and picked.key == message.key:
                 self.plan_picked(picked)  # now from the cache

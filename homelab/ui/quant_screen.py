@@ -163,7 +163,9 @@ class QuantScreen(ModalScreen[str | None]):
     def _fall_back(self, why: str) -> None:
         """Say why the quants are not listed; offer the preset's own quant."""
         self.rows = [QuantRow(self.preset.ref, (self.preset.quant, "the preset's own quant"), "")]
-        self.query_one("#quants-status", Static).update(Text(why, style="yellow"))
+        text = Text(why, style="yellow")
+        text.append("\nThe preset's own quant is offered: enter downloads it.", style="italic")
+        self.query_one("#quants-status", Static).update(text)
         options = self.query_one("#quants", OptionList)
         options.clear_options()
         options.add_option(

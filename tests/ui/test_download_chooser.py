@@ -148,6 +148,13 @@ def test_the_chooser_shows_every_quant_as_the_domain_judges_it_and_downloads_the
             blob = _blob(stub, _file(other.label))
             assert blob.stat().st_size == stub.file(REPO, _file(other.label)).size
             assert [r.filename for r in _downloads(stub)] == [_file(other.label)]
+            menu = app.query_one("#menu", ModelsMenu)  # listed as a row of the HF cache
+            await wait_until(
+                pilot,
+                lambda: any(
+                    e.source == "cache" and e.path.name == _file(other.label) for e in menu.entries
+                ),
+            )
             await pilot.press("q")
 
     run(drive())

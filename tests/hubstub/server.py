@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +45,7 @@ from .wire import (
     StubHandler,
     StubServer,
     byte_range,
+    send_cut_json,
     send_error,
     send_head,
     send_json,
@@ -314,20 +314,7 @@ class HubStub:
             raise Reply(
                 fault, "Internal Error - We're working hard to fix this as soon as possible!"
             )
-        data = json.dumps(body).encode()
-        send_head(
-            handler,
-            200,
-            {"Content-Type": "application/json; charset=utf-8", "Content-Length": str(len(data))},
-        )
-        handler.wfile.write(data[: len(data) // 2])
-        handler.wfile.flush()
-        handler.close_connection = True
-        try:
-            handler.connection.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        return 200, len(data) // 2
+        return send_cut_json(handler, body)
 
     def _visible_repo(self, repo_id: str, handler: StubHandler) -> StubRepo:
         repo = self.repos.get(repo_id)

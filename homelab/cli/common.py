@@ -8,14 +8,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-VERDICT_WORDS = {
-    "fits": "fits",
-    "partial": "partial",
-    "does_not_fit": "does not fit",
-    "unknown": "unknown",
-}
-"""A fit verdict as the tables of ``presets`` and ``quants`` word it."""
-
 
 def add_snapshot_option(
     parser: argparse.ArgumentParser,

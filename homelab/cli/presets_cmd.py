@@ -13,10 +13,17 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from homelab.cli.common import VERDICT_WORDS, print_json
+from homelab.cli.common import print_json
 from homelab.cli.plan_cmd import add_plan_arguments, options_from_args
 from homelab.errors import ExitCode
-from homelab.plan.vocabulary import ALLOCATED, FIT, TRAINED_CAP, USABLE, capped_at_trained
+from homelab.plan.vocabulary import (
+    ALLOCATED,
+    FIT,
+    TRAINED_CAP,
+    USABLE,
+    VERDICT_WORDS,
+    capped_at_trained,
+)
 from homelab.units import format_bytes
 
 if TYPE_CHECKING:

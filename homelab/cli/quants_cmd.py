@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from homelab.cli.common import VERDICT_WORDS, print_json
+from homelab.cli.common import print_json
 from homelab.cli.plan_cmd import add_plan_arguments, options_from_args
 from homelab.errors import ExitCode, UsageError
 from homelab.units import format_bytes
@@ -40,33 +40,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from homelab.hub.model_ref import list_repo, parse_model_ref
-    from homelab.plan.budget import device_budget
-    from homelab.plan.card import card_for
-    from homelab.plan.workload import AGENT
-    from homelab.serve.quant_fit import fit_quants
-    from homelab.serve.quant_rank import explain, ranked
+    from homelab.hub.model_ref import parse_model_ref
+    from homelab.serve.quant_choice import quants_on_card
 
     options = options_from_args(args)
-    workload = options.workload.per_slot or AGENT
     ref = parse_model_ref(args.repo)
     if ref.is_local or ref.quant or ref.filename:
         raise UsageError(
             f"`homelab quants` takes a Hugging Face repo (owner/name), not {args.repo!r}",
             hint="`homelab plan` plans one file or REPO:QUANT.",
         )
-    listing = list_repo(ref.repo or "", ref.revision)
-    report = card_for(options)
-    device = device_budget(report, options.card.gpu).name
-    fits = fit_quants(listing, report, options)
-    order = ranked(fits)
-    best = order[0] if order else None
-    why = explain(fits, best, workload.name)
+    judged = quants_on_card(ref.repo or "", ref.revision, options)
+    listing, fits, order, why = judged.listing, judged.fits, judged.order, judged.why
     if args.json:
-        print_json(_to_dict(listing, fits, order, why, workload, device))
+        print_json(_to_dict(listing, fits, order, why, judged.workload, judged.device))
     else:
-        _print_table(listing, fits, order, why, workload, device)
-    return int(ExitCode.OK if best is not None else ExitCode.DOES_NOT_FIT)
+        _print_table(listing, fits, order, why, judged.workload, judged.device)
+    return int(ExitCode.OK if judged.best is not None else ExitCode.DOES_NOT_FIT)
 
 
 def _print_table(
@@ -77,6 +67,8 @@ def _print_table(
     workload: Workload,
     device: str,
 ) -> None:
+    from homelab.serve.quant_choice import verdict_words
+
     best = order[0] if order else None
     print(
         f"{listing.repo} at {listing.revision} ({listing.commit[:12]}), {len(fits)} quant(s), on "
@@ -97,7 +89,7 @@ def _print_table(
             quant.label
             + (f" ({len(quant.choice.files)} parts)" if len(quant.choice.files) > 1 else ""),
             format_bytes(quant.size),
-            VERDICT_WORDS[fit.verdict],
+            verdict_words(quant),
             str(fit.full_slots) if plan else "-",
             f"{plan.candidate.allocation.ctx_per_slot:,}" if plan else "-",
             f"{plan.tokens_fit:,}" if plan else "-",

@@ -20,7 +20,17 @@ from typing import TYPE_CHECKING
 from homelab.plan.kv import CTX_PAD
 
 if TYPE_CHECKING:
+    from homelab.plan.judge import Verdict
     from homelab.plan.planner import Plan
+
+VERDICT_WORDS: dict[Verdict, str] = {
+    "fits": "fits",
+    "partial": "partial",
+    "does_not_fit": "does not fit",
+    "unknown": "unknown",
+}
+"""A verdict in a word or three, as ``homelab presets``, ``homelab quants`` and the TUI's
+quant chooser word it (one table, so no front-end words one differently)."""
 
 ALLOCATED = "allocated"
 """The tokens a plan gives llama-server (slots × tokens per slot)."""

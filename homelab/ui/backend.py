@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from homelab.plan.workload import Workload
     from homelab.serve.prepare import Prepared
     from homelab.serve.preset_fit import PresetFit, Resolver
+    from homelab.serve.quant_choice import QuantsOnCard
     from homelab.serve.replan import Replan
     from homelab.serve.session import ServeSession
 
@@ -348,6 +349,21 @@ def hub_unreachable(error: BaseException) -> str | None:
     from homelab.serve.preset_plan import hub_unreachable as unreachable
 
     return unreachable(error)
+
+
+def preset_quants(preset: Preset, report: GpuReport, options: PlanOptions) -> QuantsOnCard:
+    """Every quant of the preset's repo judged and ranked as ``homelab quants REPO`` does
+    (:func:`homelab.serve.quant_choice.quants_on_card`; headers only), on ``report`` with
+    our own running engine counted as freed, for the row's workload (the preset's own
+    when the row names none)."""
+    from homelab.hub.model_ref import DEFAULT_REVISION
+    from homelab.plan.own_engine import without_own_engines
+    from homelab.serve.quant_choice import quants_on_card
+
+    card = without_own_engines(report)
+    return quants_on_card(
+        preset.repo, DEFAULT_REVISION, options, report=card, default_workload=preset.workload
+    )
 
 
 class DownloadCancelled(Exception):

@@ -1,5 +1,9 @@
-"""The download key: pull the picked preset into the HF cache, with progress; escape cancels
-(from a field, the first escape leaves the field).
+"""The download key: pick a quant of the picked preset's repo, pull it into the HF cache,
+with progress; escape cancels (from a field, the first escape leaves the field).
+
+``d`` opens the chooser (:class:`homelab.ui.quant_screen.QuantScreen`): the repo's quants
+judged on this card as ``homelab quants`` judges them, the best preselected; enter there
+starts the download of the chosen one (offline or on a Hub error, of the preset's own).
 
 A mixin of :class:`homelab.ui.app.HomelabApp`. The pull runs in a thread worker; on
 escape its progress callback raises at the next chunk, which stops the pull and keeps
@@ -23,17 +27,20 @@ from homelab.ui import backend
 from homelab.ui.catalog import ModelEntry
 from homelab.ui.flow import AppFlow
 from homelab.ui.messages import DownloadEnded, DownloadProgress, while_mounted
+from homelab.ui.quant_screen import QuantScreen
 from homelab.ui.widgets.download import DownloadBar
+from homelab.ui.widgets.plan import PlanPanel
 
 if TYPE_CHECKING:
     from homelab.hub.download import PullProgress
+    from homelab.serve.quant_choice import QuantsOnCard
 
 STOP_WAIT_S = 10.0
 """How long quitting waits for a cancelled download's worker (it stops at the next chunk)."""
 
 
 class DownloadFlow(AppFlow):
-    """One download at a time, of the picked preset's quant."""
+    """One download at a time, of a quant of the picked preset's repo."""
 
     def _download_init(self) -> None:
         self.download_cancel: threading.Event | None = None
@@ -55,10 +62,33 @@ class DownloadFlow(AppFlow):
         if self.download_cancel is not None:
             self.notify("A download is running (escape cancels it).", title="Downloading")
             return
+        preset = entry.preset
+        values = self.query_one("#plan", PlanPanel).values()  # the picked row's fields
+
+        def load() -> QuantsOnCard:
+            """In the chooser's worker: the quants on the card as the app last read it."""
+            from homelab.plan.card import card_for
+
+            try:
+                report = self.state.card.report or card_for(self.card_options())
+                judged = backend.preset_quants(preset, report, self.plan_options(values))
+            except HomelabError as error:
+                self.hub_seen(backend.hub_unreachable(error))
+                raise
+            self.hub_seen(judged.listing.offline_reason)
+            return judged
+
+        def chosen(ref: str | None) -> None:
+            if ref is not None and self.download_cancel is None:
+                self._start_download(entry, ref)
+
+        self.push_screen(QuantScreen(preset, load, self.hub_offline), chosen)
+
+    def _start_download(self, entry: ModelEntry, ref: str) -> None:
         cancel, ended = threading.Event(), threading.Event()
         self.download_cancel, self._download_ended = cancel, ended
-        self.query_one("#download", DownloadBar).start(f"{entry.preset.ref}: starting…")
-        self.download_model(entry, entry.preset.ref, cancel, ended)
+        self.query_one("#download", DownloadBar).start(f"{ref}: starting…")
+        self.download_model(entry, ref, cancel, ended)
 
     def action_cancel_download(self) -> None:
         """Escape, wherever the focus is but a field (a priority binding): cancel the
@@ -125,6 +155,7 @@ class DownloadFlow(AppFlow):
             bar.show_line(f"{message.error.title}: {message.error.message}", "red")
         elif message.path is not None:  # done
             bar.show_done(message.path, verified=message.fetched)
+            self.list_models()  # the file is a row of the HF cache now (another quant's too)
             picked = self.state.picked.entry
             if picked is not None and picked.key == message.key:
                 self.plan_picked(picked)  # now from the cache

@@ -29,6 +29,8 @@ class AppFlow(App[int]):
     """See the module docstring."""
 
     state: AppState
+    hub_offline: str | None
+    """Why the Hub cannot be reached now, or None (kept by OfflineFlow)."""
 
     def post_from_thread(self, message: Message) -> None:
         """Post from a worker's or a poller's thread; an app whose loop already closed (quit
@@ -47,7 +49,7 @@ class AppFlow(App[int]):
     def _show_card(self) -> None: ...
 
     # ServerFlow: the server panel drawn, the engine checked; OfflineFlow: how a Hub call
-    # went (any thread); ModelsFlow: plan a row on a worker
+    # went (any thread); ModelsFlow: plan a row on a worker, list the models again
     @abstractmethod
     def _show_engine(self) -> None: ...
     @abstractmethod
@@ -56,3 +58,5 @@ class AppFlow(App[int]):
     def hub_seen(self, reason: str | None) -> None: ...
     @abstractmethod
     def plan_picked(self, entry: ModelEntry) -> Worker[None]: ...
+    @abstractmethod
+    def list_models(self, asked: bool = False) -> Worker[None]: ...

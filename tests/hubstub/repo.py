@@ -47,6 +47,8 @@ class StubFile:
     lfs: bool = False
     git_oid: str = ""
     pointer_size: int = 0
+    size_listed: bool = True
+    """False: the listing names the file without its size (see ``HubStub.hide_size``)."""
 
     def __post_init__(self) -> None:
         self.size, self.sha256 = _hash_source(self.source)
@@ -77,7 +79,9 @@ class StubFile:
     def sibling(self, with_metadata: bool) -> dict[str, object]:
         """An entry of ``siblings`` in ``/api/models/{repo}`` (``?blobs=true`` adds metadata)."""
         entry: dict[str, object] = {"rfilename": self.path}
-        if with_metadata:
+        if with_metadata and not self.size_listed:
+            entry["blobId"] = self.git_oid
+        elif with_metadata:
             entry["size"] = self.size
             entry["blobId"] = self.git_oid
             if self.lfs:

@@ -45,6 +45,7 @@ from .wire import (
     StubHandler,
     StubServer,
     byte_range,
+    send_cut_json,
     send_error,
     send_head,
     send_json,
@@ -93,6 +94,7 @@ class HubStub:
         self._cuts: dict[str, list[int]] = {}
         self._after: dict[str, list[tuple[int, Callable[[], None]]]] = {}
         self._corrupt: dict[str, int | None] = {}
+        self._listing_faults: dict[str, list[int | None]] = {}
         self._token: str | None = None
         self._throttle_bps: int | None = None
         self.throttle(throttle_bps)
@@ -158,6 +160,23 @@ class HubStub:
         """Serve ``filename`` with one byte flipped (sha256 no longer matches); ``times`` GETs or always."""
         with self._lock:
             self._corrupt[filename] = times
+
+    def fail_listing(self, repo: str, status: int, *, times: int = 1) -> None:
+        """The next ``times`` listings of ``repo`` (``GET /api/models/{repo}``, what
+        ``model_info`` asks) answer ``status`` with an empty error body (e.g. a 500)."""
+        with self._lock:
+            self._listing_faults.setdefault(repo, []).extend([status] * times)
+
+    def truncate_listing(self, repo: str, *, times: int = 1) -> None:
+        """The next ``times`` listings of ``repo`` send half their JSON body, then drop the
+        connection (the client sees a body shorter than its Content-Length)."""
+        with self._lock:
+            self._listing_faults.setdefault(repo, []).extend([None] * times)
+
+    def hide_size(self, repo: str, filename: str) -> None:
+        """The listing of ``repo`` names ``filename`` without its size (nor its LFS
+        metadata): a size the client cannot know."""
+        self.repos[repo].files[filename].size_listed = False
 
     def throttle(self, bytes_per_second: int | None) -> None:
         """Send file bodies (resolve and CDN GETs) at most ``bytes_per_second``; None: unthrottled.
@@ -261,9 +280,9 @@ class HubStub:
             rest = segments[4:]
             repo = self._visible_repo(repo_id, handler)
             if method == "GET" and not rest:
-                return send_json(handler, method, self._info(repo, "main", query))
+                return self._listing(handler, method, repo_id, self._info(repo, "main", query))
             if method == "GET" and len(rest) == 2 and rest[0] == "revision":
-                return send_json(handler, method, self._info(repo, rest[1], query))
+                return self._listing(handler, method, repo_id, self._info(repo, rest[1], query))
             if method == "GET" and rest == ["refs"]:
                 branch = {
                     "name": "main",
@@ -283,6 +302,19 @@ class HubStub:
             context["repo"], context["filename"] = repo_id, filename
             return self._resolve(handler, method, repo_id, segments[3], filename)
         raise Reply(404, "Not Found")
+
+    def _listing(self, handler, method, repo_id, body):  # type: ignore[no-untyped-def]
+        """A repo's listing, or the fault :meth:`fail_listing` / :meth:`truncate_listing` set."""
+        with self._lock:
+            faults = self._listing_faults.get(repo_id)
+            fault = faults.pop(0) if faults else False
+        if fault is False:
+            return send_json(handler, method, body)
+        if fault is not None:
+            raise Reply(
+                fault, "Internal Error - We're working hard to fix this as soon as possible!"
+            )
+        return send_cut_json(handler, body)
 
     def _visible_repo(self, repo_id: str, handler: StubHandler) -> StubRepo:
         repo = self.repos.get(repo_id)

@@ -153,6 +153,25 @@ def send_json(handler: StubHandler, method: str, body: object) -> tuple[int, int
     return 200, len(data)
 
 
+def send_cut_json(handler: StubHandler, body: object) -> tuple[int, int]:
+    """A 200 JSON answer cut off halfway: the full Content-Length, half the body, then the
+    connection dropped (the client reads a body shorter than announced)."""
+    data = json.dumps(body).encode()
+    send_head(
+        handler,
+        200,
+        {"Content-Type": "application/json; charset=utf-8", "Content-Length": str(len(data))},
+    )
+    handler.wfile.write(data[: len(data) // 2])
+    handler.wfile.flush()
+    handler.close_connection = True
+    try:
+        handler.connection.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    return 200, len(data) // 2
+
+
 def send_error(handler: StubHandler, method: str, reply: Reply) -> int:
     """An error answer with the Hub's ``X-Error-Code`` / ``X-Error-Message``; returns the status."""
     data = json.dumps({"error": reply.message}).encode()

@@ -1,4 +1,5 @@
-"""`d` downloads the picked preset from the local Hub stand-in; escape cancels; `d` resumes.
+"""`d` then enter (the chooser's preselected quant: here the preset's own) downloads the
+picked preset from the local Hub stand-in; escape cancels; `d` resumes.
 
 The stand-in is real HTTP on 127.0.0.1; its throttle (bytes per second) keeps a
 download under way long enough for a key to land mid-transfer, and it records each
@@ -15,6 +16,7 @@ import pytest
 
 from homelab.paths import config_dir
 from homelab.ui.app import make_app
+from homelab.ui.quant_screen import READING, QuantScreen
 from homelab.ui.widgets.download import cancelled_text
 from homelab.ui.widgets.models import ModelsMenu
 from tests.hub.conftest import gguf_dir, hub_stub, tiny_gguf  # noqa: F401  (fixtures)
@@ -65,9 +67,20 @@ async def _pick_stubby(app, pilot) -> None:
     app.query_one("#models").focus()
 
 
-async def _start_download(app, pilot) -> None:
-    """``d`` on the picked preset; back once some bytes of it are on disk."""
+async def _d_enter(app, pilot) -> None:
+    """``d``, the chooser read, enter: its preselected quant (the preset's own: on this
+    card no quant is best) downloads."""
     await pilot.press("d")
+    await wait_until(pilot, lambda: isinstance(app.screen, QuantScreen))
+    screen = app.screen
+    await wait_until(pilot, lambda: READING not in str(screen.query_one("#quants-status").render()))
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: len(app.screen_stack) == 1)
+
+
+async def _start_download(app, pilot) -> None:
+    """``d`` and enter on the picked preset; back once some bytes of it are on disk."""
+    await _d_enter(app, pilot)
     bar = app.query_one("#download")
     await wait_until(pilot, lambda: bar.progress is not None and bar.progress.done > 0)
 
@@ -102,7 +115,7 @@ def test_download_then_the_model_plans_from_the_cache(hub_stub, tiny_gguf) -> No
         app = _app()
         async with app.run_test(size=(140, 45)) as pilot:
             await _pick_stubby(app, pilot)
-            await pilot.press("d")
+            await _d_enter(app, pilot)
             await _until_done(app, pilot)
             assert "checksum verified" in _bar(app)
             blob, partial = _blobs(stub)
@@ -149,7 +162,7 @@ def test_escape_cancels_and_d_resumes_from_the_partial_file(hub_stub, tiny_gguf,
 
             stub.throttle(None)  # the rest as fast as it goes
             app.query_one("#models").focus()  # d in a plan field would be typed into it
-            await pilot.press("d")
+            await _d_enter(app, pilot)
             await _until_done(app, pilot)
             assert "checksum verified" in _bar(app)
             await pilot.press("q")
@@ -183,7 +196,7 @@ def test_quit_during_a_download_keeps_the_partial_file_for_a_resume(hub_stub, ti
         app = _app()
         async with app.run_test(size=(140, 45)) as pilot:
             await _pick_stubby(app, pilot)
-            await pilot.press("d")
+            await _d_enter(app, pilot)
             await _until_done(app, pilot)
             await pilot.press("q")
 

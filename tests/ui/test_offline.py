@@ -18,6 +18,7 @@ import pytest
 from homelab.cli import main as cli_main
 from homelab.paths import config_dir
 from homelab.ui.app import make_app
+from homelab.ui.quant_screen import QuantScreen
 from homelab.ui.widgets.models import ModelsMenu
 from homelab.ui.widgets.offline import OfflineBanner
 from homelab.units import GiB
@@ -84,8 +85,13 @@ def test_the_hub_going_away_shows_the_offline_line_and_local_models_still_plan(
 
             stub.close()  # the network goes away
             await _pick(app, pilot, "stubby")
-            await pilot.press("d")  # a download needs the Hub
+            await pilot.press("d")  # a download (its chooser's listing) needs the Hub
             await wait_until(pilot, lambda: _banner(app).display, timeout=60)
+            chooser = app.screen
+            assert isinstance(chooser, QuantScreen)  # it says why too, then escape closes it
+            await wait_until(pilot, lambda: "cannot reach" in str(_chooser_status(chooser)))
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: len(app.screen_stack) == 1)
             text = str(_banner(app).render())
             host = stub.endpoint.removeprefix("http://")
             assert f"offline: header reads and downloads need {host}" in text
@@ -106,6 +112,10 @@ def test_the_hub_going_away_shows_the_offline_line_and_local_models_still_plan(
             assert _banner(app).display
 
     run(drive())
+
+
+def _chooser_status(chooser: QuantScreen) -> str:
+    return str(chooser.query_one("#quants-status").render())
 
 
 def test_hf_hub_offline_is_said_from_the_first_frame(

@@ -4,7 +4,8 @@ step, the warnings, what a stored bench measured at these flags, and the exact
 llama-server command line.
 
 Editing a setting posts :class:`PlanPanel.SettingsChanged` at once; the app re-plans.
-Enter or escape in a setting hands the keys back to the models menu.
+Enter or escape in a setting hands the keys back to the models menu (in the cache menu,
+enter opens it and escape leaves it). No letter typed in a setting is an app hotkey.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -34,6 +35,25 @@ AUTO_CACHE = CACHE_CHOICES[0]
 DEFAULT_VALUES = {"workload": "", "cache": AUTO_CACHE, "ctx": "", "slots": ""}
 """The fields as nothing was edited: the row's own default workload, the planner's choices."""
 VERDICT_STYLE = {"fits": "green", "partial": "yellow", "does_not_fit": "red"}
+
+
+class CacheSelect(Select[str]):
+    """The cache menu: closed and focused, it keeps letters (and any printable key) from
+    the app's hotkeys, as a field does, so ``s`` or ``b`` there starts nothing; enter,
+    space and the arrows still open it, and escape goes on to the panel (back to the
+    models menu)."""
+
+    def check_consume_key(self, key: str, character: str | None) -> bool:
+        return character is not None and character.isprintable()
+
+    async def _on_key(self, event: events.Key) -> None:
+        """A printable key the menu has no binding of its own for (space opens it) ends
+        here: the app's bindings are checked only for a key that bubbles up to it."""
+        if event.is_printable and event.key not in self._bindings.key_to_bindings:
+            event.stop()
+            event.prevent_default()
+            return
+        await super()._on_key(event)
 
 
 class PlanPanel(Vertical):
@@ -65,7 +85,7 @@ class PlanPanel(Vertical):
             yield Label("workload")
             yield Input(placeholder="agent", id="workload", compact=True)
             yield Label("cache")
-            yield Select(
+            yield CacheSelect(
                 [(t, t) for t in CACHE_CHOICES],
                 value=AUTO_CACHE,
                 allow_blank=False,

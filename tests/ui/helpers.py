@@ -56,3 +56,19 @@ def on_screen(app, widget) -> bool:
     """Whether ``widget`` is drawn, whole, inside the screen (not hidden, not scrolled off)."""
     region = widget.region
     return bool(widget.display and region.area) and app.screen.region.contains_region(region)
+
+
+STUB_REPO = "org/Stub-GGUF"
+"""The repo the Hub stand-in serves to the download and offline tests."""
+
+
+def stub_preset() -> None:
+    """A user preset ``stubby`` of :data:`STUB_REPO` (its own quant Q4_K_M, for chat)."""
+    from homelab.paths import config_dir
+
+    folder = config_dir() / "presets"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "stubby.toml").write_text(
+        f'name = "Stubby"\nrepo = "{STUB_REPO}"\nquant = "Q4_K_M"\n'
+        'engine = "llama.cpp"\nworkload = "chat"\nnotes = "A stand-in."\nlicense = "mit"\n'
+    )

@@ -14,28 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from homelab.paths import config_dir
 from homelab.ui.app import make_app
 from homelab.ui.quant_screen import READING, QuantScreen
 from homelab.ui.widgets.download import cancelled_text
 from homelab.ui.widgets.models import ModelsMenu
 from tests.hub.conftest import gguf_dir, hub_stub, tiny_gguf  # noqa: F401  (fixtures)
 from tests.hubstub import HubStub
-from tests.ui.helpers import NO_GPU, run, wait_until
+from tests.ui.helpers import NO_GPU, STUB_REPO, run, stub_preset, wait_until
 
-REPO = "org/Stub-GGUF"
+REPO = STUB_REPO
 NAME = "Stub-Q4_K_M.gguf"
 SLOW_BPS = 256 * 1024
 """Slow enough that the file (3.5 MiB) takes ~14 s: a cancel lands long before the end."""
-
-
-def _preset() -> None:
-    folder = config_dir() / "presets"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "stubby.toml").write_text(
-        f'name = "Stubby"\nrepo = "{REPO}"\nquant = "Q4_K_M"\n'
-        'engine = "llama.cpp"\nworkload = "chat"\nnotes = "A stand-in."\nlicense = "mit"\n'
-    )
 
 
 def _blobs(stub: HubStub) -> tuple[Path, Path]:
@@ -46,7 +36,7 @@ def _blobs(stub: HubStub) -> tuple[Path, Path]:
 
 
 def _stub(hub_stub, tiny_gguf, **kwargs) -> HubStub:  # noqa: F811
-    _preset()
+    stub_preset()
     return hub_stub({REPO: {NAME: tiny_gguf("stub.gguf", seed=3, n_layer=48)}}, **kwargs)
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from textual.widgets import OptionList
 
-from homelab.paths import config_dir
 from homelab.serve.quant_choice import quants_on_card, verdict_words
 from homelab.ui.app import make_app
 from homelab.ui.quant_screen import BEST_MARK, READING, QuantScreen
@@ -23,9 +22,9 @@ from homelab.ui.widgets.models import ModelsMenu
 from homelab.units import format_bytes
 from tests.hub.conftest import gguf_dir, hub_stub, tiny_gguf  # noqa: F401  (fixtures)
 from tests.hubstub import HubStub
-from tests.ui.helpers import GPU_FIXTURES, run, wait_until
+from tests.ui.helpers import GPU_FIXTURES, STUB_REPO, run, stub_preset, wait_until
 
-REPO = "org/Stub-GGUF"
+REPO = STUB_REPO
 CARD = GPU_FIXTURES / "rtx3090_wayland.json"
 QUANTS = {"Q2_K": 1, "Q4_K_M": 2, "Q8_0": 3}
 """Tag -> layers (the bigger quant, the bigger file): the preset's own is Q4_K_M."""
@@ -35,17 +34,8 @@ def _file(tag: str) -> str:
     return f"Stub-{tag}.gguf"
 
 
-def _preset() -> None:
-    folder = config_dir() / "presets"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "stubby.toml").write_text(
-        f'name = "Stubby"\nrepo = "{REPO}"\nquant = "Q4_K_M"\n'
-        'engine = "llama.cpp"\nworkload = "chat"\nnotes = "A stand-in."\nlicense = "mit"\n'
-    )
-
-
 def _stub(hub_stub, tiny_gguf, extra: dict | None = None, quants=QUANTS) -> HubStub:  # noqa: F811
-    _preset()
+    stub_preset()
     files = {
         _file(t): tiny_gguf(f"{t}.gguf", seed=i, n_layer=n)
         for i, (t, n) in enumerate(quants.items())

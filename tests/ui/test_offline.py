@@ -16,26 +16,16 @@ from pathlib import Path
 import pytest
 
 from homelab.cli import main as cli_main
-from homelab.paths import config_dir
 from homelab.ui.app import make_app
 from homelab.ui.quant_screen import QuantScreen
 from homelab.ui.widgets.models import ModelsMenu
 from homelab.ui.widgets.offline import OfflineBanner
 from homelab.units import GiB
 from tests.hub.conftest import gguf_dir, hub_stub, tiny_gguf  # noqa: F401  (fixtures)
-from tests.ui.helpers import NO_GPU, run, wait_until
+from tests.ui.helpers import NO_GPU, STUB_REPO, run, stub_preset, wait_until
 
-REPO = "org/Stub-GGUF"
+REPO = STUB_REPO
 NAME = "Stub-Q4_K_M.gguf"
-
-
-def _preset() -> None:
-    folder = config_dir() / "presets"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "stubby.toml").write_text(
-        f'name = "Stubby"\nrepo = "{REPO}"\nquant = "Q4_K_M"\n'
-        'engine = "llama.cpp"\nworkload = "chat"\nnotes = "A stand-in."\nlicense = "mit"\n'
-    )
 
 
 def _banner(app) -> OfflineBanner:
@@ -69,7 +59,7 @@ def test_the_hub_going_away_shows_the_offline_line_and_local_models_still_plan(
 ) -> None:
     repos = {REPO: {NAME: tiny_gguf("stub.gguf", seed=3, n_layer=4)}}
     stub = hub_stub(repos)
-    _preset()
+    stub_preset()
 
     async def drive() -> None:
         app = make_app(
@@ -152,7 +142,7 @@ def test_the_preview_of_a_preset_not_downloaded_is_serve_dry_runs_plan(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     hub_stub({REPO: {NAME: tiny_gguf("stub.gguf", seed=3, n_layer=4)}})
-    _preset()
+    stub_preset()
     assert cli_main(["serve", "stubby", "--vram", "8GiB", "--dry-run"]) == 0
     dry = json.loads(capsys.readouterr().out)
     assert dry["argv"][dry["argv"].index("--alias") + 1] == "stubby"  # the preset's own name
@@ -175,7 +165,7 @@ def test_while_the_hub_is_unreachable_a_preset_previews_from_its_facts_fetched_b
 ) -> None:
     """The Hub is the closed loopback port every test starts with: a shipped preset plans
     from its ``[facts]``; one without facts says why and how to get its header."""
-    _preset()  # no [facts] table
+    stub_preset()  # no [facts] table
 
     async def drive() -> None:
         app = _preview_app(models_dir)

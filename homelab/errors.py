@@ -9,6 +9,7 @@ these at the boundary of the module that calls the library.
 
 from __future__ import annotations
 
+import errno
 from enum import IntEnum
 
 
@@ -103,3 +104,32 @@ class WorkerError(HomelabError):
 
     title = "RPC worker not answering"
     exit_code = ExitCode.WORKER
+
+
+class FileSystemError(HomelabError):
+    """A file or folder homelab needs could not be read or written: a folder of its own that
+    is a file, one owned by another user, a full disk. Made by :func:`file_system_error`."""
+
+    title = "Cannot use a file or folder"
+
+
+_OS_HINTS = {
+    errno.EEXIST: "A folder homelab keeps things in is a file: move the file away, or point "
+    "HOMELAB_STATE_DIR / HOMELAB_CONFIG_DIR / HOMELAB_DATA_DIR / HOMELAB_CACHE_DIR elsewhere.",
+    errno.ENOTDIR: "A folder on that path is a file: move the file away, or point the "
+    "HOMELAB_*_DIR variables elsewhere.",
+    errno.EACCES: "Permission denied: run homelab as the folder's owner, or point the "
+    "HOMELAB_*_DIR variables at folders you own.",
+    errno.EPERM: "Not permitted: run homelab as the folder's owner, or point the "
+    "HOMELAB_*_DIR variables at folders you own.",
+    errno.ENOSPC: "The disk is full: free some space and try again (nothing was lost).",
+    errno.EROFS: "The file system is read-only: point the HOMELAB_*_DIR variables elsewhere.",
+}
+
+
+def file_system_error(error: OSError) -> FileSystemError:
+    """An ``OSError`` from the file system, said for a person (the path, what went wrong,
+    what to do) rather than as a traceback."""
+    where = f"{error.filename}: " if error.filename is not None else ""
+    what = error.strerror or str(error)
+    return FileSystemError(f"{where}{what}", hint=_OS_HINTS.get(error.errno or 0))

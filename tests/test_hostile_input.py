@@ -227,3 +227,30 @@ def test_a_workload_of_unicode_or_endless_digits_is_a_usage_error(
     code, out, err = _cli(capsys, "plan", str(model), "--vram", "16GiB", "--workload", value)
     assert (code, out) == (ExitCode.USAGE, "")
     assert "Invalid usage: unknown workload" in err
+
+
+# -- homelab's own folders ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "command"),
+    [
+        ("HOMELAB_STATE_DIR", ("status",)),
+        ("HOMELAB_STATE_DIR", ("presets", "--vram", "16GiB")),
+        ("HOMELAB_CONFIG_DIR", ("presets", "--vram", "16GiB")),
+    ],
+)
+def test_a_folder_of_homelabs_that_is_a_file_is_said_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, command: tuple[str, ...]
+) -> None:
+    """A state or config folder that is a regular file (or under one) was a FileExistsError
+    traceback; now one titled paragraph naming the path, what to do, exit 1."""
+    taken = tmp_path / "a-file"
+    taken.write_text("not a folder")
+    for path, said in ((taken, "File exists"), (taken / "below", "Not a directory")):
+        monkeypatch.setenv(variable, str(path))
+        result = run_homelab(*command, timeout_s=HANG_TIMEOUT_S)
+        assert result.returncode == ExitCode.FAILURE, result.stderr
+        assert "Traceback" not in result.stderr
+        assert f"homelab: Cannot use a file or folder: {path}: {said}" in result.stderr
+        assert "HOMELAB_" in result.stderr  # the hint: where to point it instead

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from homelab import __version__
-from homelab.errors import ExitCode, HomelabError
+from homelab.errors import ExitCode, HomelabError, file_system_error
 
 COMMAND_OWNERS = {
     "gpu": "gpu_cmd",
@@ -106,3 +106,7 @@ def _call(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -
         return 130
     except BrokenPipeError:
         return int(ExitCode.OK)
+    except OSError as error:  # the file system said no (a folder that is a file, a full disk)
+        failure = file_system_error(error)
+        report_error(failure)
+        return int(failure.exit_code)

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from homelab.gguf.header import GgufHeader, GgufModel, LazyArray, TensorInfo
+from homelab.gguf.plausible import MAX_LAYERS
 
 QUANT_FIELDS = ("file_bytes", "embedding_bytes", "output_bytes")
 EXPERTS_FIELD = "experts_bytes"
@@ -124,6 +125,10 @@ def parse_facts(data: Any, arch: str | None, quants: tuple[str, ...]) -> PresetF
     blocks = metadata.get("block_count")
     if not isinstance(blocks, int) or blocks == 0:
         raise FactsProblem("facts.block_count", "must be the number of layers, a positive integer")
+    if blocks > MAX_LAYERS:  # checked before a stand-in header of that many blocks is built
+        raise FactsProblem(
+            "facts.block_count", f"is {blocks:,}: no model has more than {MAX_LAYERS:,} layers"
+        )
     for key, value in metadata.items():
         if isinstance(value, tuple) and len(value) != blocks:
             raise FactsProblem(

@@ -125,6 +125,7 @@ def test_a_good_facts_table_loads(tmp_path: Path) -> None:
     ("old", "new", "named"),
     [
         ("block_count = 4", 'block_count = "four"', "facts.block_count"),
+        ("block_count = 4", "block_count = 99999999999", "facts.block_count"),  # hung: 1e11 blocks
         ("vocab = 32000", "vocab = 0", "facts.vocab"),
         ("head_count_kv = 4", "head_count_kv = [4, 4]", "facts.attention.head_count_kv"),
         ("[facts.quants.Q4_K_M]", "[facts.quants.Q8_0]", "facts.quants.Q4_K_M"),

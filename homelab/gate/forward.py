@@ -26,7 +26,7 @@ from homelab.gate.admission import Refusal
 from homelab.gate.core import Gate
 from homelab.gate.engine_wait import post_when_up
 from homelab.gate.errors import BadRequest
-from homelab.gate.replies import error_reply, refusal_reply, sse_error
+from homelab.gate.replies import error_reply, refusal_reply, sse_engine_gone, sse_error
 from homelab.gate.requests import Asked, Route, completion_cap, forwarded_body, parse
 from homelab.gate.sse import Outcome, StreamTally, outcome_of
 from homelab.gate.waiting import AdmissionQueue, Refused, Ticket
@@ -319,8 +319,16 @@ async def _forward(
             await response.prepare(request)
         tally = StreamTally()
         charge = request.get(CHARGE_KEY)
+        chunks = upstream.content.iter_any()
         try:
-            async for chunk in upstream.content.iter_any():
+            while True:
+                try:
+                    chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    break
+                except aiohttp.ClientError as error:  # the engine's side: it died mid-answer
+                    await _engine_gone(gate, response, asked, tally, error)
+                    break
                 tally.feed(chunk)
                 await response.write(chunk)
                 if tally.ended and charge is not None:
@@ -337,3 +345,25 @@ async def _forward(
         raise
     finally:
         upstream.release()
+
+
+async def _engine_gone(
+    gate: Gate,
+    response: web.StreamResponse,
+    asked: Asked,
+    tally: StreamTally,
+    error: aiohttp.ClientError,
+) -> None:
+    """The engine's stream broke off before its last event: end the client's stream with
+    an error event in the route's shape (a cut answer is said, never a bare truncated
+    body). After the last event a broken connection is nothing: the answer was whole."""
+    if tally.ended:
+        return
+    gate.metrics.upstream_errors.labels(kind="cut").inc()
+    message = (
+        f"The engine stopped in the middle of this answer ({type(error).__name__}); "
+        "what came before is all there is. Retry: a restarted engine answers again."
+    )
+    await response.write(
+        sse_engine_gone(message, path=asked.route.path, anthropic=asked.route.anthropic)
+    )

@@ -48,7 +48,7 @@ class GateMetrics:
             self.refused.labels(reason=reason.value)
         self.upstream_errors = Counter(
             "homelab_gate_upstream_errors",
-            "Engine failures: unreachable, an error status, or an error inside a stream.",
+            "Engine failures: unreachable, an error status, an error inside a stream, or a stream cut.",
             ["kind"],
             registry=r,
         )

@@ -71,3 +71,16 @@ def sse_error(message: str, kind: str, code: str, *, anthropic: bool) -> bytes:
     body = error_body(503, message, kind, code, anthropic=anthropic)
     data = json.dumps(body)
     return (f"event: error\ndata: {data}\n\n" if anthropic else f"data: {data}\n\n").encode()
+
+
+def sse_engine_gone(message: str, *, path: str, anthropic: bool) -> bytes:
+    """The last event of a stream the engine stopped in the middle of (it died, or was
+    killed), in the route's own shape, so the client knows the answer is cut and may retry:
+    Anthropic's ``error`` event, the Responses API's ``response.failed``, else an OpenAI
+    ``error`` data line."""
+    code = "engine_gone"
+    if path == "/v1/responses":
+        failed = {"status": "failed", "error": {"code": code, "message": message}}
+        data = json.dumps({"type": "response.failed", "response": failed})
+        return f"event: response.failed\ndata: {data}\n\n".encode()
+    return sse_error(message, "server_error", code, anthropic=anthropic)

@@ -212,13 +212,17 @@ async def _run(
         slot = gate.slots.take(asked.conversation)
     outcome = Outcome()
     clean = False
+    sampling = gate.settings.sampling
     try:
-        sampling = gate.settings.sampling
         body = forwarded_body(asked, completion, slot, sampling)
+    except BaseException:  # nothing reached the engine: nothing to wait for
+        _release(gate, queue, ticket, slot)
+        raise
 
-        def again() -> bytes:  # for an engine that restarted: its slots may be fewer
-            return forwarded_body(asked, completion, None, sampling)
+    def again() -> bytes:  # for an engine that restarted: its slots may be fewer
+        return forwarded_body(asked, completion, None, sampling)
 
+    try:
         result = await _forward(gate, request, asked, body, outcome, started, again)
         clean = True
         return result

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from homelab.gate.errors import BadRequest
+from homelab.gate.json_body import load_body
 from homelab.gate.sampling import SamplingDefaults, missing
 
 
@@ -133,12 +134,10 @@ def parse(route: Route, raw: bytes) -> Asked:
     """Read a request body.
 
     Raises:
-        BadRequest: not a JSON object, or a field of the wrong kind.
+        BadRequest: not a JSON object (or one :func:`~homelab.gate.json_body.load_body`
+            refuses), or a field of the wrong kind.
     """
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise BadRequest(f"The request body is not valid JSON: {error}") from None
+    body = load_body(raw)
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")
     prompts = _prompts(route, body)

@@ -63,11 +63,15 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 def _key_matches(request: web.Request, key: str) -> bool:
+    """Whether the request carries ``key``. Header bytes that are not UTF-8 (aiohttp hands
+    them over as surrogate escapes) are compared as the bytes sent: they never match."""
     sent = request.headers.get("x-api-key")
     auth = request.headers.get("Authorization", "")
     if auth[:7].lower() == "bearer ":
         sent = auth[7:].strip()
-    return sent is not None and hmac.compare_digest(sent.encode(), key.encode())
+    if sent is None:
+        return False
+    return hmac.compare_digest(sent.encode("utf-8", "surrogateescape"), key.encode())
 
 
 def _completion(route: Route) -> Handler:
@@ -80,7 +84,10 @@ def _completion(route: Route) -> Handler:
 async def _passthrough(request: web.Request) -> web.StreamResponse:
     gate = request.app[GATE_KEY]
     body = await request.read() if request.can_read_body else None
-    headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
+    kind = request.headers.get("Content-Type", "")
+    headers = {
+        "Content-Type": kind if kind.isprintable() and kind.isascii() else "application/json"
+    }
     try:
         async with gate.upstream.aux.request(
             request.method, gate.upstream.url + request.path_qs, data=body, headers=headers

@@ -46,6 +46,7 @@ class GateChoices:
     queue_timeout_s: float | None = None
     max_queue: int | None = None
     max_tokens_cap: int | None = None
+    max_prompts: int | None = None
     sampling: SamplingDefaults | None = None
     """``[sampling]``: what the gate writes into a request that leaves it out."""
     api_key: str | None = None
@@ -95,6 +96,7 @@ _RULES = {
     "queue_timeout_s": (_positive_number, "a number of seconds > 0"),
     "max_queue": (_count, "a whole number ≥ 0 (0: never wait)"),
     "max_tokens_cap": (_positive_int, "a whole number of tokens ≥ 1"),
+    "max_prompts": (_positive_int, "a whole number ≥ 1 (prompts × n in one request)"),
     "api_key": (_word, "text without spaces"),
     "affinity": (lambda v: isinstance(v, bool), "true or false"),
     "require_api_key": (lambda v: isinstance(v, bool), "true or false"),

@@ -42,6 +42,10 @@ class GateSettings:
     """Requests that may wait at once; one more is answered 429."""
     max_tokens_cap: int = 8192
     """The most completion tokens one request is charged (and allowed to generate)."""
+    max_prompts: int | None = None
+    """The most engine tasks one request may become (the prompts of a list × ``n``), refused
+    with 413 before any is counted; None: the most that run at once (``max_concurrent``,
+    the engine's slots), so no request of ours makes llama-server defer its own tasks."""
     api_key: str | None = None
     """Required on every route when set (``Authorization: Bearer`` or ``x-api-key``)."""
     sampling: SamplingDefaults = ()
@@ -61,7 +65,7 @@ class GateSettings:
         """Raise UsageError naming the first setting that cannot work."""
         if not 0 <= self.port <= 65535:
             raise _bad("port", self.port, "a TCP port, 1-65535 (0: any free port)")
-        for name in ("max_concurrent", "token_budget"):
+        for name in ("max_concurrent", "token_budget", "max_prompts"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or value < 1):
                 raise _bad(name, value, "a whole number of at least 1, or unset (from the engine)")

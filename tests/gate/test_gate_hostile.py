@@ -12,9 +12,12 @@ from __future__ import annotations
 import logging
 import socket
 
+import httpx
 import pytest
 
-from tests.gate.conftest import client
+from tests.gate.conftest import client, wait_for, words
+from tests.gate.counting_relay import counting_relay
+from tests.gate.test_gate_routes import tokens
 
 pytestmark = pytest.mark.engine
 
@@ -126,3 +129,96 @@ def test_non_utf8_key_headers_are_a_clean_401(engine, gate, caplog, header) -> N
     no_traceback(caplog.records)
     assert len(access_lines(caplog.records)) == 1
     still_serves(g, Authorization=f"Bearer {KEY}")
+
+
+# -- lists of prompts and n ---------------------------------------------------------------
+
+
+def test_a_list_of_many_prompts_is_refused_before_any_engine_call(engine, gate) -> None:
+    with counting_relay(engine) as (relay, seen):
+        g = gate(relay)  # the plan's facts: the limits need no call either
+        prompts = [f"prompt number {i}" for i in range(5000)]
+        with client(g.url) as c:
+            response = c.post("/completion", json={"prompt": prompts, "n_predict": 2})
+            other = c.post("/v1/completions", json={"prompt": prompts[:3], "max_tokens": 2})
+        assert dict(seen) == {}  # not one /tokenize
+        still_serves(g)
+    assert response.status_code == 413
+    message = response.json()["error"]["message"]
+    assert "5000 prompts = 5000 engine tasks" in message and "at most 2 per request" in message
+    assert (
+        other.status_code == 413
+        and "3 prompts = 3 engine tasks" in other.json()["error"]["message"]
+    )
+    assert g.state().refused["too_large"] == 2
+
+
+def test_max_prompts_sets_the_cap(engine, gate) -> None:
+    g = gate(engine, max_prompts=3)
+    with client(g.url) as c:
+        three = c.post("/v1/completions", json={"prompt": ["a", "b", "c"], "max_tokens": 2})
+        four = c.post("/v1/completions", json={"prompt": ["a", "b", "c", "d"], "max_tokens": 2})
+    assert three.status_code == 200 and len(three.json()["choices"]) == 3
+    assert four.status_code == 413 and "max_prompts" in four.json()["error"]["message"]
+    assert g.state().charged_tokens == 0
+
+
+def test_a_list_of_prompts_is_counted_in_one_tokenize_call(engine, gate) -> None:
+    prompts = ["Once upon a time", words(40)]
+    with counting_relay(engine) as (relay, seen):
+        g = gate(relay)
+        with client(g.url) as c:
+            response = c.post("/v1/completions", json={"prompt": prompts, "max_tokens": 2})
+        assert seen["/tokenize"] == 1
+    assert response.status_code == 200 and len(response.json()["choices"]) == 2
+    assert g.state().charged_tokens == 0
+
+
+def test_the_one_call_split_is_each_prompts_exact_count(engine, gate) -> None:
+    """Charged exactly: a budget of the exact counts (the engine's own, one prompt at a
+    time) and the completions admits the list; one token less refuses it."""
+    prompts = ["Once upon a time", words(40), [1, 2, 3, 4, 5]]
+    exact = sum(tokens(engine, p) for p in prompts[:2]) + 5 + 3 * 2
+    g = gate(engine, max_prompts=3, token_budget=exact)
+    g_less = gate(engine, max_prompts=3, token_budget=exact - 1)
+    with client(g.url) as c, client(g_less.url) as c_less:
+        fits = c.post("/v1/completions", json={"prompt": prompts, "max_tokens": 2})
+        over = c_less.post("/v1/completions", json={"prompt": prompts, "max_tokens": 2})
+    assert fits.status_code == 200 and len(fits.json()["choices"]) == 3
+    assert over.status_code == 413
+    assert g.state().charged_tokens == 0 and g_less.state().charged_tokens == 0
+
+
+@pytest.mark.parametrize("path", [CHAT, "/completion"])
+def test_n_is_charged_as_n_tasks(engine, gate, path) -> None:
+    g = gate(engine)
+    body = {"n": 2, "max_tokens": 900, "n_predict": 900, "ignore_eos": True, "stream": True}
+    if path == CHAT:
+        body["messages"] = [{"role": "user", "content": "Count slowly."}]
+    else:
+        body["prompt"] = "Count slowly:"
+    c = client(g.url)
+    stream = c.send(c.build_request("POST", path, json=body), stream=True)
+    try:
+        assert stream.status_code == 200
+        next(stream.iter_raw())
+        state = g.state()
+        assert state.running == 2  # two engine tasks, two places: nothing else runs beside
+        assert state.charged_tokens > 2 * 900
+        with client(g.url, timeout=1.5) as other, pytest.raises(httpx.ReadTimeout):
+            other.post(CHAT, json=GOOD)  # waits in the gate, not in the engine
+    finally:
+        stream.close()
+        c.close()
+    wait_for(lambda: (s := g.state()).running == 0 and s.charged_tokens == 0, timeout_s=60)
+
+
+def test_n_above_the_slots_or_not_a_count_is_refused(engine, gate) -> None:
+    g = gate(engine)
+    with client(g.url) as c:
+        three = c.post(CHAT, json={**GOOD, "n": 3})
+        bad = c.post(CHAT, json={**GOOD, "n": "2"})
+    assert three.status_code == 413
+    assert "1 prompt × n=3 = 3 engine tasks" in three.json()["error"]["message"]
+    assert bad.status_code == 400 and "'n'" in bad.json()["error"]["message"]
+    still_serves(g)

@@ -17,6 +17,7 @@ from homelab.gate.forward import complete
 from homelab.gate.replies import error_reply
 from homelab.gate.requests import ROUTES, Route
 from homelab.gate.state import STATE_PATH
+from homelab.gate.trust import cors_headers, trust_middleware
 
 GATE_KEY: web.AppKey[Gate] = web.AppKey("gate", Gate)
 PASSTHROUGH = (
@@ -35,8 +36,13 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def build_app(gate: Gate) -> web.Application:
-    app = web.Application(middlewares=[access_log, _auth], client_max_size=64 * 1024 * 1024)
+    app = web.Application(
+        middlewares=[access_log, trust_middleware(gate.settings), _auth],
+        client_max_size=64 * 1024 * 1024,
+    )
     app[GATE_KEY] = gate
+    if gate.settings.allowed_origins:  # CORS only when a person allowed some origin
+        app.on_response_prepare.append(cors_headers)
     for route in ROUTES.values():
         app.router.add_post(route.path, _completion(route))
     for method, path in PASSTHROUGH:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import math
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from homelab.errors import UsageError
 from homelab.gate.sampling import SamplingDefaults
@@ -22,6 +23,21 @@ def is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(host.split("%")[0]).is_loopback
     except ValueError:
         return False
+
+
+def origin_problem(origin: str) -> str | None:
+    """Why ``origin`` cannot be an allowed origin (``scheme://host[:port]``); None: fine."""
+    if not origin.isascii() or not origin.isprintable() or " " in origin:
+        return "it must be printable ASCII without spaces"
+    try:
+        parts = urlsplit(origin)
+    except ValueError as error:
+        return str(error)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return "it must start with http:// or https:// and name a host"
+    if parts.path not in ("", "/") or parts.query or parts.fragment or "@" in parts.netloc:
+        return "an origin is scheme://host[:port], no path, query or user"
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,6 +68,9 @@ class GateSettings:
     """Sampling written into a request that leaves it out (``[sampling]`` in gate.toml)."""
     affinity: bool = True
     """Keep each conversation on the engine slot that holds its prompt cache."""
+    allowed_origins: tuple[str, ...] = ()
+    """Web pages (``scheme://host[:port]``) allowed to call the gate from a browser (CORS);
+    any other ``Origin`` is refused (:mod:`homelab.gate.trust`). Empty: none."""
     keepalive_s: float = 5.0
     """A queued streaming request gets an SSE comment this often while it waits."""
     slot_idle_wait_s: float = 30.0
@@ -77,6 +96,10 @@ class GateSettings:
             raise _bad("max_queue", self.max_queue, "0 or more (0: never wait)")
         if self.max_tokens_cap < 1:
             raise _bad("max_tokens_cap", self.max_tokens_cap, "at least 1 token")
+        for origin in self.allowed_origins:
+            problem = origin_problem(origin)
+            if problem is not None:
+                raise _bad("allowed_origins", origin, f"an origin ({problem})")
         if self.api_key is not None and not self.api_key.strip():
             raise _bad("api_key", "(empty)", "a non-empty key, or unset on loopback")
         if not is_loopback_host(self.host) and self.api_key is None:

@@ -47,6 +47,8 @@ class GateChoices:
     max_queue: int | None = None
     max_tokens_cap: int | None = None
     max_prompts: int | None = None
+    idle_timeout_s: float | None = None
+    max_connections: int | None = None
     allowed_origins: tuple[str, ...] | None = None
     """Web pages allowed to call the gate from a browser (CORS); none by default."""
     sampling: SamplingDefaults | None = None
@@ -98,6 +100,8 @@ _RULES = {
     "queue_timeout_s": (_positive_number, "a number of seconds > 0"),
     "max_queue": (_count, "a whole number ≥ 0 (0: never wait)"),
     "max_tokens_cap": (_positive_int, "a whole number of tokens ≥ 1"),
+    "idle_timeout_s": (_positive_number, "a number of seconds > 0"),
+    "max_connections": (_positive_int, "a whole number ≥ 1"),
     "max_prompts": (_positive_int, "a whole number ≥ 1 (prompts × n in one request)"),
     "api_key": (_word, "text without spaces"),
     "allowed_origins": (

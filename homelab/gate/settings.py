@@ -71,6 +71,13 @@ class GateSettings:
     allowed_origins: tuple[str, ...] = ()
     """Web pages (``scheme://host[:port]``) allowed to call the gate from a browser (CORS);
     any other ``Origin`` is refused (:mod:`homelab.gate.trust`). Empty: none."""
+    idle_timeout_s: float = 30.0
+    """How long a client connection may go without sending a whole request (idle between
+    requests, or sending its headers slowly) before the gate closes it."""
+    max_connections: int | None = None
+    """Client connections held at once; one more is answered 503 and closed. None: the
+    open-file limit (raised to the hard one at start) less a reserve
+    (:mod:`homelab.gate.sockets`)."""
     keepalive_s: float = 5.0
     """A queued streaming request gets an SSE comment this often while it waits."""
     slot_idle_wait_s: float = 30.0
@@ -84,11 +91,17 @@ class GateSettings:
         """Raise UsageError naming the first setting that cannot work."""
         if not 0 <= self.port <= 65535:
             raise _bad("port", self.port, "a TCP port, 1-65535 (0: any free port)")
-        for name in ("max_concurrent", "token_budget", "max_prompts"):
+        for name in ("max_concurrent", "token_budget", "max_prompts", "max_connections"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or value < 1):
                 raise _bad(name, value, "a whole number of at least 1, or unset (from the engine)")
-        for name in ("queue_timeout_s", "keepalive_s", "slot_idle_wait_s", "engine_wait_s"):
+        for name in (
+            "queue_timeout_s",
+            "keepalive_s",
+            "slot_idle_wait_s",
+            "engine_wait_s",
+            "idle_timeout_s",
+        ):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise _bad(name, value, "a number of seconds above 0")

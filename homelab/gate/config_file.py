@@ -46,6 +46,11 @@ class GateChoices:
     queue_timeout_s: float | None = None
     max_queue: int | None = None
     max_tokens_cap: int | None = None
+    max_prompts: int | None = None
+    idle_timeout_s: float | None = None
+    max_connections: int | None = None
+    allowed_origins: tuple[str, ...] | None = None
+    """Web pages allowed to call the gate from a browser (CORS); none by default."""
     sampling: SamplingDefaults | None = None
     """``[sampling]``: what the gate writes into a request that leaves it out."""
     api_key: str | None = None
@@ -95,7 +100,14 @@ _RULES = {
     "queue_timeout_s": (_positive_number, "a number of seconds > 0"),
     "max_queue": (_count, "a whole number ≥ 0 (0: never wait)"),
     "max_tokens_cap": (_positive_int, "a whole number of tokens ≥ 1"),
+    "idle_timeout_s": (_positive_number, "a number of seconds > 0"),
+    "max_connections": (_positive_int, "a whole number ≥ 1"),
+    "max_prompts": (_positive_int, "a whole number ≥ 1 (prompts × n in one request)"),
     "api_key": (_word, "text without spaces"),
+    "allowed_origins": (
+        lambda v: isinstance(v, tuple) and all(isinstance(o, str) for o in v),
+        'a list of origins (["http://localhost:3000"])',
+    ),
     "affinity": (lambda v: isinstance(v, bool), "true or false"),
     "require_api_key": (lambda v: isinstance(v, bool), "true or false"),
     "sampling": (lambda v: isinstance(v, tuple), "a table ([sampling])"),
@@ -151,6 +163,8 @@ def read_config(path: Path | None = None) -> GateChoices:
         if problem:
             raise UsageError(f"{path}: {problem}", hint=f"fix [sampling] in {path}", title=_TITLE)
         data["sampling"] = as_defaults(data["sampling"])
+    if isinstance(data.get("allowed_origins"), list):
+        data["allowed_origins"] = tuple(data["allowed_origins"])
     choices = GateChoices(**data)
     check_choices(choices, f"in {path}")
     return choices

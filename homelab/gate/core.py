@@ -85,15 +85,17 @@ class Gate:
     async def prompt_tokens(self, asked: Asked) -> tuple[list[int], bool]:
         """(prompt tokens of each task, exact): the engine's counts, else conservative
         estimates."""
-        path = asked.route.count_path
-        bodies = asked.count_bodies()
-        if len(bodies) == 1:
-            counted = [await self.upstream.count_tokens(path, bodies[0])]
-        else:
-            counted = await asyncio.gather(*(self.upstream.count_tokens(path, b) for b in bodies))
-        if all(n is not None for n in counted):
-            return [n for n in counted if n is not None], True
-        return asked.estimate_tokens(), False
+        body = asked.count_body()
+        counts: list[int] | None = None
+        if body is not None and len(asked.prompts) > 1:  # a list: one /tokenize call
+            tokens = await self.upstream.tokenize(body)
+            counts = None if tokens is None else asked.split_counts(tokens)
+        elif body is not None:
+            counted = await self.upstream.count_tokens(asked.route.count_path, body)
+            counts = None if counted is None else [counted]
+        if counts is None:
+            return asked.estimate_tokens(), False
+        return asked.per_task(counts), True
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a coroutine that must outlive a cancelled handler (releases)."""

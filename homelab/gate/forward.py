@@ -60,6 +60,10 @@ async def complete(gate: Gate, request: web.Request, route: Route) -> web.Stream
             retry_after_s=2,
             anthropic=anthropic,
         )
+    most = gate.settings.max_prompts or queue.limits.max_concurrent
+    if asked.tasks > most:  # refused before the engine is asked to count any of them
+        queue.refuse(Refusal.TOO_LARGE)
+        return _too_many_tasks(asked, most, gate.settings.max_prompts is None)
     if queue.state.queued >= queue.state.max_queue and not _may_start(queue):
         queue.refuse(Refusal.QUEUE_FULL)  # refused before the engine is asked to count
         return _queue_full(queue, queue.retry_after_s(), anthropic)
@@ -104,6 +108,21 @@ def _too_large(
         f"This request's {what} {size}; the gate admits at most {fits} tokens {per} "
         f"(prompt and completion together), so it could never run. "
         f"Send at most {fits - 1} prompt tokens.",
+        None,
+        anthropic=asked.route.anthropic,
+    )
+
+
+def _too_many_tasks(asked: Asked, most: int, from_engine: bool) -> web.Response:
+    prompts = max(1, len(asked.prompts))
+    parts = f"{prompts} prompt{'s' if prompts > 1 else ''}"
+    if asked.n > 1:
+        parts += f" × n={asked.n}"
+    why = "the engine's slots, max_concurrent" if from_engine else "the gate's max_prompts"
+    return refusal_reply(
+        Refusal.TOO_LARGE,
+        f"This request asks for {parts} = {asked.tasks} engine tasks; the gate runs at most "
+        f"{most} per request ({why}). Send fewer prompts, or a smaller 'n'.",
         None,
         anthropic=asked.route.anthropic,
     )
@@ -212,13 +231,17 @@ async def _run(
         slot = gate.slots.take(asked.conversation)
     outcome = Outcome()
     clean = False
+    sampling = gate.settings.sampling
     try:
-        sampling = gate.settings.sampling
         body = forwarded_body(asked, completion, slot, sampling)
+    except BaseException:  # nothing reached the engine: nothing to wait for
+        _release(gate, queue, ticket, slot)
+        raise
 
-        def again() -> bytes:  # for an engine that restarted: its slots may be fewer
-            return forwarded_body(asked, completion, None, sampling)
+    def again() -> bytes:  # for an engine that restarted: its slots may be fewer
+        return forwarded_body(asked, completion, None, sampling)
 
+    try:
         result = await _forward(gate, request, asked, body, outcome, started, again)
         clean = True
         return result

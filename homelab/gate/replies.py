@@ -12,6 +12,7 @@ from homelab.gate.admission import Refusal
 ANTHROPIC_KINDS = {
     "invalid_request_error": "invalid_request_error",
     "authentication_error": "authentication_error",
+    "permission_error": "permission_error",
     "rate_limit_error": "rate_limit_error",
     "server_error": "api_error",
     "unavailable_error": "overloaded_error",

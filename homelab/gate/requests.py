@@ -10,7 +10,12 @@ Routes and the fields llama-server (b11312) reads for the completion length:
   ``/v1/responses/input_tokens``.
 - ``/v1/completions``: ``max_tokens``; ``/completion``: ``n_predict`` (``-1``: unlimited);
   both counted by ``/tokenize`` of the prompt. A list of prompts runs as one engine task
-  per prompt, each charged its own prompt and completion.
+  per prompt, each charged its own prompt and completion; the prompts are counted in one
+  ``/tokenize`` call (:data:`SEPARATOR`).
+
+``n`` (all but the Anthropic route) asks for that many completions of each prompt;
+llama-server runs each as a task of its own, on a slot of its own, so the gate charges it
+as ``n`` tasks.
 
 Without a cap llama-server generates until end of text or context (``n_predict = -1``), so
 the gate's charge would lie; the gate therefore writes ``min(asked, max_tokens_cap,
@@ -25,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from homelab.gate.errors import BadRequest
+from homelab.gate.json_body import load_body
 from homelab.gate.sampling import SamplingDefaults, missing
 
 
@@ -87,6 +93,10 @@ ROUTES: dict[str, Route] = {
 TEXT_PREFIX_CHARS = 1000
 """A text prompt's conversation key is the hash of its first characters."""
 _BODY_JSON = json.JSONEncoder(ensure_ascii=False).encode
+SEPARATOR = -1
+"""Between the prompts of a list counted in one ``/tokenize`` call: llama-server (b11312)
+passes token ids in ``content`` through unchecked, and no text tokenizes to -1, so its
+answer splits back into the prompts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,38 +117,67 @@ class Asked:
     tasks, each with its own completion); empty for chat routes (one task)."""
     raw: bytes = b""
     """The body as the client sent it."""
+    n: int = 1
+    """Completions asked of each prompt (``n``): each is an engine task of its own."""
 
     @property
     def tasks(self) -> int:
         """The engine tasks this request becomes (each takes a slot and its own charge)."""
-        return max(1, len(self.prompts))
+        return max(1, len(self.prompts)) * self.n
 
-    def count_bodies(self) -> list[dict[str, Any]]:
-        """The bodies for the route's token-count endpoint, one per task."""
-        if self.route.text_prompt:
-            return [{"content": p, "add_special": True} for p in self.prompts]
-        return [{k: v for k, v in self.body.items() if k not in ("stream", "stream_options")}]
+    def count_body(self) -> dict[str, Any] | None:
+        """The body for the route's token-count endpoint: one per request, a list of
+        prompts in one ``/tokenize`` call (split back by :meth:`split_counts`). None: the
+        engine cannot count them in one call (a prompt neither text nor token ids)."""
+        if not self.route.text_prompt:
+            return {k: v for k, v in self.body.items() if k not in ("stream", "stream_options")}
+        if len(self.prompts) == 1:
+            return {"content": self.prompts[0], "add_special": True}
+        if not all(isinstance(p, str) or _token_ids(p) for p in self.prompts):
+            return None
+        content: list[Any] = [""]  # the empty first piece: the special tokens each prompt gets
+        for prompt in self.prompts:
+            if isinstance(prompt, str):
+                content += [SEPARATOR, prompt]
+        return {"content": content, "add_special": True}
+
+    def split_counts(self, tokens: list[Any]) -> list[int] | None:
+        """Each prompt's tokens, from ``/tokenize``'s answer to :meth:`count_body` of a list
+        (token-id prompts counted here); None when the answer does not split as sent."""
+        pieces: list[int] = [0]
+        for token in tokens:
+            if token == SEPARATOR:
+                pieces.append(0)
+            else:
+                pieces[-1] += 1
+        texts = iter(pieces[1:])
+        if len(pieces) - 1 != sum(isinstance(p, str) for p in self.prompts):
+            return None
+        return [next(texts) + pieces[0] if isinstance(p, str) else len(p) for p in self.prompts]
+
+    def per_task(self, prompts: list[int]) -> list[int]:
+        """Each prompt's size once per task (``n`` tasks of each prompt)."""
+        return [size for size in prompts for _ in range(self.n)]
 
     def estimate_tokens(self) -> list[int]:
         """Conservative prompt sizes without the engine, one per task: one token per byte
-        (a BPE token is at least one byte). One task: the whole body's bytes (its JSON
+        (a BPE token is at least one byte). One prompt: the whole body's bytes (its JSON
         punctuation and other fields cover the chat template's tokens); several: each
         prompt's JSON bytes."""
-        if self.tasks == 1:
-            return [len(self.raw) + 16]
-        return [len(json.dumps(p, ensure_ascii=False).encode()) + 16 for p in self.prompts]
+        if len(self.prompts) <= 1:
+            return self.per_task([len(self.raw) + 16])
+        sizes = [len(json.dumps(p, ensure_ascii=False).encode()) + 16 for p in self.prompts]
+        return self.per_task(sizes)
 
 
 def parse(route: Route, raw: bytes) -> Asked:
     """Read a request body.
 
     Raises:
-        BadRequest: not a JSON object, or a field of the wrong kind.
+        BadRequest: not a JSON object (or one :func:`~homelab.gate.json_body.load_body`
+            refuses), or a field of the wrong kind.
     """
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise BadRequest(f"The request body is not valid JSON: {error}") from None
+    body = load_body(raw)
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")
     prompts = _prompts(route, body)
@@ -151,6 +190,9 @@ def parse(route: Route, raw: bytes) -> Asked:
             if value >= 0:
                 bounds.append(value)
     id_slot = body.get("id_slot")
+    n = 1 if route.anthropic else body.get("n", 1)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise BadRequest(f"'n' must be a whole number of at least 1, not {n!r}.")
     return Asked(
         route=route,
         body=body,
@@ -160,6 +202,7 @@ def parse(route: Route, raw: bytes) -> Asked:
         id_slot=id_slot if isinstance(id_slot, int) and id_slot >= 0 else None,
         prompts=prompts,
         raw=raw,
+        n=n,
     )
 
 
@@ -184,6 +227,10 @@ def _prompts(route: Route, body: dict[str, Any]) -> tuple[Any, ...]:
 
 def _is_token(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _token_ids(value: Any) -> bool:
+    return isinstance(value, list) and all(_is_token(v) for v in value)
 
 
 def conversation_key(route: Route, body: dict[str, Any]) -> str | None:

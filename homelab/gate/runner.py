@@ -21,6 +21,7 @@ from homelab.gate.errors import GateError, GatePortInUseError
 from homelab.gate.limits import Limits
 from homelab.gate.server import build_app
 from homelab.gate.settings import GateSettings
+from homelab.gate.sockets import CappedRunner, connection_cap
 from homelab.gate.state import GateState
 
 START_TIMEOUT_S = 30.0
@@ -129,8 +130,10 @@ class GateRunner:
         self._stopping = asyncio.Event()
         gate = Gate(self.settings, self.engine_url, self.facts)
         self._gate = gate
-        runner = web.AppRunner(
+        runner = CappedRunner(  # bounded in time and number (homelab.gate.sockets)
             build_app(gate),
+            max_connections=connection_cap(self.settings.max_connections),
+            keepalive_timeout=self.settings.idle_timeout_s,
             handler_cancellation=True,
             access_log=None,
             shutdown_timeout=SHUTDOWN_GRACE_S,

@@ -17,6 +17,7 @@ from homelab.gate.forward import complete
 from homelab.gate.replies import error_reply
 from homelab.gate.requests import ROUTES, Route
 from homelab.gate.state import STATE_PATH
+from homelab.gate.trust import cors_headers, trust_middleware
 
 GATE_KEY: web.AppKey[Gate] = web.AppKey("gate", Gate)
 PASSTHROUGH = (
@@ -35,8 +36,13 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def build_app(gate: Gate) -> web.Application:
-    app = web.Application(middlewares=[access_log, _auth], client_max_size=64 * 1024 * 1024)
+    app = web.Application(
+        middlewares=[access_log, trust_middleware(gate.settings), _auth],
+        client_max_size=64 * 1024 * 1024,
+    )
     app[GATE_KEY] = gate
+    if gate.settings.allowed_origins:  # CORS only when a person allowed some origin
+        app.on_response_prepare.append(cors_headers)
     for route in ROUTES.values():
         app.router.add_post(route.path, _completion(route))
     for method, path in PASSTHROUGH:
@@ -63,11 +69,15 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 def _key_matches(request: web.Request, key: str) -> bool:
+    """Whether the request carries ``key``. Header bytes that are not UTF-8 (aiohttp hands
+    them over as surrogate escapes) are compared as the bytes sent: they never match."""
     sent = request.headers.get("x-api-key")
     auth = request.headers.get("Authorization", "")
     if auth[:7].lower() == "bearer ":
         sent = auth[7:].strip()
-    return sent is not None and hmac.compare_digest(sent.encode(), key.encode())
+    if sent is None:
+        return False
+    return hmac.compare_digest(sent.encode("utf-8", "surrogateescape"), key.encode())
 
 
 def _completion(route: Route) -> Handler:
@@ -80,7 +90,10 @@ def _completion(route: Route) -> Handler:
 async def _passthrough(request: web.Request) -> web.StreamResponse:
     gate = request.app[GATE_KEY]
     body = await request.read() if request.can_read_body else None
-    headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
+    kind = request.headers.get("Content-Type", "")
+    headers = {
+        "Content-Type": kind if kind.isprintable() and kind.isascii() else "application/json"
+    }
     try:
         async with gate.upstream.aux.request(
             request.method, gate.upstream.url + request.path_qs, data=body, headers=headers

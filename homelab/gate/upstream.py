@@ -62,6 +62,22 @@ class Upstream:
 
     async def count_tokens(self, path: str, body: dict[str, Any]) -> int | None:
         """Prompt tokens as the engine counts them; None when it could not say in time."""
+        data = await self._count(path, body)
+        if not isinstance(data, dict):
+            return None
+        if isinstance(data.get("tokens"), list):
+            return len(data["tokens"])
+        value = data.get("input_tokens")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    async def tokenize(self, body: dict[str, Any]) -> list[Any] | None:
+        """``/tokenize``'s token ids for ``body``; None when it could not say in time."""
+        data = await self._count("/tokenize", body)
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        return tokens if isinstance(tokens, list) else None
+
+    async def _count(self, path: str, body: dict[str, Any]) -> Any | None:
+        """A count endpoint's JSON answer; None when it did not answer 200 in time."""
         for attempt in range(2):  # once more when a kept-alive connection was closed
             try:
                 async with self.aux.post(
@@ -79,12 +95,7 @@ class Upstream:
                     return None
             except (aiohttp.ClientError, TimeoutError, ValueError):
                 return None
-        if not isinstance(data, dict):
-            return None
-        if isinstance(data.get("tokens"), list):
-            return len(data["tokens"])
-        value = data.get("input_tokens")
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        return data
 
     async def get_json(self, path: str) -> Any | None:
         """A status endpoint's JSON; None when the engine did not answer 200."""

@@ -151,7 +151,7 @@ def test_a_list_of_prompts_is_charged_per_prompt_and_takes_a_slot_each(engine, g
 
 
 def test_a_list_of_prompts_that_fit_alone_but_not_together_is_refused(engine, gate) -> None:
-    g = gate(engine)  # budget 4,096: three prompts of ~300 tokens + 1,500 each never fit
+    g = gate(engine, max_prompts=3)  # budget 4,096: three prompts of ~300 + 1,500 never fit
     prompts = [words(300, seed) for seed in range(3)]
     with client(g.url) as c:
         response = c.post("/v1/completions", json={"prompt": prompts, "max_tokens": 1500})

@@ -25,7 +25,7 @@ answer did not end on its own, so the next question has the context the person s
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,7 +150,7 @@ class ChatSession:
             body["temperature"] = self.temperature
         return body
 
-    async def ask(self, prompt: str) -> AsyncIterator[ChatEvent]:
+    async def ask(self, prompt: str) -> AsyncGenerator[ChatEvent, None]:
         """Send ``prompt`` with the history; the answer's events as they arrive, ending with
         one :class:`ChatDone` or :class:`ChatFailed` (or with the cancel of the caller)."""
         refused = refuse_prompt(prompt)

@@ -276,7 +276,11 @@ def _count(value: object, known: int | None) -> int | None:
 
 
 def open_chat(
-    base_url: str, api_key: str | None = None, *, temperature: float | None = None
+    base_url: str,
+    api_key: str | None = None,
+    *,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
 ) -> ChatSession:
     """A conversation with the model ``base_url`` serves (its id asked as the agent contract
     check asks it: :func:`~homelab.agents.engine_target.served_model`).
@@ -287,4 +291,5 @@ def open_chat(
     """
     from homelab.agents.engine_target import served_model
 
-    return ChatSession(base_url, served_model(base_url, api_key), api_key, temperature=temperature)
+    model = served_model(base_url, api_key)
+    return ChatSession(base_url, model, api_key, max_tokens=max_tokens, temperature=temperature)

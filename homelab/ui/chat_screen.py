@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     from homelab.agents.chat_stream import ChatDone, ChatSession
 
 CUT_BY_ESCAPE = "cut: stopped (escape)"
+ANSWER_MAX_TOKENS = 1024
+"""The longest answer a try asks for (the gate's own cap applies below it): enough to judge
+the model, short enough that an answer that rambles on a CPU comes back (escape stops one
+sooner)."""
 
 
 class Said(Static):
@@ -181,7 +185,7 @@ def _open(url: str) -> ChatSession:
     from homelab.agents.chat_stream import open_chat
     from homelab.gate.key_file import stored_key
 
-    return open_chat(url, stored_key())
+    return open_chat(url, stored_key(), max_tokens=ANSWER_MAX_TOKENS)
 
 
 def _ending(done: ChatDone) -> str:

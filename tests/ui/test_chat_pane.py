@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from homelab.gate.key_file import key_path
-from homelab.ui.chat_screen import CUT_BY_ESCAPE, ChatScreen, Said
+from homelab.ui.chat_screen import ANSWER_MAX_TOKENS, CUT_BY_ESCAPE, ChatScreen, Said
 from tests.factory.chat_server import ChatServer, Reply, answer, chunk, running_chat_server
 from tests.ui.helpers import run, wait_until
 from tests.ui.test_keys import HOTKEYS, _app, _record_notes
@@ -29,7 +29,7 @@ def server() -> Iterator[ChatServer]:
 def _ready_at(app, url: str) -> None:
     """The app's state says an engine is ready with ``url`` in front (a stand-in session)."""
     app.state.running.supervisor = SimpleNamespace(pid=4242)
-    app.state.running.session = SimpleNamespace(public_url=url, gate=None)
+    app.state.running.session = SimpleNamespace(public_url=url, gate=None, plan=None)
     app.state.health.state = "ready"
 
 
@@ -98,6 +98,7 @@ def test_a_question_streams_in_with_the_gates_key_and_the_next_carries_it(server
             assert first.border_subtitle == "stop · 30 + 4 tokens"
             body, headers = server.requests[0]
             assert headers["authorization"] == f"Bearer {KEY}" and body["stream"] is True
+            assert body["max_tokens"] == ANSWER_MAX_TOKENS
             await _ask(pilot, "Sure?")
             await wait_until(pilot, lambda: len(server.requests) == 2)
             await wait_until(pilot, lambda: _answers(app)[1].border_subtitle == "stop")
@@ -187,5 +188,37 @@ def test_typing_a_question_fires_no_hotkey(server) -> None:
             await pilot.press("x", "q", "s")
             assert notes == [] and isinstance(app.screen, ChatScreen)
             app.state.running.supervisor, app.state.health.state = None, None
+
+    run(drive())
+
+
+@pytest.mark.engine
+def test_the_pane_chats_with_the_real_engine_through_its_gate(models_dir, engine_pids) -> None:
+    from tests.factory.server_log import free_port
+    from tests.ui.test_engine_flows import _app as _engine_app
+    from tests.ui.test_engine_flows import (
+        _pick_small_plan,
+        _quit_stopping_the_engine,
+        _start_and_wait_ready,
+    )
+
+    async def drive() -> None:
+        app = _engine_app(models_dir, free_port())
+        async with app.run_test(size=(140, 45)) as pilot:
+            await _pick_small_plan(app, pilot)
+            url = await _start_and_wait_ready(app, pilot, engine_pids)  # the gate's
+            await pilot.press("t")
+            await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen))
+            await _ask(pilot, "What is the capital of France?")
+            await wait_until(
+                pilot, lambda: _answers(app)[0].border_subtitle != "answering…", timeout=300
+            )
+            answer = _answers(app)[0]
+            assert _errors(app) == [] and answer.text.strip()
+            assert answer.border_subtitle.endswith("tokens")  # the server's own count
+            assert app.screen.session.base_url == url
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: len(app.screen_stack) == 1)
+            await _quit_stopping_the_engine(app, pilot)
 
     run(drive())

@@ -181,7 +181,7 @@ def test_typing_a_question_fires_no_hotkey(server) -> None:
             await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen))
             notes = _record_notes(app)
             await pilot.press(*HOTKEYS, "t", "4", "2")
-            assert app.screen.query_one("#chat-input").value == "sxrRldfbecq/t42"
+            assert app.screen.query_one("#chat-input").value == "sxrRldfbecqt/t42"
             assert notes == [] and isinstance(app.screen, ChatScreen) and app.is_running
             assert app.state.health.state == "ready"  # x did not ask to stop, q did not quit
             app.screen.query_one("#conversation").focus()  # off the field: still nothing

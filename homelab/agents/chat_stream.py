@@ -206,7 +206,7 @@ class ChatSession:
                     )
                 )
                 return
-            except httpx.TransportError as error:  # the connection broke midway
+            except httpx.RequestError as error:  # the connection broke midway
                 yield ChatFailed(
                     cut(
                         len("".join(reading.text)), f"the connection broke ({type(error).__name__})"

@@ -23,6 +23,7 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
+from textual.worker import WorkerCancelled, WorkerFailed
 
 from homelab.errors import HomelabError
 from homelab.ui.messages import AnswerArrived, AnswerEnded
@@ -117,7 +118,7 @@ class ChatScreen(ModalScreen[None]):
         self.answers[turn] = answer
         self._say(answer)
         self.answering = turn
-        self._worker = self.ask(turn, prompt)
+        self._worker = self.ask(turn, prompt, self._worker)
 
     def action_escape(self) -> None:
         """Stop the answer that streams (its text stays, marked cut); with none, close."""
@@ -132,10 +133,14 @@ class ChatScreen(ModalScreen[None]):
     # -- the answer --------------------------------------------------------------------------
 
     @work(exclusive=True, group="chat", exit_on_error=False)
-    async def ask(self, turn: int, prompt: str) -> None:
-        """Stream the answer to ``prompt`` (the conversation opened at the first question)."""
+    async def ask(self, turn: int, prompt: str, previous: Worker[None] | None) -> None:
+        """Stream the answer to ``prompt`` (the conversation opened at the first question),
+        once ``previous`` (an answer stopped by escape) has put its words in the history."""
         from homelab.agents.chat_stream import ChatDelta, ChatDone
 
+        if previous is not None:
+            with contextlib.suppress(WorkerCancelled, WorkerFailed):
+                await previous.wait()
         if self.session is None:
             try:
                 self.session = await asyncio.to_thread(_open, self.url)

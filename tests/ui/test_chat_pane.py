@@ -129,12 +129,16 @@ def test_escape_mid_answer_stops_it_keeps_the_words_and_escape_again_closes(serv
             answer = _answers(app)[0]
             assert answer.border_subtitle == CUT_BY_ESCAPE
             assert screen.answering is None and isinstance(app.screen, ChatScreen)  # still open
+            await _ask(pilot, "Go on.")  # at once: it waits for the stopped answer's words
+            await wait_until(pilot, lambda: len(server.requests) == 2)
             assert server.client_gone.wait(30)  # the stream's connection was closed
             await app.workers.wait_for_complete()
             await pilot.pause()
-            kept = screen.session.history[-1]
-            assert kept.cut and answer.text.startswith("Counting: and ")
-            assert answer.text == kept.content  # shown = what the next question carries
+            sent = server.requests[1][0]["messages"]
+            assert [m["content"] for m in sent[::2]] == ["Count forever.", "Go on."]
+            assert answer.text.startswith("Counting: and ")
+            assert answer.text == sent[1]["content"]  # shown = what the next question carried
+            assert screen.session.history[1].cut and _answers(app)[1].text == "hi"
             await pilot.press("escape")
             await wait_until(pilot, lambda: len(app.screen_stack) == 1)
             app.state.running.supervisor, app.state.health.state = None, None

@@ -84,3 +84,30 @@ def loopback_client(
         headers=headers,
         event_hooks={"request": [_check_request]},
     )
+
+
+async def _check_request_async(request: httpx.Request) -> None:
+    require_loopback(request.url)
+
+
+def loopback_async_client(
+    base_url: str,
+    *,
+    timeout_s: float = TIMEOUT_S,
+    headers: Mapping[str, str] | None = None,
+) -> httpx.AsyncClient:
+    """:func:`loopback_client`'s asyncio twin, for a stream a person may cancel at any
+    moment (cancelling the task closes the connection at once, where a thread blocked in a
+    read would wait for the next byte). Same rules: no proxies, every host checked.
+
+    Raises:
+        NotLoopbackError: ``base_url`` is not a loopback URL (requests elsewhere raise it too).
+    """
+    timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S))
+    return httpx.AsyncClient(
+        base_url=require_loopback(base_url.rstrip("/")),
+        timeout=timeout,
+        trust_env=False,
+        headers=headers,
+        event_hooks={"request": [_check_request_async]},
+    )

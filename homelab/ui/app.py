@@ -24,6 +24,7 @@ from textual.widgets import DataTable, Input
 from textual.worker import Worker, WorkerState
 
 from homelab.ui import backend
+from homelab.ui.chat_flow import ChatFlow
 from homelab.ui.download_flow import DownloadFlow
 from homelab.ui.engine_setup_flow import EngineSetupFlow
 from homelab.ui.live_flow import LiveFlow
@@ -59,6 +60,7 @@ class HomelabApp(
     LiveFlow,
     EngineSetupFlow,
     OfflineFlow,
+    ChatFlow,
 ):
     """See the module docstring."""
 
@@ -82,6 +84,7 @@ class HomelabApp(
         Binding("escape", "cancel_build", "cancel build", priority=True),  # while one runs
         Binding("escape", "cancel_download", "cancel download", show=False, priority=True),
         Binding("c", "copy_url", "copy URL"),
+        Binding("t", "try_chat", "try it"),
         Binding("q", "quit_app", "quit"),
         Binding("ctrl+q", "quit_app", "quit", show=False, priority=True),  # asks too
         *(Binding(str(n), f"page('{page}')", page, show=False) for n, page in enumerate(PAGES, 1)),
@@ -163,6 +166,11 @@ class HomelabApp(
         yield SystemCommand("Focus the log", "The engine's log (l)", self.action_focus_log)
         yield SystemCommand(
             "Copy the URL", "The engine's URL to the clipboard (c)", self.action_copy_url
+        )
+        yield SystemCommand(
+            "Try the model",
+            "Chat with it through the URL, in a pane (t)",
+            self.action_try_chat,
         )
         yield SystemCommand(
             "Check the agents",

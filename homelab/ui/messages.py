@@ -18,6 +18,7 @@ from textual.message import Message
 from homelab.errors import HomelabError
 
 if TYPE_CHECKING:
+    from homelab.agents.chat_stream import ChatDone
     from homelab.engine.supervision.states import Transition
     from homelab.gpu.report import GpuReport
     from homelab.hub.download import PullProgress
@@ -196,3 +197,21 @@ class DownloadEnded(Message, bubble=False):
     fetched: bool = False
     kept: int | None = None
     total: int | None = None
+
+
+@dataclass
+class AnswerArrived(Message, bubble=False):
+    """More of the chat pane's answer ``turn`` (its worker, as the text streams in)."""
+
+    turn: int
+    text: str
+
+
+@dataclass
+class AnswerEnded(Message, bubble=False):
+    """The chat pane's answer ``turn`` ended: on its own (``done``) or with ``error``
+    (text that came stays); a cancel posts none (the pane marks it at the key)."""
+
+    turn: int
+    done: ChatDone | None = None
+    error: HomelabError | None = None

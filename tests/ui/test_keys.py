@@ -30,7 +30,7 @@ from tests.ui.test_engine_flows import _app as _engine_app
 from tests.ui.test_engine_flows import _pick_small_plan, _start_and_wait_ready
 from tests.ui.test_first_run import _setup_text
 
-HOTKEYS = ("s", "x", "r", "R", "l", "d", "f", "b", "e", "c", "q", "slash")
+HOTKEYS = ("s", "x", "r", "R", "l", "d", "f", "b", "e", "c", "q", "t", "slash")
 FIELDS = ("#ctx", "#slots", "#workload", "#filter", "#log-search")
 
 
@@ -105,7 +105,7 @@ def test_a_field_gives_the_keys_back_and_no_hotkey_fires_while_typing(leave: str
                 if field in ("#ctx", "#slots"):
                     assert value == "42", field  # integers: the letters are refused
                 else:
-                    assert value == "sxrRldfbecq/42", field  # typed, every one
+                    assert value == "sxrRldfbecqt/42", field  # typed, every one
                 # none acted: no dialog, no note, no build, still running, still typing
                 assert app.is_running and len(app.screen_stack) == 1, field
                 assert notes == [] and app.build_cancel is None, field
@@ -166,6 +166,7 @@ def test_keys_that_cannot_act_say_why(models_dir: Path, no_engine_here: Path) ->
                 "r": "Nothing to restart",
                 "R": "Nothing to re-plan",
                 "c": "No URL",
+                "t": "No chat",
                 "d": "Nothing to download",
                 "b": "Engine there",  # not in the footer with an engine: pressed, it says so
                 "f": "Engine there",

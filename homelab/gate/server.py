@@ -110,21 +110,31 @@ async def _passthrough(request: web.Request) -> web.StreamResponse:
         )
 
 
+HEALTH_TIMEOUT_S = 2.0
+"""How long ``/health`` waits for the engine: a stopped (SIGSTOP) or hung engine is said
+down in this time, not after the status calls' 10 s (a health check must answer fast)."""
+
+
 async def _health(request: web.Request) -> web.StreamResponse:
-    """The engine's ``/health`` as the gate reaches it (503 while loading or down)."""
+    """The engine's ``/health`` as the gate reaches it (503 while loading or down). When the
+    engine does not answer, the gate (which answers) says which side is down and why."""
     gate = request.app[GATE_KEY]
+    timeout = aiohttp.ClientTimeout(total=HEALTH_TIMEOUT_S)
     try:
-        async with gate.upstream.aux.get(gate.upstream.url + "/health") as resp:
+        async with gate.upstream.aux.get(gate.upstream.url + "/health", timeout=timeout) as resp:
             data = await resp.read()
             return web.Response(status=resp.status, body=data, content_type=resp.content_type)
-    except (aiohttp.ClientError, TimeoutError) as error:
-        return error_reply(
-            503,
-            f"The engine does not answer: {error}",
-            kind="unavailable_error",
-            code="engine_down",
-            retry_after_s=2,
-        )
+    except TimeoutError:
+        why = f"it did not answer within {HEALTH_TIMEOUT_S:g} s (stopped, hung or overloaded)"
+    except aiohttp.ClientError as error:
+        why = f"{type(error).__name__}: {error}"
+    return error_reply(
+        503,
+        f"The gate is up; the engine at {gate.upstream.url} is down: {why}.",
+        kind="unavailable_error",
+        code="engine_down",
+        retry_after_s=2,
+    )
 
 
 async def _state(request: web.Request) -> web.StreamResponse:

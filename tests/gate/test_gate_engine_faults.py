@@ -1,16 +1,20 @@
-"""An engine that dies in the middle of a streamed answer (killed, crashed): the client's
+"""An engine that fails under the gate.
+
+Dies in the middle of a streamed answer (killed, crashed): the client's
 stream ends with an error event in its route's shape — an OpenAI ``error`` line, Anthropic's
 ``event: error``, the Responses API's ``response.failed`` — saying the answer was cut and to
 retry, never a bare truncated body; the gate logs no traceback and frees the charge.
+Stops (SIGSTOP): the gate's ``/health`` says so within its own short timeout.
 
-A real llama-server of the test's own (SmolLM2), SIGKILLed while it streams, behind a real
-gate; real HTTP on 127.0.0.1.
+A real llama-server of each test's own (SmolLM2), signalled, behind a real gate; real
+HTTP on 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import signal
 from pathlib import Path
 
 import pytest
@@ -92,5 +96,35 @@ def test_a_stream_the_engine_stops_mid_answer_ends_with_an_error_event(
         assert g.state().upstream_errors >= 1
         logged = "\n".join(r.getMessage() + str(r.exc_info or "") for r in caplog.records)
         assert "Traceback" not in logged and not any(r.exc_info for r in caplog.records), logged
+    finally:
+        stop_server(proc)
+
+
+def test_health_says_a_stopped_engine_is_down_within_its_own_timeout(
+    gate, llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path
+) -> None:
+    """A SIGSTOPped engine accepts connections and never answers: the gate's ``/health``
+    said 503 only after its 10 s status timeout; now within its own 2 s, saying the gate is
+    up and the engine is not. (The client's 6 s bound fails the old behaviour.)"""
+    port = free_port()
+    log = tmp_path / "llama-server.log"
+    proc = start_server(llama_server_bin, smollm2_gguf, port, SPLIT_ARGS, log)
+    try:
+        engine = f"http://127.0.0.1:{port}"
+        wait_ready(engine, proc, log)
+        g = gate(engine, facts=SPLIT_FACTS)
+        with client(g.url, timeout=6.0) as c:
+            assert c.get("/health").status_code == 200
+            proc.send_signal(signal.SIGSTOP)
+            try:
+                down = c.get("/health")
+            finally:
+                proc.send_signal(signal.SIGCONT)
+            assert down.status_code == 503 and down.headers["Retry-After"] == "2"
+            error = down.json()["error"]
+            assert error["code"] == "engine_down"
+            assert "The gate is up; the engine at" in error["message"]
+            assert "did not answer within 2 s" in error["message"]
+            wait_for(lambda: c.get("/health").status_code == 200, what="the engine back")
     finally:
         stop_server(proc)

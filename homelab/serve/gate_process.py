@@ -8,7 +8,8 @@ plan's facts and the engine record's path), runs the one
 (the HomelabError it met). Then it serves until SIGTERM, or until the engine record no
 longer describes an engine with this gate (``homelab stop``, a replace, a start that
 failed), looked at every second. It runs in a session of its own, logging to
-``state_dir()/logs/gate-….log`` (one line per request: :mod:`homelab.gate.access_log`). When the engine restarts on another plan (the record's
+``state_dir()/logs/gate-….log`` (one line per request: :mod:`homelab.gate.access_log`),
+rotated and rate-limited (:mod:`homelab.gate.log_file`). When the engine restarts on another plan (the record's
 facts change), the gate takes the new limits on its live queue.
 """
 
@@ -23,7 +24,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -84,8 +84,9 @@ def spawn_gate(
         "engine_url": engine_url,
         "facts": None if facts is None else facts.to_json(),
         "state_file": str(state_file),
+        "log_path": str(log_path),
     }
-    with open(log_path, "ab") as log:
+    with open(log_path, "ab") as log:  # what the process says before its log is set up
         proc = subprocess.Popen(
             [sys.executable, "-m", "homelab.serve.gate_process"],
             stdin=subprocess.PIPE,
@@ -154,24 +155,15 @@ def _follow_plan(runner: GateRunner, record: EngineRecord, state_file: Path) -> 
     if record.facts == runner.facts or not record.engine_alive():
         return
     limits = runner.retarget(record.facts)
-    print(f"{time.strftime('%H:%M:%S')} new plan, limits now: {limits}", file=sys.stderr)
+    logging.getLogger("homelab.gate").info("new plan, limits now: %s", limits)
     if limits is not None and record.gate_budget_tokens != limits.ceiling_tokens:
         with contextlib.suppress(OSError):
             StateFile(state_file).update(record.pid, gate_budget_tokens=limits.ceiling_tokens)
 
 
-def _log_to_stderr() -> None:
-    """homelab's INFO lines (the gate's limits, one line per request: homelab.gate.access_log)
-    into the gate's log."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
-    logger = logging.getLogger("homelab")
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-
-
 def main() -> int:
     from homelab.engine.supervision.facts import PlanFacts
+    from homelab.gate.log_file import log_to_file
     from homelab.gate.runner import GateRunner
     from homelab.gate.settings import GateSettings
 
@@ -179,8 +171,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    _log_to_stderr()
     payload = json.loads(sys.stdin.read())
+    log_to_file(Path(payload["log_path"]))  # rotated, its errors rate-limited
     facts = None if payload["facts"] is None else PlanFacts.from_json(payload["facts"])
     state_file = Path(payload["state_file"])
     given = payload["settings"]
@@ -218,7 +210,7 @@ def main() -> int:
         while not stop.wait(WATCH_EVERY_S):
             why, misses, record = _engine_goes_on(state_file, misses)
             if why is not None:
-                print(f"{time.strftime('%H:%M:%S')} the gate ends: {why}", file=sys.stderr)
+                logging.getLogger("homelab.gate").info("the gate ends: %s", why)
                 break
             if record is not None:
                 _follow_plan(runner, record, state_file)

@@ -22,7 +22,9 @@ import pytest
 from homelab.engine.supervision.identity import find_engines
 from homelab.engine.supervision.process import alive
 from homelab.engine.supervision.state_file import StateFile
+from homelab.gate.access_log import entry_of_line
 from homelab.gate.key_file import key_path
+from homelab.paths import state_dir
 from tests.engine.supervisor_child import run_homelab, serve_on_a_free_port
 from tests.engine.test_supervisor_cli import Serving
 from tests.factory.server_log import free_port
@@ -74,6 +76,14 @@ def test_detached_gate_answers_is_adopted_and_stopped(smollm2_gguf: Path, engine
 
     (gate,) = gate_processes()  # the gate outlived the serve that started it
     assert record.gate_pid == gate.pid
+    # its log (rotated, rate-limited: homelab.gate.log_file) holds a line per request
+    logged = [
+        entry
+        for log in (state_dir() / "logs").glob("gate-*.log")
+        for entry in map(entry_of_line, log.read_text(errors="replace").splitlines())
+        if entry is not None
+    ]
+    assert ("POST", "/v1/chat/completions", 200) in {(e.method, e.path, e.status) for e in logged}
 
     again = run_homelab("serve", str(smollm2_gguf), *PLAN, "--detach")
     assert again.returncode == 0, again.stderr

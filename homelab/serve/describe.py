@@ -101,6 +101,8 @@ def describe(event: ev.SessionEvent) -> Described:
         case ev.GateMissing(reason):
             said = f"no gate: the running engine has none ({reason}); --replace restarts it"
             return Described(f"{said} behind the gate", _WARN)
+        case ev.GateRepairing(url):
+            return Described(f"its gate at {url} is gone: starting it again there", _WARN)
         case ev.GateStopped(url):
             return Described(f"stopped the gate at {url}")
         case ev.GateRetargeted(budget, max_concurrent, ceiling):

@@ -11,7 +11,8 @@ with other settings, asked to be replaced: ``Replacing`` first. Any failure: ``F
 
 With the admission gate asked for (``ServeRequest.gate``): ``GateKeyCreated`` first when an
 API key was made for it, then after ``Ready`` (and ``Actuals``) ``GateStarted`` — or, for an
-adopted engine, ``GateAdopted`` (its gate runs already) or ``GateMissing`` (it runs
+adopted engine, ``GateAdopted`` (its gate runs already), ``GateRepairing`` (its gate died:
+started again on its port) or ``GateMissing`` (it runs
 without one) — and ``GateStopped`` before ``Stopped`` when the session stopped its gate.
 
 With the launch proof (``ServeOptions.prove``): ``Proving`` and ``Proved`` before ``Ready``.
@@ -214,6 +215,14 @@ class GateMissing:
 
 
 @dataclass(frozen=True, slots=True)
+class GateRepairing:
+    """The adopted engine's gate at ``url`` is gone (killed, crashed): it starts again there
+    once the engine answers."""
+
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
 class GateStopped:
     """The session stopped the gate at ``url``."""
 
@@ -308,7 +317,13 @@ _Preparing: TypeAlias = PresetChosen | PullProgress | Pulled | SetAsideNotice | 
 _Engine: TypeAlias = Adopting | Replacing | Starting | Started | EngineChanged | Ready | Actuals
 _Ending: TypeAlias = LeftRunning | Stopped | Failed
 _Gate: TypeAlias = (
-    GateKeyCreated | GateSamplingNote | GateStarted | GateAdopted | GateMissing | GateStopped
+    GateKeyCreated
+    | GateSamplingNote
+    | GateStarted
+    | GateAdopted
+    | GateMissing
+    | GateRepairing
+    | GateStopped
 )
 _Replan: TypeAlias = GateRetargeted | Replanning | Replanned
 _Proof: TypeAlias = Proving | Proved | Healing | Healed | PromptCacheOff

@@ -76,6 +76,8 @@ class SessionGate:
         """Held by :meth:`start` and :meth:`stop`: a stop that comes while the gate is being
         spawned waits for it, then stops it; a gate asked to start after a stop does not."""
         self._stopped = False
+        self.repairing = False
+        """The adopted engine's gate is gone: this serve starts it again on its port."""
 
     # -- before the engine -------------------------------------------------------------------
 
@@ -159,14 +161,17 @@ class SessionGate:
             self._fields = {name: getattr(record, name) for name in GATE_FIELDS}
             self._emit(ev.GateAdopted(record.gate_url, record.gate_budget_tokens))
             return
-        why = (
-            "it was started without one (`no_gate`)"
-            if record.gate_url is None
-            else f"its gate at {record.gate_url} is gone"
-        )
-        if record.gate_url is not None:
-            self._store.update(record.pid, **dict.fromkeys(GATE_FIELDS))
-        self._emit(ev.GateMissing(why))
+        if record.gate_url is None:
+            self._emit(ev.GateMissing("it was started without one (`no_gate`)"))
+            return
+        self._store.update(record.pid, **dict.fromkeys(GATE_FIELDS))
+        if self.settings is None:  # this serve asked for no gate: the engine is served bare
+            self._emit(ev.GateMissing(f"its gate at {record.gate_url} is gone"))
+            return
+        # the gate died (killed, crashed): it starts again where clients find it
+        self.settings = replace(self.settings, port=record.public_port)
+        self.repairing = True
+        self._emit(ev.GateRepairing(record.gate_url))
 
     def stamp(self, engine_pid: int | None) -> None:
         """Name the gate in the record of engine ``engine_pid`` (again after each restart)."""

@@ -276,12 +276,15 @@ class ServeSession:
             )
             if measured is not None:
                 self.emit(ev.Actuals(measured))
-        if self.gate is not None and self.adopted is None:
+        if self.gate is not None and (self.adopted is None or self.gate.repairing):
+            adopted = self.adopted
+            detached = self.request.detach or (adopted is not None and adopted.detached)
             try:
                 facts = self.kind.served_facts(supervisor.spec.facts, supervisor.attempt_lines())
-                self.gate.start(ready.url or "", facts, ready.pid, detached=self.request.detach)
-            except HomelabError as error:  # never an engine left without its gate
-                supervisor.stop()
+                self.gate.start(ready.url or "", facts, ready.pid, detached=detached)
+            except HomelabError as error:  # never an engine of ours left without its gate
+                if adopted is None:
+                    supervisor.stop()
                 raise self._failed(error) from None
         if self.request.detach and not self.request.hold:
             self._release(supervisor, adopted=False)

@@ -231,3 +231,36 @@ def test_the_unified_pool_case_is_queued_not_failed(smollm2_gguf: Path, engines,
     metrics = httpx.get(f"{public}/metrics", timeout=30, trust_env=False).text
     assert "homelab_gate_token_budget 435.0" in metrics
     assert run_homelab("stop").returncode == 0
+
+
+def test_serving_again_repairs_a_detached_gate_that_died(
+    smollm2_gguf: Path, engines, gates
+) -> None:
+    """SIGKILL the gate of a detached serve and the public port is dead; running the same
+    ``serve`` again said "no gate" and served nothing there. Now it adopts the engine and
+    starts its gate again on the port clients know."""
+    first, port = serve_on_a_free_port(str(smollm2_gguf), *PLAN, "--detach")
+    assert first.returncode == 0, first.stdout + first.stderr
+    record = StateFile().read()
+    engines.track(record.pid)
+    public = f"http://127.0.0.1:{port}"
+    (gate,) = gate_processes()
+    gate.kill()
+    gate.wait(10)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{public}/health", timeout=5, trust_env=False)
+
+    again = run_homelab("serve", str(smollm2_gguf), *PLAN, "--detach")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "adopting the running detached llama-server" in again.stdout
+    assert f"its gate at {public} is gone: starting it again there" in again.stdout
+    assert f"gate: {public} in front of the engine at {record.url}" in again.stdout
+    after = StateFile().read()
+    (repaired,) = gate_processes()  # detached like the engine: it outlived this serve too
+    assert after.pid == record.pid and after.gate_pid == repaired.pid != gate.pid
+    assert after.gate_url == public and after.gate_budget_tokens == record.gate_budget_tokens
+    assert chat(public).status_code == 200
+
+    stopped = run_homelab("stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert not alive(record.pid) and wait_gates_gone(5)

@@ -65,6 +65,7 @@ SAMPLES: dict[type, object] = {
     ev.GateStarted: ev.GateStarted("http://h:8080", 4096, 2, "http://h:1", False, 2048),
     ev.GateAdopted: ev.GateAdopted("http://h:8080", 2048),
     ev.GateMissing: ev.GateMissing("it was started with --no-gate"),
+    ev.GateRepairing: ev.GateRepairing("http://127.0.0.1:8080"),
     ev.GateStopped: ev.GateStopped("http://h:8080"),
     ev.GateRetargeted: ev.GateRetargeted(2048, 1, 2048),
     ev.Replanning: ev.Replanning("re-plan", 4242),

@@ -1,0 +1,172 @@
+"""Which models of a set stay loaded together on the card, and which must swap.
+
+Each model is priced alone by the planner, exactly as ``homelab plan`` prices it, against the
+whole card: its plan's budget already takes the card's reserved memory, the desktop, other
+processes and the headroom off once. What one model's engine holds on a device is then its
+weights there, its KV cache and its engine state (CUDA context and compute buffer): none of
+the card's fixed costs. So the set is placed by adding those per device and comparing the sum
+with the device's usable memory, the fixed costs counted once for the whole set.
+
+The resident set is built in the list's order (the first listed is the most wanted): each
+model that fits alone joins when it fits beside those already in, so a model is never left
+out for one listed after it. The rest swap: each with the residents it would evict to load,
+least recently used first. Offline there is no use yet, so the least recently used is the
+least wanted: the list's order reversed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from homelab.plan.budget import DeviceBudget
+from homelab.plan.planner import Plan
+
+Status = Literal["resident", "swaps", "does_not_fit"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceCost:
+    """What one model's engine holds on one device, in bytes."""
+
+    device: str
+    """llama-server's name for it (``CUDA0``, ``CPU``)."""
+    weights: int
+    kv: int
+    compute: int
+    """The compute buffer (flash attention's scratch included)."""
+    context: int
+    """The CUDA context its process creates on a card (0 in system RAM)."""
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.compute + self.context
+
+
+@dataclass(frozen=True, slots=True)
+class PricedModel:
+    """One model of the set, priced alone; ``plan`` None when no plan could be made."""
+
+    id: str
+    plan: Plan | None
+    problem: str | None = None
+    """Why there is no plan (the planner's own words), when there is none."""
+
+    @property
+    def verdict(self) -> str:
+        """``fits`` (alone, all on the card), ``partial`` (layers in RAM) or ``does_not_fit``."""
+        return "does_not_fit" if self.plan is None else self.plan.verdict
+
+    @property
+    def costs(self) -> tuple[DeviceCost, ...]:
+        """Its bytes per device, from the plan's own shares."""
+        if self.plan is None:
+            return ()
+        return tuple(
+            DeviceCost(
+                share.device.llama_name,
+                share.weights,
+                share.kv,
+                share.engine.compute_buffer,
+                share.engine.cuda_context,
+            )
+            for share in self.plan.devices
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A model's place in the set."""
+
+    model: PricedModel
+    status: Status
+    evicts: tuple[str, ...] = ()
+    """The residents (ids, evicted first to last) it unloads to load; swaps only."""
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SetPlacement:
+    """The set placed: the devices' budgets (fixed costs once) and each model's place."""
+
+    devices: Mapping[str, DeviceBudget]
+    """Each device by llama-server's name, with its one budget."""
+    members: tuple[Member, ...]
+
+    def used(self, device: str) -> int:
+        """Bytes the resident models hold on ``device`` together."""
+        return sum(
+            cost.total
+            for m in self.members
+            if m.status == "resident"
+            for cost in m.model.costs
+            if cost.device == device
+        )
+
+    def ids(self, status: Status) -> tuple[str, ...]:
+        return tuple(m.model.id for m in self.members if m.status == status)
+
+
+def place_set(priced: Sequence[PricedModel], devices: Mapping[str, DeviceBudget]) -> SetPlacement:
+    """Place ``priced`` (in priority order) on ``devices`` (llama-server's name → budget)."""
+    free = {name: budget.usable for name, budget in devices.items()}
+    residents: list[PricedModel] = []
+    places: list[tuple[PricedModel, Status, str]] = []
+    for model in priced:
+        if model.verdict != "fits":
+            places.append((model, "does_not_fit", _alone_why(model)))
+            continue
+        short = _short(model, free)
+        if not short:
+            residents.append(model)
+            for cost in model.costs:
+                free[cost.device] -= cost.total
+            places.append((model, "resident", "fits beside the models listed before it"))
+        else:
+            places.append((model, "swaps", short))
+    members: list[Member] = []
+    for model, status, why in places:
+        if status != "swaps":
+            members.append(Member(model, status, why=why))
+            continue
+        evicts = _evictions(model, residents, free)
+        gone = ", ".join(evicts)
+        members.append(Member(model, status, evicts, f"{why}; loading it unloads {gone}"))
+    return SetPlacement(dict(devices), tuple(members))
+
+
+def _short(model: PricedModel, free: Mapping[str, int]) -> str:
+    """Why ``model`` does not fit beside the residents ('' when it does)."""
+    from homelab.units import format_bytes
+
+    for cost in model.costs:
+        left = free.get(cost.device, 0)
+        if cost.total > left:
+            return (
+                f"needs {format_bytes(cost.total)} on {cost.device}, "
+                f"{format_bytes(max(left, 0))} left beside the residents"
+            )
+    return ""
+
+
+def _evictions(
+    model: PricedModel, residents: Sequence[PricedModel], free: Mapping[str, int]
+) -> tuple[str, ...]:
+    """The residents to unload for ``model``, least recently used first (offline: the last
+    listed first), until it fits; a model that fits alone always fits once all are gone."""
+    left = dict(free)
+    out: list[str] = []
+    for resident in reversed(residents):
+        if not _short(model, left):
+            break
+        out.append(resident.id)
+        for cost in resident.costs:
+            left[cost.device] = left.get(cost.device, 0) + cost.total
+    return tuple(out)
+
+
+def _alone_why(model: PricedModel) -> str:
+    if model.plan is None:
+        return f"does not fit even alone: {model.problem or 'no plan could be made'}"
+    return "does not fit on the card even alone (its plan keeps layers in system RAM)"

@@ -19,9 +19,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "model",
+        nargs="?",
         help="a .gguf file (any part of a split model), a preset name (`homelab presets`), "
         "or a Hugging Face REPO[:QUANT] / REPO/FILE.gguf, planned from its header without "
         "downloading (a preset from its own facts while the Hub cannot be reached)",
+    )
+    parser.add_argument(
+        "more_models",
+        nargs="*",
+        metavar="MODEL",
+        help="more models: the set is placed on the card together (first listed: most wanted)",
+    )
+    parser.add_argument(
+        "--models",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="place the set of models a models list names (default: models.toml in "
+        "homelab's config folder) on the card together: which stay loaded, which swap",
     )
     add_plan_arguments(parser)
     add_rpc_argument(parser)
@@ -64,7 +79,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workload",
         default=None,
-        help="agent (~100k tokens per slot), chat (~8k) or a token count",
+        help="agent (~100k tokens per slot), chat (~8k), fim (~4k, autocomplete) or a token count",
     )
     parser.add_argument(
         "--for",
@@ -310,8 +325,16 @@ def named_preset(model: str, engine: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    from homelab.cli import plan_set_cmd
     from homelab.engine.kinds import DEFAULT_ENGINE
 
+    if plan_set_cmd.wants_set(args):
+        return plan_set_cmd.run(args)
+    if args.model is None:
+        raise UsageError(
+            "plan what? Give a model, several, or --models",
+            hint="e.g. homelab plan qwen3-8b, or homelab plan --models models.toml",
+        )
     preset = named_preset(args.model, getattr(args, "engine", DEFAULT_ENGINE))
     if preset is not None:
         return _run_preset(args, preset)

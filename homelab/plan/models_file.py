@@ -88,7 +88,13 @@ def load_models_file(path: Path) -> tuple[ModelEntry, ...]:
     where = str(path)
     try:
         raw = read_regular(path, MAX_FILE_BYTES)
-    except OSError as error:  # a FIFO or device (never opened to block), too large, missing
+    except FileNotFoundError:
+        raise ModelsFileError(
+            f"{where}: cannot be read: there is no such file",
+            hint='Write one: a [[model]] table per model, with model = "FILE.gguf, PRESET or '
+            'REPO:QUANT" and workload = "agent", "chat" or "fim" (see docs/planning.md).',
+        ) from None
+    except OSError as error:  # a FIFO or device (never opened to block), too large
         raise ModelsFileError(
             f"{where}: cannot be read: {error.strerror or error}",
             hint=f"A models list is a TOML file, at most {MAX_FILE_BYTES // 1024} KiB.",

@@ -205,3 +205,15 @@ def test_an_unreadable_model_is_named(capsys: pytest.CaptureFixture[str], tmp_pa
     code, _, err = _plan(capsys, str(foreign), str(foreign), *CARD)
     assert code == 4
     assert str(foreign) in err and "Traceback" not in err
+
+
+def test_a_preset_in_the_set_keeps_its_name_and_workload(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, models: dict[str, Path]
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # planned from the preset's facts
+    code, out, err = _plan(capsys, "qwen3-8b", str(models["fim-1b"]), "--json", *CARD)
+    assert code == 0, err
+    preset, fim = json.loads(out)["models"]
+    assert (preset["id"], preset["workload"], preset["status"]) == ("qwen3-8b", "chat", "resident")
+    assert "HF_HUB_OFFLINE" in preset["offline"] and fim["offline"] is None
+    assert preset["argv"][:2] == ["llama-server", "-hf"]

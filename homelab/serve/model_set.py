@@ -159,10 +159,11 @@ def _devices(
     for model in models:
         for share in () if model.priced.plan is None else model.priced.plan.devices:
             devices.setdefault(share.device.llama_name, share.device.budget)
-    if not devices:
-        from homelab.plan.devices import cpu_device, local_devices
+    if not devices:  # the device one model's plan would take: the card asked, else the freest
+        from homelab.plan.budget import device_budget, pick_device
 
-        cards = local_devices(card, options.card.gpus)
-        first = cards[0] if cards else cpu_device(card)
-        devices[first.llama_name] = first.budget
+        gpus = options.card.gpus
+        chosen = pick_device(card, gpus[0] if gpus else None)
+        name = "CPU" if chosen is None else f"CUDA{chosen.index}"
+        devices[name] = device_budget(card, None if chosen is None else chosen.index)
     return devices

@@ -150,3 +150,12 @@ def test_derived_ids_that_collide_are_refused(models: dict[str, Path]) -> None:
     ]
     with pytest.raises(ModelsFileError, match="alias 'fim-\\*' of model 2 also matches"):
         _on(RTX3090, clash)
+
+
+def test_a_set_where_nothing_fits_still_names_the_card(models: dict[str, Path]) -> None:
+    planned = _on(300 * 1024 * 1024, _entries(models, "fim-1b", "coder-8b"))
+    placement = planned.placement
+    assert list(placement.devices) == ["CUDA0"]
+    assert placement.devices["CUDA0"].total == 300 * 1024 * 1024
+    assert placement.ids("does_not_fit") == ("fim-1b", "coder-8b") and not planned.first_fits
+    assert all(m.model.plan is None and m.model.problem for m in placement.members)

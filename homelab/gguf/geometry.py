@@ -255,6 +255,13 @@ def _hparams(meta: ArchKeys) -> Hparams:
     trained_ctx = meta.uint("context_length", low=1)
     n_head = meta.per_layer("attention.head_count", n_layer_all, 0, high=MAX_HEADS)
     n_head_kv = meta.per_layer("attention.head_count_kv", n_layer_all, n_head, high=MAX_HEADS)
+    for il, (heads, kv_heads) in enumerate(zip(n_head, n_head_kv, strict=True)):
+        if heads and kv_heads and heads % kv_heads:  # ggml's attention cannot share them
+            raise meta.fail(
+                f"{meta.arch}.attention.head_count_kv",
+                f"is {kv_heads:,} at layer {il}, which does not divide its {heads:,} query "
+                "heads: llama.cpp shares each KV head among a whole number of query heads",
+            )
     n_ff = meta.per_layer("feed_forward_length", n_layer_all, 0, high=MAX_WIDTH)
     head_k = head_v = 0
     if n_head[0] > 0:

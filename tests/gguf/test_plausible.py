@@ -82,6 +82,10 @@ CASES = {
         {"ARCH__expert_used_count": "8", "ARCH__expert_feed_forward_length": 64},
         "'llama.expert_used_count' should be an integer",
     ),
+    "head_count_kv not dividing head_count": (  # found by tests/plan/test_plan_fuzz.py
+        {"ARCH__attention__head_count_kv": 637},
+        "'llama.attention.head_count_kv' is 637 at layer 0, which does not divide its 32",
+    ),
     "head_count_kv a float": (
         {"ARCH__attention__head_count_kv": 8.0},
         "'llama.attention.head_count_kv' should be an integer or per-layer array",

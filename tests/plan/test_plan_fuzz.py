@@ -184,7 +184,8 @@ def _plan_somehow(path: Path, card, opts: PlanOptions) -> str:  # type: ignore[n
     alloc = plan.candidate.allocation
     assert alloc.total >= 0 and alloc.bytes_per_token >= 0 and plan.tokens_fit >= 0
     assert plan.weights.total >= 0 and data["argv"] == argv
-    assert alloc.bytes_per_token > 0 or not plan.geometry.kv_layers
+    # KV on the card, unless no layer that keeps KV is there (-ngl 1: the output layer only)
+    assert alloc.bytes_per_token > 0 or not plan.geometry.kv_layers or plan.n_gpu_layers == 1
     return "plan"
 
 

@@ -119,3 +119,32 @@ def replace_json(path: Path, data: Any) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+class TomlTextError(ValueError):
+    """A file read whole is not UTF-8 TOML; its text is the reason, for the caller's error."""
+
+
+def read_toml(path: str | os.PathLike[str], limit: int, kind: str) -> dict[str, Any]:
+    """The TOML table of a small file a person wrote (a preset, a models list), read bounded
+    as :func:`read_regular` reads; ``kind`` names it in the reason (``"a preset"``).
+
+    Raises:
+        OSError: as :func:`read_regular` (missing, not a regular file, too large).
+        TomlTextError: not UTF-8 text, not valid TOML, or nested too deep for the parser.
+    """
+    import tomllib
+
+    raw = read_regular(path, limit)
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        bad = raw[error.start : error.start + 4]
+        raise TomlTextError(
+            f"not {kind}: byte {error.start:,} is not UTF-8 text ({bad!r}); "
+            f"{kind} is a TOML text file"
+        ) from None
+    except tomllib.TOMLDecodeError as error:
+        raise TomlTextError(f"not valid TOML: {error}") from None
+    except RecursionError:
+        raise TomlTextError("not valid TOML: values nested too deep") from None

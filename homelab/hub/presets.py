@@ -26,14 +26,13 @@ Every problem is a ``PresetError`` (exit code 2) naming the file and the field.
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from homelab.errors import HomelabError, UsageError
-from homelab.files import read_regular
+from homelab.files import TomlTextError, read_toml
 from homelab.hub.preset_facts import FactsProblem, PresetFacts, parse_facts, stand_in
 from homelab.hub.preset_fields import (
     FIELDS,
@@ -176,20 +175,11 @@ def load_preset_file(path: Path, *, origin: Origin, base: Preset | None = None) 
             hint="Use lowercase letters, digits, '.', '_' and '-' (e.g. qwen3.5-9b.toml).",
         )
     try:
-        raw = read_regular(path, MAX_PRESET_BYTES)
+        data = read_toml(path, MAX_PRESET_BYTES, "a preset")
     except OSError as error:  # also a FIFO or device (never opened to block) or too large
         raise PresetError(f"{where}: cannot be read: {error.strerror or error}") from None
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as error:
-        raise PresetError(
-            f"{where}: not a preset: byte {error.start:,} is not UTF-8 text "
-            f"({raw[error.start : error.start + 4]!r}); a preset is a TOML text file"
-        ) from None
-    except tomllib.TOMLDecodeError as error:
-        raise PresetError(f"{where}: not valid TOML: {error}") from None
-    except RecursionError:
-        raise PresetError(f"{where}: not valid TOML: values nested too deep") from None
+    except TomlTextError as problem:
+        raise PresetError(f"{where}: {problem}") from None
     unknown = sorted(set(data) - set(FIELDS))
     if unknown:
         raise PresetError(

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from homelab.errors import UsageError
-from homelab.files import read_regular
+from homelab.files import TomlTextError, read_toml
 from homelab.plan.workload import FIM, Workload, parse_workload
 
 MODELS_FILE = "models.toml"
@@ -87,7 +86,7 @@ def load_models_file(path: Path) -> tuple[ModelEntry, ...]:
     """
     where = str(path)
     try:
-        raw = read_regular(path, MAX_FILE_BYTES)
+        data = read_toml(path, MAX_FILE_BYTES, "a models list")
     except FileNotFoundError:
         raise ModelsFileError(
             f"{where}: cannot be read: there is no such file",
@@ -99,17 +98,8 @@ def load_models_file(path: Path) -> tuple[ModelEntry, ...]:
             f"{where}: cannot be read: {error.strerror or error}",
             hint=f"A models list is a TOML file, at most {MAX_FILE_BYTES // 1024} KiB.",
         ) from None
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as error:
-        raise ModelsFileError(
-            f"{where}: not a models list: byte {error.start:,} is not UTF-8 text "
-            f"({raw[error.start : error.start + 4]!r}); it is a TOML text file"
-        ) from None
-    except tomllib.TOMLDecodeError as error:
-        raise ModelsFileError(f"{where}: not valid TOML: {error}") from None
-    except RecursionError:
-        raise ModelsFileError(f"{where}: not valid TOML: values nested too deep") from None
+    except TomlTextError as problem:
+        raise ModelsFileError(f"{where}: {problem}") from None
     return parse_models(data, where)
 
 

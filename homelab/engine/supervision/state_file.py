@@ -1,6 +1,7 @@
 """What engine homelab runs, on disk, so the next homelab finds it instead of starting a second.
 
-One JSON file, ``state_dir()/engine.json``, written atomically (temp file +
+One JSON file, ``state_dir()/engine.json``, readable by its owner alone (0600: it holds the
+engine's own key, see :mod:`homelab.engine.engine_key`), written atomically (temp file +
 rename) by the supervisor at every spawn, when the engine becomes ready, and
 when homelab lets go of a detached engine; removed when the engine stops.
 
@@ -183,8 +184,10 @@ class StateFile:
         path.parent.mkdir(parents=True, exist_ok=True)
         temp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         data = (json.dumps(record.to_json(), indent=2) + "\n").encode("utf-8")
-        try:
-            with open(temp, "wb") as handle:
+        try:  # 0600 from the start (the record may hold the engine's key), never widened
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            os.fchmod(fd, 0o600)
+            with open(fd, "wb") as handle:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())

@@ -36,6 +36,14 @@ def _refused_without_key(engine_url: str) -> None:
     assert answer.json()["error"]["type"] == "authentication_error"
     slots = httpx.get(f"{engine_url}/slots", timeout=10, trust_env=False)
     assert slots.status_code == 401, slots.text
+    for path in ("/props", "/metrics", "/v1/models", "/models"):
+        assert httpx.get(f"{engine_url}{path}", timeout=10, trust_env=False).status_code == 401
+    counted = httpx.post(
+        f"{engine_url}/tokenize", json={"content": "hi"}, timeout=10, trust_env=False
+    )
+    assert counted.status_code == 401
+    for path in ("/health", "/v1/health"):  # llama-server b11312's only open routes
+        assert httpx.get(f"{engine_url}{path}", timeout=10, trust_env=False).status_code == 200
     wrong = httpx.get(
         f"{engine_url}/slots", headers={"Authorization": "Bearer nope"}, timeout=10, trust_env=False
     )

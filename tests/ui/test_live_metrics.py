@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.factory.server_log import free_port
@@ -64,6 +65,12 @@ def test_metrics_panel_shows_the_generation_speed_of_a_real_chat(
             assert "gate: 0 running · 0 queued · 0 of " in _metrics_text(app)
             held = panel.last.kv_per_slot[0][1]
             assert held > 0  # the chat's cells are held in slot 0
+            # the engine behind the gate has its own key: its /slots refuses a caller
+            # without it, so the figures above came from a poller that sends it
+            engine_url = app.state.running.supervisor.url
+            assert engine_url is not None and engine_url != url
+            refused = httpx.get(f"{engine_url}/slots", timeout=10, trust_env=False)
+            assert refused.status_code == 401, refused.text
             assert _alarm_text(app) == ""  # a first short chat never alarms
             poller = app.status_poller
             await pilot.press("x", "y")  # stop it? yes

@@ -49,6 +49,9 @@ class Upstream:
             auto_decompress=False,
             trust_env=False,
         )
+        self.key_refused = False
+        """The engine's last status or count answer was 401: it refused the key this gate
+        holds (said to clients as that, not as an engine still loading)."""
         self.aux = aiohttp.ClientSession(
             headers=headers,
             connector=aiohttp.TCPConnector(limit=AUX_CONNECTIONS, keepalive_timeout=KEEPALIVE_S),
@@ -95,6 +98,7 @@ class Upstream:
                     headers={"Content-Type": "application/json"},
                     timeout=aiohttp.ClientTimeout(total=COUNT_TIMEOUT_S),
                 ) as resp:
+                    self.key_refused = resp.status == 401
                     if resp.status != 200:
                         return None
                     data = await resp.json(content_type=None)
@@ -110,6 +114,7 @@ class Upstream:
         """A status endpoint's JSON; None when the engine did not answer 200."""
         try:
             async with self.aux.get(self.url + path) as resp:
+                self.key_refused = resp.status == 401
                 if resp.status != 200:
                     return None
                 return await resp.json(content_type=None)

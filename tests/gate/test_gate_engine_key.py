@@ -5,7 +5,8 @@ one, or none.
 With the right key every route works through the gate (admitted chats, counts, ``/props`` for
 limits the plan did not give, passthrough, ``/metrics``, ``/health``). With a wrong or no key
 the client hears a 502 that says the engine refused the gate's key: never the engine's 401,
-which would tell the client its own key was wrong.
+which would tell the client its own key was wrong. homelab's own status client (``status``,
+the live panels) reads the engine with the key, and says what a missing one means.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 
 from homelab.engine.engine_key import new_engine_key
 from homelab.engine.supervision.facts import PlanFacts
+from homelab.errors import EngineError
 from homelab.gate.runner import GateRunner
 from homelab.gate.settings import GateSettings
 from tests.engine.live_server import serve
@@ -107,3 +109,17 @@ def test_a_gate_without_the_right_key_says_so_with_a_502(
         error = response.json()["error"]
         assert error["code"] == "engine_key_refused"
         assert "refused the gate's key" in error["message"]
+
+
+def test_the_status_client_reads_a_keyed_engine_with_its_key(keyed_engine: str) -> None:
+    from homelab.engine.llamacpp.client import HealthState, LlamaServerClient
+
+    with LlamaServerClient(keyed_engine, api_key=KEY) as client:
+        seen = client.snapshot()
+    assert seen.health.state is HealthState.READY and seen.slots and not seen.notes
+    with LlamaServerClient(keyed_engine) as client:  # without: ready (/health is open), no slots
+        unkeyed = client.snapshot()
+        with pytest.raises(EngineError) as refused:
+            client.slots()
+    assert unkeyed.slots is None and "HTTP 401" in unkeyed.notes[0]
+    assert refused.value.hint is not None and "engine.json" in refused.value.hint

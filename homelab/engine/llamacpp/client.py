@@ -186,11 +186,12 @@ class LlamaServerClient:
             ) from None
         if response.status_code != 200:
             message = _error_message(response)
-            hint = (
-                "Start it with --metrics (homelab's argv does)."
-                if response.status_code == 501
-                else None
-            )
+            hint = {
+                501: "Start it with --metrics (homelab's argv does).",
+                401: "It wants its own key, which homelab keeps in the engine's record "
+                "(engine.json); a record that lost it: `homelab serve MODEL --replace` "
+                "starts the engine again with a fresh key.",
+            }.get(response.status_code)
             raise EngineUnavailableError(
                 f"llama-server at {self.base_url} answered {path} with HTTP {response.status_code}: {message}",
                 hint=hint,

@@ -28,7 +28,6 @@ from pathlib import Path
 
 from homelab.engine.engine_key import new_engine_key
 from homelab.engine.kinds import KINDS, EngineKind, ServePlan, engine_kind
-from homelab.engine.supervision.identity import key_given
 from homelab.engine.supervision.ownership import Running, decide, running, stop_engine, stop_found
 from homelab.engine.supervision.ports import LOOPBACK, choose_port
 from homelab.engine.supervision.readiness import EngineProfile
@@ -218,10 +217,7 @@ class ServeSession:
     def _adopt(self, record: EngineRecord) -> Supervisor:
         kind = engine_kind(record.engine)
         profile = kind.profile(None, record.model)
-        if record.api_key is None and profile.key_env is not None:  # a record that lost it
-            key = key_given(record.pid, record.engine_id, profile.key_env)
-            if key is not None:
-                record = self.store.update(record.pid, api_key=key) or replace(record, api_key=key)
+        record = self.store.with_key(record, profile.key_env)  # a record that lost it
         spec = EngineSpec(
             argv=record.argv,
             model=record.model,

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from homelab.engine.supervision.identity import key_given
 from homelab.engine.supervision.record import EngineRecord, own_supervisor
 from homelab.errors import EngineError
 from homelab.paths import state_dir
@@ -205,6 +206,19 @@ class StateFile:
         record = replace(record, **changes)  # type: ignore[arg-type]
         self.write(record)
         return record
+
+    def with_key(self, record: EngineRecord, key_env: str | None) -> EngineRecord:
+        """``record``, with the engine's own key read back from the engine's environment
+        (:func:`~homelab.engine.supervision.identity.key_given`) when the record lost it (an
+        edited file), written back (when it can be) for ``status`` and the next adopter."""
+        if record.api_key is not None or key_env is None:
+            return record
+        key = key_given(record.pid, record.engine_id, key_env)
+        if key is None:
+            return record  # none given (no gate, an older engine), or not ours to read
+        with contextlib.suppress(OSError):
+            self.update(record.pid, api_key=key)
+        return replace(record, api_key=key)
 
     def clear(self, pid: int) -> None:
         """Remove the record if it names engine ``pid`` (never one that cannot be read)."""

@@ -113,7 +113,8 @@ def engine_target(record: EngineRecord) -> AgentTarget:
     gate_url, budget = record.gate_url, record.gate_budget_tokens
     base = local_url(gate_url) if gate_url else record.url
     key = stored_key() if gate_url else None
-    model = served_model(base, key)
+    model = served_model(base, key if gate_url else record.api_key)  # the engine's own key
+    # is homelab's alone: an agent is never given it (a gated engine is reached by its gate)
     return target_for(
         facts,
         base_url=base,

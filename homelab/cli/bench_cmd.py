@@ -215,6 +215,7 @@ def _run(args: argparse.Namespace) -> int:
         engine_url=target.engine_url,
         gate_url=target.gate_url,
         api_key=target.api_key,
+        engine_key=target.engine_key,
         workload=Workload(args.workload),
         prompt_tokens=args.prompt_tokens,
         max_tokens=args.max_tokens,

@@ -39,7 +39,13 @@ def watch_status(supervisor, *, kv_unified: bool) -> None:
         if supervisor.state is State.READY:
             line.show(status_line(status))
 
-    poller = StatusPoller(url, kv_unified=kv_unified, interval_s=every, timeout_s=min(every, 5.0))
+    poller = StatusPoller(
+        url,
+        kv_unified=kv_unified,
+        interval_s=every,
+        timeout_s=min(every, 5.0),
+        api_key=supervisor.spec.api_key,  # the engine's own key (its gate's too)
+    )
     poller.subscribe(show)
     try:
         poller.start()

@@ -199,7 +199,7 @@ def _look(record: EngineRecord) -> _Seen:
     health = line = None
     kind = KINDS.get(record.engine)
     if running_now and kind is not None:
-        client = kind.status_client(record.url, 3.0)  # record.url is always loopback
+        client = kind.status_client(record.url, 3.0, record.api_key)  # always loopback
         if client is not None:
             with client:
                 snapshot = client.snapshot(

@@ -142,8 +142,9 @@ class EngineKind(Protocol):
         """The supervisor's view of this engine (failure hints from ``plan`` when given)."""
         ...
 
-    def status_client(self, url: str, timeout_s: float) -> Any:
-        """A live-status client for the engine at ``url`` (a context manager), or None."""
+    def status_client(self, url: str, timeout_s: float, api_key: str | None = None) -> Any:
+        """A live-status client for the engine at ``url`` (a context manager), or None;
+        ``api_key``: the engine's own key (the record's), sent with every request."""
         ...
 
     def measure(self, plan: ServePlan, lines: Sequence[str], executable: str) -> Measured | None:

@@ -25,10 +25,16 @@ log = logging.getLogger(__name__)
 class Gate:
     """Everything one gate holds. Create, use and close on its event loop."""
 
-    def __init__(self, settings: GateSettings, engine_url: str, facts: PlanFacts | None) -> None:
+    def __init__(
+        self,
+        settings: GateSettings,
+        engine_url: str,
+        facts: PlanFacts | None,
+        engine_key: str | None = None,
+    ) -> None:
         self.settings = settings
         self.facts = facts
-        self.upstream = Upstream(engine_url)
+        self.upstream = Upstream(engine_url, engine_key)
         self.metrics = GateMetrics()
         self.reuse = ReuseBook()
         self.url: str | None = None

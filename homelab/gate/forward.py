@@ -26,7 +26,14 @@ from homelab.gate.admission import Refusal
 from homelab.gate.core import Gate
 from homelab.gate.engine_wait import post_when_up
 from homelab.gate.errors import BadRequest
-from homelab.gate.replies import error_reply, refusal_reply, sse_engine_gone, sse_error
+from homelab.gate.replies import (
+    ENGINE_KEY_REFUSED,
+    engine_key_refused,
+    error_reply,
+    refusal_reply,
+    sse_engine_gone,
+    sse_error,
+)
 from homelab.gate.requests import Asked, Route, completion_cap, forwarded_body, parse
 from homelab.gate.sse import Outcome, StreamTally, outcome_of
 from homelab.gate.waiting import AdmissionQueue, Refused, Ticket
@@ -51,6 +58,8 @@ async def complete(gate: Gate, request: web.Request, route: Route) -> web.Stream
     charge = Charge(asked.max_tokens, asked.stream, model=model if isinstance(model, str) else None)
     request[CHARGE_KEY] = charge
     queue = await gate.ready_queue()
+    if queue is None and gate.upstream.key_refused:  # not loading: it refuses the gate's key
+        return engine_key_refused(anthropic=anthropic)
     if queue is None:
         return error_reply(
             503,
@@ -323,6 +332,12 @@ async def _forward(
             anthropic=asked.route.anthropic,
         )
     try:
+        if upstream.status == 401:  # the engine refused the gate's key: the gate's fault
+            gate.metrics.upstream_errors.labels(kind="key").inc()
+            if started is not None:
+                code = "engine_key_refused"
+                return await _end_stream(started, asked, ENGINE_KEY_REFUSED, "server_error", code)
+            return engine_key_refused(anthropic=asked.route.anthropic)
         if upstream.status >= 400:
             gate.metrics.upstream_errors.labels(kind="status").inc()
         if upstream.content_type != "text/event-stream":

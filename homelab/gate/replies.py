@@ -46,6 +46,22 @@ def error_reply(
     )
 
 
+ENGINE_KEY_REFUSED = (
+    "The engine refused the gate's key for it (the engine's own key, made when homelab "
+    "started it behind this gate): its record lost the key, or another program took its "
+    "port. Run `homelab serve MODEL --replace` to start it again with a fresh key."
+)
+"""What a client hears when the engine answers the gate 401: a 502 (the gate's side is
+wrong), never a 401 that would tell the client its own key was wrong."""
+
+
+def engine_key_refused(*, anthropic: bool = False) -> web.Response:
+    """The engine refused the gate's key (see :data:`ENGINE_KEY_REFUSED`)."""
+    return error_reply(
+        502, ENGINE_KEY_REFUSED, kind="server_error", code="engine_key_refused", anthropic=anthropic
+    )
+
+
 REFUSAL_STATUS = {
     Refusal.QUEUE_FULL: (429, "rate_limit_error"),
     Refusal.TIMEOUT: (503, "unavailable_error"),

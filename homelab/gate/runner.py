@@ -33,12 +33,20 @@ SHUTDOWN_GRACE_S = 2.0
 
 class GateRunner:
     """The gate in front of ``engine_url`` (a loopback URL), with ``facts`` from the plan
-    (None: the limits come from the engine's ``/props`` on the first request)."""
+    (None: the limits come from the engine's ``/props`` on the first request), sending
+    ``engine_key`` (the engine's own key; None: it has none) on every call to the engine."""
 
-    def __init__(self, settings: GateSettings, engine_url: str, facts: PlanFacts | None) -> None:
+    def __init__(
+        self,
+        settings: GateSettings,
+        engine_url: str,
+        facts: PlanFacts | None,
+        engine_key: str | None = None,
+    ) -> None:
         settings.check()
         self.settings = settings
         self.engine_url = engine_url
+        self._engine_key = engine_key
         self.facts = facts
         self.url: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -128,7 +136,7 @@ class GateRunner:
 
     async def _serve(self) -> None:
         self._stopping = asyncio.Event()
-        gate = Gate(self.settings, self.engine_url, self.facts)
+        gate = Gate(self.settings, self.engine_url, self.facts, self._engine_key)
         self._gate = gate
         runner = CappedRunner(  # bounded in time and number (homelab.gate.sockets)
             build_app(gate),

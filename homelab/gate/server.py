@@ -14,7 +14,7 @@ from aiohttp import web
 from homelab.gate.access_log import access_log
 from homelab.gate.core import Gate
 from homelab.gate.forward import complete
-from homelab.gate.replies import error_reply
+from homelab.gate.replies import engine_key_refused, error_reply
 from homelab.gate.requests import ROUTES, Route
 from homelab.gate.state import STATE_PATH
 from homelab.gate.trust import cors_headers, trust_middleware
@@ -98,6 +98,9 @@ async def _passthrough(request: web.Request) -> web.StreamResponse:
         async with gate.upstream.aux.request(
             request.method, gate.upstream.url + request.path_qs, data=body, headers=headers
         ) as resp:
+            if resp.status == 401:  # the engine refused the gate's key, not the client's
+                gate.metrics.upstream_errors.labels(kind="key").inc()
+                return engine_key_refused()
             data = await resp.read()
             return web.Response(status=resp.status, body=data, content_type=resp.content_type)
     except (aiohttp.ClientError, TimeoutError) as error:

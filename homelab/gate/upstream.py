@@ -1,6 +1,11 @@
 """The gate's client of its engine (aiohttp, loopback only, no proxies from the
 environment): token counts, ``/props``, ``/slots``, and waiting for a slot to go idle.
 
+Both send the engine's own key (:mod:`homelab.engine.engine_key`) on every request, as
+session headers: an engine started behind the gate answers nothing else (401), so every
+path through here (forwards, counts, ``/props``, ``/slots``, ``/metrics``, ``/health``,
+passthrough) is covered at once; a client's own ``Authorization`` is never passed on.
+
 Two sessions: ``forward`` carries the admitted requests (their number is bounded by
 admission), ``aux`` carries counts and status calls over at most :data:`AUX_CONNECTIONS`
 connections — llama-server serves HTTP with ``max(n_parallel + 2, cores − 1)`` threads,
@@ -17,6 +22,7 @@ from typing import Any
 
 import aiohttp
 
+from homelab.engine.engine_key import key_headers
 from homelab.engine.llamacpp.answers import ServerProps, SlotStatus, parse_props, parse_slot
 from homelab.engine.loopback import require_loopback
 
@@ -33,15 +39,21 @@ SLOT_POLL_S = 1.25
 class Upstream:
     """One engine, as the gate's event loop talks to it. Create and close on that loop."""
 
-    def __init__(self, engine_url: str) -> None:
+    def __init__(self, engine_url: str, engine_key: str | None = None) -> None:
         self.url = require_loopback(engine_url).rstrip("/")
+        headers = key_headers(engine_key)
         self.forward = aiohttp.ClientSession(
+            headers=headers,
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0),
             auto_decompress=False,
             trust_env=False,
         )
+        self.key_refused = False
+        """The engine's last status or count answer was 401: it refused the key this gate
+        holds (said to clients as that, not as an engine still loading)."""
         self.aux = aiohttp.ClientSession(
+            headers=headers,
             connector=aiohttp.TCPConnector(limit=AUX_CONNECTIONS, keepalive_timeout=KEEPALIVE_S),
             timeout=aiohttp.ClientTimeout(total=STATUS_TIMEOUT_S, sock_connect=5.0),
             trust_env=False,
@@ -86,6 +98,7 @@ class Upstream:
                     headers={"Content-Type": "application/json"},
                     timeout=aiohttp.ClientTimeout(total=COUNT_TIMEOUT_S),
                 ) as resp:
+                    self.key_refused = resp.status == 401
                     if resp.status != 200:
                         return None
                     data = await resp.json(content_type=None)
@@ -101,6 +114,7 @@ class Upstream:
         """A status endpoint's JSON; None when the engine did not answer 200."""
         try:
             async with self.aux.get(self.url + path) as resp:
+                self.key_refused = resp.status == 401
                 if resp.status != 200:
                     return None
                 return await resp.json(content_type=None)

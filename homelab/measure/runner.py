@@ -124,7 +124,9 @@ async def _props(engine: httpx.AsyncClient) -> dict:
 async def _bench(settings: BenchSettings, emit: Listener, cancel: threading.Event) -> BenchReport:
     started_wall, started = time.time(), time.monotonic()
     async with contextlib.AsyncExitStack() as stack:
-        engine = await stack.enter_async_context(open_client(settings.engine_url))
+        engine = await stack.enter_async_context(
+            open_client(settings.engine_url, api_key=settings.engine_key)
+        )
         gate = None
         if settings.gate_url is not None:
             gate = await stack.enter_async_context(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from homelab.errors import UsageError
 from homelab.measure.shapes import Workload, agent_turn_tokens, largest_prompt
@@ -25,6 +25,9 @@ class BenchSettings:
     gate_url: str | None = None
     api_key: str | None = None
     """The gate's key, when it checks one."""
+    engine_key: str | None = field(default=None, repr=False)
+    """The engine's own key (homelab's engine behind its gate has one), for the calls to
+    ``engine_url``; None: it has none."""
     workload: Workload = Workload.AGENT
     prompt_tokens: int | None = None
     """Independent prompts: tokens each; agent sessions: the shared system prompt's."""

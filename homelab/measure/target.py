@@ -30,6 +30,11 @@ class Target:
     record: EngineRecord | None
     """homelab's record of the engine; None: not an engine homelab runs."""
 
+    @property
+    def engine_key(self) -> str | None:
+        """The engine's own key (an engine behind homelab's gate answers 401 without it)."""
+        return None if self.record is None else self.record.api_key
+
 
 def find_target(url: str | None = None) -> Target:
     """The engine (and gate) to measure.

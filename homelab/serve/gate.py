@@ -15,7 +15,8 @@ which outlives this process, has its gate in a detached process of its own
 (:mod:`homelab.serve.gate_process`, the same runner), which ends when the
 engine's record goes (``homelab stop``, a replace) or on SIGTERM. The engine record
 names the gate (``gate_url``, ``gate_budget_tokens``, its pid), so the next ``serve``
-adopts both and ``homelab status`` shows both; the API key is never in it.
+adopts both and ``homelab status`` shows both. The gate's API key is never in it; the
+engine's own key is (:mod:`homelab.engine.engine_key`; the state file is 0600).
 """
 
 from __future__ import annotations
@@ -116,9 +117,16 @@ class SessionGate:
     # -- after the engine is ready ----------------------------------------------------------
 
     def start(
-        self, engine_url: str, facts: PlanFacts | None, engine_pid: int | None, *, detached: bool
+        self,
+        engine_url: str,
+        facts: PlanFacts | None,
+        engine_pid: int | None,
+        *,
+        detached: bool,
+        key: str | None = None,
     ) -> None:
-        """Start the gate in front of ``engine_url`` (here, or in a detached process).
+        """Start the gate in front of ``engine_url`` (here, or in a detached process), sending
+        ``key`` (the engine's own; None: it has none) on every call to the engine.
 
         Raises:
             HomelabError: it could not listen (its port was taken meanwhile).
@@ -131,14 +139,14 @@ class SessionGate:
             if detached:
                 from homelab.serve.gate_process import spawn_gate
 
-                child = spawn_gate(settings, engine_url, facts, self._store.path)
+                child = spawn_gate(settings, engine_url, facts, self._store.path, key)
                 self._child = child
                 self.url, self.ceiling, budget = child.url, child.ceiling, child.budget
                 limit, pid, created = child.max_concurrent, child.pid, child.create_time
             else:
                 from homelab.gate.runner import GateRunner
 
-                runner = GateRunner(settings, engine_url, facts)
+                runner = GateRunner(settings, engine_url, facts, key)
                 self.url = runner.start()
                 self._runner = runner
                 state = runner.state()

@@ -67,9 +67,14 @@ def _count(value: object) -> int | None:
 
 
 def spawn_gate(
-    settings: GateSettings, engine_url: str, facts: PlanFacts | None, state_file: Path
+    settings: GateSettings,
+    engine_url: str,
+    facts: PlanFacts | None,
+    state_file: Path,
+    engine_key: str | None = None,
 ) -> GateChild:
-    """Start a detached gate process; returns once it listens.
+    """Start a detached gate process; returns once it listens. Its keys (the gate's and the
+    engine's own) go in the payload on its stdin, never on its command line (``ps``).
 
     Raises:
         HomelabError: the gate could not listen (its own error), or it did not answer.
@@ -82,6 +87,7 @@ def spawn_gate(
     payload = {
         "settings": asdict(settings),
         "engine_url": engine_url,
+        "engine_key": engine_key,
         "facts": None if facts is None else facts.to_json(),
         "state_file": str(state_file),
         "log_path": str(log_path),
@@ -179,7 +185,13 @@ def main() -> int:
     given["sampling"] = tuple(
         (name, value) for name, value in given.get("sampling", ())
     )  # JSON lists
-    runner = GateRunner(GateSettings(**given), payload["engine_url"], facts)
+    engine_key = payload.get("engine_key")
+    runner = GateRunner(
+        GateSettings(**given),
+        payload["engine_url"],
+        facts,
+        engine_key if isinstance(engine_key, str) else None,
+    )
     try:
         url = runner.start()
     except HomelabError as error:

@@ -305,6 +305,7 @@ class Healer:
                 timeout_s=PROOF_TIMEOUT_S,
                 heal_line=self.oom.heal_line,
                 on_start=lambda slot, tokens, ctx: session.emit(ev.Proving(slot, tokens, ctx)),
+                api_key=self.supervisor.spec.api_key,
             )
         finally:
             self.proving = False

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from homelab.engine.engine_key import key_headers
 from homelab.engine.loopback import loopback_client
 from homelab.paths import state_dir
 
@@ -199,13 +200,15 @@ def prove(
     timeout_s: float,
     heal_line: Callable[[str], bool],
     on_start: Callable[[int, int, int], None] | None = None,
+    api_key: str | None = None,
 ) -> ProofResult:
     """Fill the largest slot of the engine at ``url`` once; see the module docstring.
 
     ``gpu``: the card's name on a GPU plan (its used memory is watched), None on a CPU plan
     (the engine process's resident memory). ``supervisor`` gives the live log, whose lines
     ``heal_line`` says are an out-of-memory (the engine kind's reading); ``on_start(slot, prompt_tokens, ctx)`` is called
-    once the prompt is built. Never raises for the engine's sake: a failure is in the result.
+    once the prompt is built; ``api_key``: the engine's own key, sent with every request (an
+    engine behind homelab's gate answers 401 without it). Never raises for the engine's sake: a failure is in the result.
     """
     memory = MemoryWatch(pid, gpu)
     log = LogWatch(supervisor, heal_line)
@@ -213,7 +216,7 @@ def prove(
     error: str | None = None
     body_oom: str | None = None
     try:
-        with loopback_client(url, timeout_s=timeout_s) as client:
+        with loopback_client(url, timeout_s=timeout_s, headers=key_headers(api_key)) as client:
             slot, n_ctx = largest_slot(client)
             prompt = proof_prompt(client, max(1, n_ctx - MARGIN_TOKENS - N_PREDICT))
             tokens = len(prompt)

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from homelab.engine.engine_key import new_engine_key
 from homelab.engine.kinds import KINDS, EngineKind, ServePlan, engine_kind
 from homelab.engine.supervision.ownership import Running, decide, running, stop_engine, stop_found
 from homelab.engine.supervision.ports import LOOPBACK, choose_port
@@ -203,6 +204,7 @@ class ServeSession:
             start_timeout_s=self.request.start_timeout_s,
             facts=plan.facts,
             memory_limit=options.engine.memory_limit,
+            api_key=None if self.gate is None else new_engine_key(),  # the gate's alone
         )
         supervisor = self._supervisor(spec, kind.profile(plan, plan.model_path))
         self.emit(ev.Starting(kind.name, kind.program))
@@ -214,6 +216,8 @@ class ServeSession:
 
     def _adopt(self, record: EngineRecord) -> Supervisor:
         kind = engine_kind(record.engine)
+        profile = kind.profile(None, record.model)
+        record = self.store.with_key(record, profile.key_env)  # a record that lost it
         spec = EngineSpec(
             argv=record.argv,
             model=record.model,
@@ -223,8 +227,9 @@ class ServeSession:
             detached=record.detached,
             start_timeout_s=self.request.start_timeout_s,
             facts=record.facts,
+            api_key=record.api_key,  # a restart keeps the key its gate (and status) hold
         )
-        supervisor = self._supervisor(spec, kind.profile(None, record.model))
+        supervisor = self._supervisor(spec, profile)
         self.emit(ev.Adopting(record, kind.program, time.time() - record.started_at))
         supervisor.adopt(record)
         self.adopted = record
@@ -281,7 +286,8 @@ class ServeSession:
             detached = self.request.detach or (adopted is not None and adopted.detached)
             try:
                 facts = self.kind.served_facts(supervisor.spec.facts, supervisor.attempt_lines())
-                self.gate.start(ready.url or "", facts, ready.pid, detached=detached)
+                key = supervisor.spec.api_key
+                self.gate.start(ready.url or "", facts, ready.pid, detached=detached, key=key)
             except HomelabError as error:  # never an engine of ours left without its gate
                 if adopted is None:
                     supervisor.stop()

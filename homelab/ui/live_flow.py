@@ -210,7 +210,8 @@ class LiveFlow(AppFlow):
         if url == self._status_url:
             return
         self._status_url = url
-        self.swap_status_poller(url)
+        key = None if supervisor is None else supervisor.spec.api_key  # the engine's own
+        self.swap_status_poller(url, key)
         if url is None:
             try:
                 self.query_one("#metrics", MetricsPanel).clear()
@@ -218,7 +219,7 @@ class LiveFlow(AppFlow):
                 pass
 
     @work(thread=True, exclusive=False, group="status", exit_on_error=False)
-    def swap_status_poller(self, url: str | None) -> None:
+    def swap_status_poller(self, url: str | None, key: str | None = None) -> None:
         from homelab.engine.llamacpp.reuse_alarm import ReuseWatch
         from homelab.engine.llamacpp.status_poller import StatusPoller
 
@@ -228,7 +229,7 @@ class LiveFlow(AppFlow):
             old.stop()
         if url is None:
             return
-        poller = StatusPoller(lambda: url, interval_s=self.state.args.refresh_s or 1.0)
+        poller = StatusPoller(lambda: url, interval_s=self.state.args.refresh_s or 1.0, api_key=key)
         watch = ReuseWatch()  # one per engine life: its cache, its alarm
         poller.subscribe(lambda status: self._on_status(watch, status))
         poller.start()

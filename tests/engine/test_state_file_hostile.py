@@ -90,6 +90,10 @@ CONTENTS = {
     "unknown version": {"version": 99},
     "negative pid": {"pid": -1},
     "deep nesting": "[" * 100_000 + "]" * 100_000,
+    "api_key a number": {"api_key": 12345678901234567890},
+    "api_key with spaces": {"api_key": "a key with spaces in it"},
+    "api_key too short": {"api_key": "short"},
+    "api_key a list of keys": {"api_key": "abcdefghijklmnop,qrstuvwxyz012345"},
 }
 
 
@@ -239,3 +243,25 @@ def test_a_recorded_group_that_is_not_its_group_is_not_signalled(bystander) -> N
     assert bystander.poll() is None and alive(os.getpid())
     result = run_homelab("stop", timeout_s=60)
     assert result.returncode == 0 and bystander.poll() is None
+
+
+def test_the_engine_key_is_kept_private() -> None:
+    """The record holds the engine's own key: the file is 0600 whatever the umask, the key is
+    in no repr, and a garbled key is never echoed when the record is set aside."""
+    store = StateFile()
+    key = "k" * 43
+    old = os.umask(0)
+    try:
+        store.write(_record(os.getpid(), api_key=key))
+    finally:
+        os.umask(old)
+    assert store.path.stat().st_mode & 0o777 == 0o600
+    record = store.read()
+    assert record is not None and record.api_key == key
+    assert key not in repr(record)
+    secret = "garbled key " + "s3cr3t" * 4
+    store.path.write_text(json.dumps({**_valid_json(), "api_key": secret}))
+    notes: list = []
+    assert store.live(notes) is None
+    (aside,) = notes
+    assert "api_key" in aside.describe() and "s3cr3t" not in aside.describe()

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from homelab.cli.serve_cmd import ServeText
+from homelab.engine.engine_key import key_headers
 from homelab.engine.supervision.states import State
 from homelab.gate.config_file import GateChoices
 from homelab.gate.state import STATE_PATH
@@ -47,8 +48,9 @@ def _gate(url: str) -> dict:
     return httpx.get(f"{url}{STATE_PATH}", timeout=10, trust_env=False).json()
 
 
-def _fill_a_slot(url: str) -> httpx.Response:
-    with httpx.Client(base_url=url, timeout=120) as client:
+def _fill_a_slot(url: str, key: str | None) -> httpx.Response:
+    """The engine's own port: with its own key (it has one behind the gate)."""
+    with httpx.Client(base_url=url, timeout=120, headers=key_headers(key)) as client:
         return client.post("/completion", json=full_slot_body(client))
 
 
@@ -85,7 +87,9 @@ def test_a_batch_that_cannot_allocate_at_run_time_heals_to_fewer_slots(
         assert gate_url is not None and gate_url != supervisor.url
         assert _gate(gate_url)["max_concurrent"] == 2  # the gate in front admits 2 at once
 
-        failed = _fill_a_slot(supervisor.url)  # the work buffer cannot grow: a real OOM
+        failed = _fill_a_slot(
+            supervisor.url, supervisor.spec.api_key
+        )  # the work buffer cannot grow: a real OOM
         assert failed.status_code == 500, f"the batch held under the cap {lazy}: {failed.text}"
         assert "decode() failed: std::bad_alloc" in failed.text
 
@@ -101,7 +105,9 @@ def test_a_batch_that_cannot_allocate_at_run_time_heals_to_fewer_slots(
         assert _wait(back), f"not ready again: {supervisor.events[-1]}"
         assert session.plan is not None and session.plan.facts.slots == 1
         url = supervisor.url or ""
-        answered = _fill_a_slot(url)  # the smaller plan's slot, filled: it holds now
+        answered = _fill_a_slot(
+            url, supervisor.spec.api_key
+        )  # the smaller plan's slot, filled: it holds now
         assert answered.status_code == 200, answered.text[:300]
         assert _wait(lambda: any(isinstance(e, ev.Healed) for e in seen))
         healed = next(e for e in seen if isinstance(e, ev.Healed))
@@ -141,7 +147,7 @@ def test_a_run_time_heal_with_no_smaller_plan_left_ends_with_a_heal_error(
         session.wait_ready()
         supervisor = session.supervisor
         assert supervisor is not None and supervisor.url is not None
-        assert _fill_a_slot(supervisor.url).status_code == 500
+        assert _fill_a_slot(supervisor.url, supervisor.spec.api_key).status_code == 500
         assert supervisor.wait_stopped(60), "the engine was not stopped after the give-up"
         with pytest.raises(heal.HealError) as raised:
             session.finish()

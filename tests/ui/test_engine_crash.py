@@ -116,7 +116,7 @@ def test_an_engine_killed_from_outside_is_restarted_and_the_panel_says_so(
             await _pick_small_plan(app, pilot)
             await _start_and_wait_ready(app, pilot, engine_pids)
             await _killed_and_back(app, pilot, engine_pids, 1)
-            assert isinstance(_chat(app.state.running.supervisor.url), str)
+            assert isinstance(_chat(app.state.running.session.public_url), str)  # via the gate
             await _quit_stopping_the_engine(app, pilot)
 
     run(drive())

@@ -201,7 +201,9 @@ def test_switch_stops_the_first_engine_and_starts_the_second(
             engine_pids.add(app.state.running.supervisor.pid)
             assert not alive(first_pid)
             assert app.state.running.entry.name == "second-copy"
-            assert isinstance(_chat(app.state.running.supervisor.url), str)
+            # through the gate: the engine's own port wants the key only the gate holds
+            await wait_until(pilot, lambda: app.state.running.session.public_url is not None)
+            assert isinstance(_chat(app.state.running.session.public_url), str)
             await _quit_stopping_the_engine(app, pilot)
 
     run(drive())

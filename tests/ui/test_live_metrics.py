@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.factory.server_log import free_port
@@ -64,6 +65,12 @@ def test_metrics_panel_shows_the_generation_speed_of_a_real_chat(
             assert "gate: 0 running · 0 queued · 0 of " in _metrics_text(app)
             held = panel.last.kv_per_slot[0][1]
             assert held > 0  # the chat's cells are held in slot 0
+            # the engine behind the gate has its own key: its /slots refuses a caller
+            # without it, so the figures above came from a poller that sends it
+            engine_url = app.state.running.supervisor.url
+            assert engine_url is not None and engine_url != url
+            refused = httpx.get(f"{engine_url}/slots", timeout=10, trust_env=False)
+            assert refused.status_code == 401, refused.text
             assert _alarm_text(app) == ""  # a first short chat never alarms
             poller = app.status_poller
             await pilot.press("x", "y")  # stop it? yes
@@ -93,3 +100,39 @@ def test_quit_with_the_status_poller_running_never_raises(models_dir: Path, engi
         assert app.status_poller is None
 
     run(drive())
+
+
+def test_an_adopted_keyed_engine_still_fills_the_panel(models_dir: Path, engine_pids) -> None:
+    """The engine behind the gate has its own key; the next app, which adopts it, polls its
+    ``/slots`` and ``/metrics`` with the key from the engine's record (else 401s, no slots)."""
+    state: dict[str, object] = {}
+
+    async def first() -> None:
+        app = _app(models_dir, free_port())
+        async with app.run_test(size=(140, 45)) as pilot:
+            await _pick_small_plan(app, pilot)
+            await _start_and_wait_ready(app, pilot, engine_pids)
+            state["engine"] = app.state.running.supervisor.url
+            await pilot.press("q")
+            await wait_until(pilot, lambda: app.screen.__class__.__name__ == "QuitScreen")
+            await pilot.press("l")  # leave it running
+            await wait_until(pilot, lambda: not app.is_running, timeout=60)
+        app.shutdown_engine()
+
+    async def second() -> None:
+        app = _app(models_dir, free_port())
+        async with app.run_test(size=(140, 45)) as pilot:
+            panel = app.query_one("#metrics")
+            await wait_until(pilot, lambda: app.state.health.state == "ready", timeout=60)
+            assert app.state.running.supervisor.url == state["engine"]  # adopted, not new
+            await wait_until(pilot, lambda: "KV slot 0:" in _metrics_text(app), 30)
+            assert panel.last is not None and panel.last.slots is not None
+            assert not panel.last.notes, panel.last.notes  # no 401 said
+            await pilot.press("x", "y")  # stop it? yes
+            await wait_until(pilot, lambda: app.state.health.state == "stopped", timeout=60)
+            await pilot.press("q")
+
+    run(first())
+    refused = httpx.get(f"{state['engine']}/slots", timeout=10, trust_env=False)
+    assert refused.status_code == 401, refused.text
+    run(second())

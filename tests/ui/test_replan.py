@@ -118,7 +118,7 @@ def test_R_after_the_desktop_grew_restarts_with_a_plan_made_on_the_card_now(
             assert "flags -c 8192 -np 1 → -c 8192 -np 1 (unchanged)" in server
             assert "restarts 0" in server  # a new engine, not a crash
             await wait_until(pilot, lambda: _growth_text(app) == "", WAIT_S)  # planned for it
-            assert isinstance(_chat(app.state.running.supervisor.url), str)
+            assert isinstance(_chat(app.state.running.session.public_url), str)  # via the gate
 
             replanned = app.state.running.supervisor.pid  # r: restart as it is, the same flags
             await pilot.press("r")

@@ -26,6 +26,7 @@ from typing import Any, Self
 
 import httpx
 
+from homelab.engine.engine_key import key_headers
 from homelab.engine.llamacpp.answers import ServerProps, SlotStatus, parse_props, parse_slot
 from homelab.engine.llamacpp.metrics import LlamaMetrics, MetricsFormatError, MetricsWindow, window
 from homelab.engine.loopback import loopback_client
@@ -126,12 +127,16 @@ class LlamaServerClient:
     main loop, so a server busy with a long prompt answers them late. Requests go through
     the loopback client (:mod:`homelab.engine.loopback`): no proxies from the environment,
     and ``base_url`` must be on 127.0.0.1, ::1 or localhost (else ``NotLoopbackError``).
+    ``api_key``: the engine's own key, sent with every request (an engine behind homelab's
+    gate answers 401 without it; see :mod:`homelab.engine.engine_key`); None: it has none.
     Use as a context manager or call :meth:`close`.
     """
 
-    def __init__(self, base_url: str, timeout_s: float = 5.0) -> None:
+    def __init__(self, base_url: str, timeout_s: float = 5.0, api_key: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = loopback_client(self.base_url, timeout_s=timeout_s)
+        self._http = loopback_client(
+            self.base_url, timeout_s=timeout_s, headers=key_headers(api_key)
+        )
         self._previous: LlamaMetrics | None = None
         self._previous_at: float | None = None
         self._last_reuse: tuple[int, int] | None = None
@@ -181,11 +186,12 @@ class LlamaServerClient:
             ) from None
         if response.status_code != 200:
             message = _error_message(response)
-            hint = (
-                "Start it with --metrics (homelab's argv does)."
-                if response.status_code == 501
-                else None
-            )
+            hint = {
+                501: "Start it with --metrics (homelab's argv does).",
+                401: "It wants its own key, which homelab keeps in the engine's record "
+                "(engine.json); a record that lost it: `homelab serve MODEL --replace` "
+                "starts the engine again with a fresh key.",
+            }.get(response.status_code)
             raise EngineUnavailableError(
                 f"llama-server at {self.base_url} answered {path} with HTTP {response.status_code}: {message}",
                 hint=hint,

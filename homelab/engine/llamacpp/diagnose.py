@@ -256,5 +256,6 @@ def llama_server_profile(plan: Plan | None = None, model: str | None = None) -> 
         serving_line=SERVING_LINE,
         diagnose=diagnose,
         env={"LLAMA_ARG_LOG_COLORS": "off"},
+        key_env="LLAMA_API_KEY",
         kind=LlamaCpp.name,
     )

@@ -112,10 +112,10 @@ class LlamaCpp:
             return profile
         return replace(profile, env={**profile.env, **plan.env})
 
-    def status_client(self, url: str, timeout_s: float) -> Any:
+    def status_client(self, url: str, timeout_s: float, api_key: str | None = None) -> Any:
         from homelab.engine.llamacpp.client import LlamaServerClient
 
-        return LlamaServerClient(url, timeout_s=timeout_s)
+        return LlamaServerClient(url, timeout_s=timeout_s, api_key=api_key)
 
     def measure(self, plan: ServePlan, lines: Sequence[str], executable: str) -> Measured | None:
         from homelab.engine.kinds import Measured

@@ -37,6 +37,8 @@ class StatusPoller:
             capacity is one slot's context, not their sum.
         interval_s: seconds between polls.
         timeout_s: bounds each request (default the smaller of ``interval_s`` and 5 s).
+        api_key: the engine's own key (an engine behind homelab's gate answers ``/slots``
+            and ``/metrics`` with 401 without it); None: it has none.
 
     Raises:
         NotLoopbackError: ``url`` is a fixed URL that is not on this machine's loopback.
@@ -49,7 +51,9 @@ class StatusPoller:
         kv_unified: bool | None = None,
         interval_s: float = INTERVAL_S,
         timeout_s: float | None = None,
+        api_key: str | None = None,
     ) -> None:
+        self._api_key = api_key
         if isinstance(url, str):
             fixed = require_loopback(url)
             self._url: Callable[[], str | None] = lambda: fixed
@@ -110,7 +114,9 @@ class StatusPoller:
         if url is None:
             return True
         if client is None:
-            client = self._client = LlamaServerClient(url, timeout_s=self.timeout_s)
+            client = self._client = LlamaServerClient(
+                url, timeout_s=self.timeout_s, api_key=self._api_key
+            )
         status = client.snapshot(kv_unified=self.kv_unified)
         self.polls += 1
         self._hub.publish(status)

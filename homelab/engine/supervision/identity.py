@@ -60,6 +60,24 @@ def _marker(process: psutil.Process) -> tuple[str, str] | None:
     return engine_id, state
 
 
+def key_given(pid: int, engine_id: str | None, key_env: str) -> str | None:
+    """The API key engine ``pid`` was given in its environment (``key_env``), read back from
+    the kernel (its owner alone may): how an adopter whose record lost the key (an edited
+    state file) still reaches the engine. None: no such key, not readable, or ``pid`` is not
+    the engine ``engine_id`` names (a recycled pid's environment is never trusted)."""
+    from homelab.engine.engine_key import is_engine_key
+
+    if engine_id is None:
+        return None
+    try:
+        process = psutil.Process(pid)
+        marker = _marker(process)
+        key = process.environ().get(key_env) if marker and marker[0] == engine_id else None
+    except (psutil.Error, OSError):
+        return None
+    return key if is_engine_key(key) else None
+
+
 def _found(process: psutil.Process, engine_id: str) -> FoundEngine | None:
     try:
         pgid = os.getpgid(process.pid)

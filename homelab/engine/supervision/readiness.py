@@ -45,6 +45,10 @@ class EngineProfile:
     health_path: str = "/health"
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """Extra environment variables for the engine process."""
+    key_env: str | None = None
+    """The environment variable the engine reads its API key from (``LLAMA_API_KEY``,
+    ``VLLM_API_KEY``): how the spec's key reaches it without showing on its command line.
+    None: the engine takes no key (the RPC worker)."""
     kind: str = ""
     """The engine kind's name, as records and options say it ("llama.cpp"); default: ``name``."""
     probe: Callable[[str], HealthAnswer] | None = None
@@ -70,11 +74,14 @@ class HealthAnswer:
     detail: str
 
 
-def health_client() -> httpx.Client:
-    """The loopback client (:mod:`homelab.engine.loopback`) with the health checks' timeout."""
+def health_client(api_key: str | None = None) -> httpx.Client:
+    """The loopback client (:mod:`homelab.engine.loopback`) with the health checks' timeout,
+    sending the engine's own key when it has one (llama-server leaves ``/health`` open, but
+    another health path or engine may not)."""
+    from homelab.engine.engine_key import key_headers
     from homelab.engine.loopback import loopback_client
 
-    return loopback_client(timeout_s=HEALTH_TIMEOUT_S)
+    return loopback_client(timeout_s=HEALTH_TIMEOUT_S, headers=key_headers(api_key))
 
 
 def check_health(client: httpx.Client, base_url: str, path: str = "/health") -> HealthAnswer:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from homelab.engine.engine_key import is_engine_key
 from homelab.engine.supervision.facts import PlanFacts
 from homelab.engine.supervision.identity import verify
 from homelab.engine.supervision.ports import LOOPBACK
@@ -70,6 +71,11 @@ class EngineRecord:
     """The process that runs the gate (this supervisor's, or a detached gate's own)."""
     gate_create_time: float | None = None
     """The gate process's start time per the kernel (guards against pid reuse)."""
+    api_key: str | None = field(default=None, repr=False)
+    """The engine's own key (:mod:`homelab.engine.engine_key`), which every call to its URL
+    must send; None: it has none (no gate, or started before engines had keys). Kept here so
+    a restart, a detached gate and a later adopter use the same key: the state file is
+    written 0600. Out of ``repr``: never logged."""
 
     @property
     def public_url(self) -> str:
@@ -149,7 +155,8 @@ class EngineRecord:
                 continue
             value = data[name]
             if not _is(value, kinds):
-                raise TypeError(f"{name} is {value!r}, not {' or '.join(_names(kinds))}")
+                said = "of another type" if name == "api_key" else repr(value)  # a secret
+                raise TypeError(f"{name} is {said}, not {' or '.join(_names(kinds))}")
             values[name] = value
         argv = values["argv"]
         assert isinstance(argv, list)
@@ -196,6 +203,7 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "gate_max_tokens": ((int, type(None)), False),
     "gate_pid": ((int, type(None)), False),
     "gate_create_time": ((*_NUMBER, type(None)), False),
+    "api_key": ((str, type(None)), False),
 }
 
 
@@ -213,6 +221,8 @@ def _check_gate(record: EngineRecord) -> None:
         raise ValueError(f"gate_max_tokens {record.gate_max_tokens} is not a token cap")
     if record.gate_pid is not None and record.gate_pid < 1:
         raise ValueError(f"gate_pid {record.gate_pid} is not a process")
+    if record.api_key is not None and not is_engine_key(record.api_key):
+        raise ValueError("api_key is not a key homelab makes")  # the value is never said
 
 
 def _is(value: object, kinds: tuple[type, ...]) -> bool:
@@ -259,4 +269,5 @@ def new_record(
         engine_id=engine_id,
         port_pinned=spec.port_pinned,
         facts=spec.facts,
+        api_key=spec.api_key,
     )

@@ -126,7 +126,7 @@ class RunLoop:
     def run(self, adopted: EngineProcess | None) -> None:
         """Run attempts until asked to stop or release, or until the engine cannot be kept up."""
         proc, outcome, failure = adopted, "stop", None
-        client = health_client()
+        client = health_client(self.spec.api_key)  # the same key on every attempt
         try:
             while True:
                 proc, outcome, failure = self._one_run(proc, client)
@@ -226,11 +226,13 @@ class RunLoop:
         log.begin(attempt)
         engine_id = new_engine_id()
         marker = {} if self.records.path is None else marker_env(engine_id, self.records.path)
+        key_env, key = self.profile.key_env, self.spec.api_key
+        secret = {} if key is None or key_env is None else {key_env: key}  # never on argv
         proc = EngineProcess.spawn(
             argv,
             log.path,
             die_with_parent=not self.spec.detached,
-            env={**self.profile.env, **marker},
+            env={**self.profile.env, **marker, **secret},
             header=marker_line(attempt, argv),
             memory_limit=self.spec.memory_limit,
         )

@@ -1,6 +1,7 @@
 """What engine homelab runs, on disk, so the next homelab finds it instead of starting a second.
 
-One JSON file, ``state_dir()/engine.json``, written atomically (temp file +
+One JSON file, ``state_dir()/engine.json``, readable by its owner alone (0600: it holds the
+engine's own key, see :mod:`homelab.engine.engine_key`), written atomically (temp file +
 rename) by the supervisor at every spawn, when the engine becomes ready, and
 when homelab lets go of a detached engine; removed when the engine stops.
 
@@ -34,6 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from homelab.engine.supervision.identity import key_given
 from homelab.engine.supervision.record import EngineRecord, own_supervisor
 from homelab.errors import EngineError
 from homelab.paths import state_dir
@@ -183,8 +185,10 @@ class StateFile:
         path.parent.mkdir(parents=True, exist_ok=True)
         temp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         data = (json.dumps(record.to_json(), indent=2) + "\n").encode("utf-8")
-        try:
-            with open(temp, "wb") as handle:
+        try:  # 0600 from the start (the record may hold the engine's key), never widened
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            os.fchmod(fd, 0o600)
+            with open(fd, "wb") as handle:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -202,6 +206,19 @@ class StateFile:
         record = replace(record, **changes)  # type: ignore[arg-type]
         self.write(record)
         return record
+
+    def with_key(self, record: EngineRecord, key_env: str | None) -> EngineRecord:
+        """``record``, with the engine's own key read back from the engine's environment
+        (:func:`~homelab.engine.supervision.identity.key_given`) when the record lost it (an
+        edited file), written back (when it can be) for ``status`` and the next adopter."""
+        if record.api_key is not None or key_env is None:
+            return record
+        key = key_given(record.pid, record.engine_id, key_env)
+        if key is None:
+            return record  # none given (no gate, an older engine), or not ours to read
+        with contextlib.suppress(OSError):
+            self.update(record.pid, api_key=key)
+        return replace(record, api_key=key)
 
     def clear(self, pid: int) -> None:
         """Remove the record if it names engine ``pid`` (never one that cannot be read)."""

@@ -12,7 +12,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
@@ -103,6 +103,9 @@ class EngineSpec:
     """What the plan gave it (written into the state file's record)."""
     memory_limit: int | None = None
     """Cap on the engine's address space in bytes (``RLIMIT_AS``); None: no cap."""
+    api_key: str | None = field(default=None, repr=False)
+    """The engine's own key (:mod:`homelab.engine.engine_key`), passed in its environment and
+    kept for every restart; None: no key (no gate in front). Out of ``repr``: never logged."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,7 +90,7 @@ class Vllm:
         profile = vllm_profile()
         return profile if plan is None or not plan.env else replace(profile, env=plan.env)
 
-    def status_client(self, url: str, timeout_s: float) -> Any:
+    def status_client(self, url: str, timeout_s: float, api_key: str | None = None) -> Any:
         return None  # vLLM's live status is not read yet
 
     def measure(self, plan: ServePlan, lines: Sequence[str], executable: str) -> Measured | None:

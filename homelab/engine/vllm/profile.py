@@ -45,4 +45,9 @@ def diagnose_vllm(lines: Sequence[str], returncode: int | None) -> EngineFailure
 
 def vllm_profile() -> EngineProfile:
     """vLLM's serving line, health path and failure reader."""
-    return EngineProfile(name=Vllm.program, serving_line=SERVING_LINE, diagnose=diagnose_vllm)
+    return EngineProfile(
+        name=Vllm.program,
+        serving_line=SERVING_LINE,
+        diagnose=diagnose_vllm,
+        key_env="VLLM_API_KEY",  # read when --api-key is not given (it checks /v1/* only)
+    )

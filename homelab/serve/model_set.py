@@ -67,9 +67,10 @@ def plan_set(
             to one name once their ids are known.
         HomelabError: a model that cannot be read (named in the message).
     """
+    from homelab.engine.kinds import engine_kind
     from homelab.plan.card import card_for
 
-    if options.engine.name != "llama.cpp":
+    if not engine_kind(options.engine.name).loads_gguf:  # priced from GGUF headers
         raise UsageError(
             f"a set of models is placed for llama.cpp, not {options.engine.name}",
             hint="Plan a vLLM model on its own.",

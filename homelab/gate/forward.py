@@ -26,7 +26,13 @@ from homelab.gate.admission import Refusal
 from homelab.gate.core import Gate
 from homelab.gate.engine_wait import post_when_up
 from homelab.gate.errors import BadRequest
-from homelab.gate.replies import error_reply, refusal_reply, sse_engine_gone, sse_error
+from homelab.gate.replies import (
+    anthropic_engine_error,
+    error_reply,
+    refusal_reply,
+    sse_engine_gone,
+    sse_error,
+)
 from homelab.gate.requests import Asked, Route, completion_cap, forwarded_body, parse
 from homelab.gate.sse import Outcome, StreamTally, outcome_of
 from homelab.gate.waiting import AdmissionQueue, Refused, Ticket
@@ -328,12 +334,14 @@ async def _forward(
         if upstream.content_type != "text/event-stream":
             data = await upstream.read()
             outcome.update(outcome_of(data))
+            kind = upstream.content_type
+            if upstream.status >= 400 and asked.route.anthropic:
+                data, kind = anthropic_engine_error(upstream.status, data), "application/json"
             if started is None:
-                return web.Response(
-                    status=upstream.status, body=data, content_type=upstream.content_type
-                )
+                return web.Response(status=upstream.status, body=data, content_type=kind)
             # an answer that is not a stream, after the keep-alives: pass it on as one event
-            await started.write(b"data: " + data.strip() + b"\n\n")
+            event = b"event: error\n" if upstream.status >= 400 and asked.route.anthropic else b""
+            await started.write(event + b"data: " + data.strip() + b"\n\n")
             await started.write_eof()
             return started
         response = started

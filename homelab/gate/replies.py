@@ -67,6 +67,31 @@ def refusal_reply(
     )
 
 
+def anthropic_engine_error(status: int, data: bytes) -> bytes:
+    """An engine's error answer on the Anthropic route, in Anthropic's shape.
+
+    Why: llama-server (b11312) answers a bad ``/v1/messages`` request with its OpenAI-shaped
+    error (``{"error": {"code", "message", "type"}}``); an Anthropic SDK reads
+    ``{"type": "error", "error": {"type", "message"}}`` and would report a garbled error
+    (found by the gate fuzz). Its message and kind are kept; a body that is no JSON error is
+    passed as the message."""
+    try:
+        sent = json.loads(data)
+    except ValueError:
+        sent = None
+    if isinstance(sent, dict) and sent.get("type") == "error":
+        return data  # already Anthropic's shape
+    error = sent.get("error") if isinstance(sent, dict) else None
+    if isinstance(error, dict):
+        message = str(error.get("message") or data.decode("utf-8", "replace"))
+        kind = str(error.get("type") or "")
+    else:
+        message, kind = data.decode("utf-8", "replace") or f"HTTP {status}", ""
+    if kind not in ANTHROPIC_KINDS:
+        kind = "invalid_request_error" if status < 500 else "server_error"
+    return json.dumps(error_body(status, message, kind, None, anthropic=True)).encode()
+
+
 def sse_error(message: str, kind: str, code: str, *, anthropic: bool) -> bytes:
     """An error event for a stream that already answered 200 (a queued stream timing out)."""
     body = error_body(503, message, kind, code, anthropic=anthropic)

@@ -28,6 +28,7 @@ from homelab.gate.engine_wait import post_when_up
 from homelab.gate.errors import BadRequest
 from homelab.gate.replies import (
     anthropic_engine_error,
+    engine_client_error,
     error_reply,
     refusal_reply,
     sse_engine_gone,
@@ -332,15 +333,15 @@ async def _forward(
         if upstream.status >= 400:
             gate.metrics.upstream_errors.labels(kind="status").inc()
         if upstream.content_type != "text/event-stream":
-            data = await upstream.read()
+            status, data = engine_client_error(upstream.status, await upstream.read())
             outcome.update(outcome_of(data))
             kind = upstream.content_type
-            if upstream.status >= 400 and asked.route.anthropic:
-                data, kind = anthropic_engine_error(upstream.status, data), "application/json"
+            if status >= 400 and asked.route.anthropic:
+                data, kind = anthropic_engine_error(status, data), "application/json"
             if started is None:
-                return web.Response(status=upstream.status, body=data, content_type=kind)
+                return web.Response(status=status, body=data, content_type=kind)
             # an answer that is not a stream, after the keep-alives: pass it on as one event
-            event = b"event: error\n" if upstream.status >= 400 and asked.route.anthropic else b""
+            event = b"event: error\n" if status >= 400 and asked.route.anthropic else b""
             await started.write(event + b"data: " + data.strip() + b"\n\n")
             await started.write_eof()
             return started

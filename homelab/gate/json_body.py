@@ -70,6 +70,15 @@ def load_body(raw: bytes) -> Any:
     return value
 
 
+def engine_bytes(raw: bytes, value: Any) -> bytes:
+    """``raw`` as llama-server reads it: UTF-8 without a byte-order mark. Python's json
+    reads UTF-16, UTF-32 and a UTF-8 BOM (so the gate accepted them) but the engine answers
+    them 500 (found by the gate fuzz); ``value`` (``raw`` parsed) is written again then."""
+    if json.detect_encoding(raw) == "utf-8":
+        return raw
+    return json.dumps(value, ensure_ascii=False).encode()
+
+
 class _NumberOutOfRange(ValueError):
     """Raised inside ``json.loads`` for a number the engine cannot read."""
 

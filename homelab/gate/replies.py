@@ -67,6 +67,36 @@ def refusal_reply(
     )
 
 
+ENGINE_CLIENT_MISTAKES = (
+    b"[json.exception.",
+    b"vector::_M_range_check",
+    b"input is not supported",
+)
+"""What llama-server (b11312) says in a 500 that is the client's mistake: its JSON library
+could not read a field (``[json.exception.type_error.302] type must be number, but is
+array``), a token id past the vocabulary (``/detokenize``: ``vector::_M_range_check``), an
+image or audio part sent to a model without a projector (``image input is not
+supported``)."""
+
+
+def engine_client_error(status: int, data: bytes) -> tuple[int, bytes]:
+    """An engine's error answer, with a 500 that is the client's mistake made a 400.
+
+    Why: llama-server (b11312) answers some client mistakes (:data:`ENGINE_CLIENT_MISTAKES`)
+    on ``/tokenize``, ``/detokenize``, ``/apply-template``, its count endpoints and the
+    completion routes with a 500 ``server_error`` (found by the gate fuzz): a client would
+    retry it, and a monitor count it as the server's fault. The message is kept."""
+    if status != 500 or not any(mistake in data[:300] for mistake in ENGINE_CLIENT_MISTAKES):
+        return status, data
+    try:
+        sent = json.loads(data)
+        message = str(sent["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        message = data.decode("utf-8", "replace")
+    body = error_body(400, message, "invalid_request_error", None, anthropic=False)
+    return 400, json.dumps(body).encode()
+
+
 def anthropic_engine_error(status: int, data: bytes) -> bytes:
     """An engine's error answer on the Anthropic route, in Anthropic's shape.
 

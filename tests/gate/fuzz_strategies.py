@@ -191,3 +191,20 @@ def key_headers(key: str) -> st.SearchStrategy[list[tuple[bytes, bytes]]]:
 def headers(key: str) -> st.SearchStrategy[list[tuple[bytes, bytes]]]:
     content_type = st.lists(CONTENT_TYPES.map(lambda v: (b"Content-Type", v)), max_size=1)
     return st.tuples(content_type, key_headers(key)).map(lambda p: p[0] + p[1])
+
+
+def passthrough_bodies(path: str, routes: dict[str, Route]) -> st.SearchStrategy[bytes]:
+    """Bodies for the engine endpoints the gate passes through: the count endpoints get
+    their route's bodies; ``/tokenize``, ``/detokenize`` and ``/apply-template`` their own
+    fields, valid or not."""
+    counted = {route.count_path: route for route in routes.values() if not route.text_prompt}
+    if path in counted:
+        return raw_bodies(counted[path])
+    fields: dict[str, st.SearchStrategy[Any]] = {
+        "/tokenize": {"content": TEXT_PROMPT},
+        "/detokenize": {"tokens": st.one_of(st.lists(TOKEN, max_size=6), JSON)},
+        "/apply-template": {"messages": MESSAGES},
+    }[path]
+    optional = {"add_special": JSON, "with_pieces": JSON, "parse_special": JSON}
+    shaped = st.one_of(st.fixed_dictionaries(fields, optional=optional), JSON)
+    return st.one_of(encoded(shaped, ENCODINGS), encoded(shaped, MANGLINGS), st.binary(max_size=64))

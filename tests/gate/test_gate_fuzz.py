@@ -31,9 +31,16 @@ from hypothesis import strategies as st
 
 from homelab.gate.requests import ROUTES
 from homelab.gate.runner import GateRunner
+from homelab.gate.server import PASSTHROUGH
 from homelab.gate.settings import GateSettings
 from tests.gate.conftest import SPLIT_FACTS, wait_for
-from tests.gate.fuzz_strategies import bodies, encoded, headers, raw_bodies
+from tests.gate.fuzz_strategies import (
+    bodies,
+    encoded,
+    headers,
+    passthrough_bodies,
+    raw_bodies,
+)
 from tests.gate.raw_http import Answer, exchange
 
 pytestmark = pytest.mark.engine
@@ -81,7 +88,7 @@ def gates(engine: str) -> Iterator[dict[str, GateRunner]]:
 
 def check_answer(answer: Answer, path: str) -> None:
     """The property on one answer (see the module's docstring)."""
-    anthropic = ROUTES[path].anthropic if path in ROUTES else False
+    anthropic = path in ("/v1/messages", "/v1/messages/count_tokens")
     status = answer.status
     if status >= 500:
         code = _error(answer, anthropic=False).get("code")
@@ -174,4 +181,22 @@ def test_headers(gates, caplog, path, data, head, host, origin) -> None:
     answer = exchange(runner.url or "", path, body, head + origin, host=host, timeout_s=EXCHANGE_S)
     check_answer(answer, path)
     settled_and_serving(runner, KEY.encode())
+    no_traceback(caplog.records[seen:])
+
+
+@pytest.mark.parametrize("path", [path for method, path in PASSTHROUGH if method == "POST"])
+@FUZZ
+@given(data=st.data())
+def test_passthrough_bodies(gates, caplog, path: str, data: st.DataObject) -> None:
+    """The engine endpoints the gate passes through (counts, tokenize, templates): answered,
+    below 500, no traceback, the gate still serving."""
+    caplog.set_level(logging.WARNING)
+    seen = len(caplog.records)
+    body = data.draw(passthrough_bodies(path, ROUTES), label="body")
+    runner = gates["open"]
+    answer = exchange(
+        runner.url or "", path, body, [(b"Content-Type", b"application/json")], timeout_s=EXCHANGE_S
+    )
+    check_answer(answer, path)
+    settled_and_serving(runner)
     no_traceback(caplog.records[seen:])

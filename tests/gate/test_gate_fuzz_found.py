@@ -6,6 +6,12 @@ the real gate and llama-server (SmolLM2, loopback), plus the parts alone.
   answered 500 ``server_error``. Now a 400 before admission, naming the number.
 - llama-server answers a bad ``/v1/messages`` request with its OpenAI-shaped error; an
   Anthropic client reads ``{"type": "error", ...}``. Now rewritten in Anthropic's shape.
+- The passed-through endpoints (``/tokenize``, ``/detokenize``, ``/apply-template``, the
+  count endpoints) went to the engine as sent: an empty, truncated or UTF-16 body, a field
+  of the wrong type, a token id past the vocabulary, ``messages`` missing, an image for a
+  text model were all 500 ``server_error``. Now the body is checked as JSON (a count
+  endpoint's as its route's), re-encoded as UTF-8 when it came in UTF-16 or with a BOM,
+  and the engine's 500s that are the client's mistake are answered 400.
 """
 
 from __future__ import annotations
@@ -16,8 +22,8 @@ import logging
 import pytest
 
 from homelab.gate.errors import BadRequest
-from homelab.gate.json_body import load_body
-from homelab.gate.replies import anthropic_engine_error
+from homelab.gate.json_body import engine_bytes, load_body
+from homelab.gate.replies import anthropic_engine_error, engine_client_error
 from tests.gate.conftest import client
 from tests.gate.test_gate_hostile import no_traceback, still_serves
 
@@ -85,3 +91,73 @@ def test_an_engine_400_on_the_anthropic_route_is_in_anthropic_shape(engine, gate
     assert answer["error"]["type"] == "invalid_request_error"
     assert "content" in answer["error"]["message"]
     still_serves(g)
+
+
+def test_an_engine_500_that_is_the_clients_mistake_becomes_a_400() -> None:
+    sent = b'{"error":{"code":500,"message":"[json.exception.type_error.302] type must be '
+    sent += b'number, but is array","type":"server_error"}}'
+    status, data = engine_client_error(500, sent)
+    assert status == 400
+    assert json.loads(data)["error"]["type"] == "invalid_request_error"
+    assert "type must be number" in json.loads(data)["error"]["message"]
+    other = b'{"error":{"code":500,"message":"out of memory","type":"server_error"}}'
+    assert engine_client_error(500, other) == (500, other)
+    assert engine_client_error(404, sent) == (404, sent)
+
+
+def test_engine_bytes_are_utf8_without_a_bom() -> None:
+    value = {"content": "h\u00e9"}
+    assert engine_bytes(b'{"content": "h\\u00e9"}', value) == b'{"content": "h\\u00e9"}'
+    for raw in (json.dumps(value).encode("utf-16"), b"\xef\xbb\xbf" + json.dumps(value).encode()):
+        assert json.loads(engine_bytes(raw, value).decode("utf-8")) == value
+        assert not engine_bytes(raw, value).startswith(b"\xef\xbb\xbf")
+
+
+PASSED_THROUGH = [
+    ("/tokenize", b""),
+    ("/tokenize", b'{"content": "x"'),
+    ("/tokenize", b'{"content": [[]]}'),
+    ("/detokenize", b'{"tokens": null}'),
+    ("/detokenize", b'{"tokens": [-1]}'),
+    ("/apply-template", b'{"messages": [1, 2]'),
+    ("/v1/chat/completions/input_tokens", b"{}"),
+    (
+        "/v1/chat/completions/input_tokens",
+        b'{"messages": [{"role": "user", "content": [{"type": "image_url", "text": ""}]}]}',
+    ),
+]
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize(("path", "raw"), PASSED_THROUGH)
+def test_a_bad_passed_through_body_is_a_400(engine, gate, caplog, path, raw) -> None:
+    caplog.set_level(logging.WARNING)
+    g = gate(engine)
+    with client(g.url) as c:
+        response = c.post(path, content=raw, headers={"Content-Type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["type"] == "invalid_request_error"
+    no_traceback(caplog.records)
+
+
+@pytest.mark.engine
+def test_anthropic_count_tokens_refuses_in_anthropic_shape(engine, gate) -> None:
+    g = gate(engine)
+    with client(g.url) as c:
+        response = c.post("/v1/messages/count_tokens", json={})
+    assert response.status_code == 400
+    assert response.json()["type"] == "error"
+
+
+@pytest.mark.engine
+def test_a_utf16_body_is_passed_through_as_utf8(engine, gate) -> None:
+    g = gate(engine)
+    with client(g.url) as c:
+        plain = c.post("/tokenize", json={"content": "Hello there"})
+        wide = c.post(
+            "/tokenize",
+            content=json.dumps({"content": "Hello there"}).encode("utf-16"),
+            headers={"Content-Type": "application/json"},
+        )
+    assert wide.status_code == 200, wide.text
+    assert wide.json() == plain.json()

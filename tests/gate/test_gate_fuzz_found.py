@@ -12,6 +12,9 @@ the real gate and llama-server (SmolLM2, loopback), plus the parts alone.
   text model were all 500 ``server_error``. Now the body is checked as JSON (a count
   endpoint's as its route's), re-encoded as UTF-8 when it came in UTF-16 or with a BOM,
   and the engine's 500s that are the client's mistake are answered 400.
+- ``max_tokens: 0`` (llama-server generates one token for it) was charged 0 completion
+  tokens, which the gate reads as "the prompt fills the ceiling": a 413 saying the prompt
+  "could never run". Now a bound of 0 counts as 1 and the request runs.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import pytest
 from homelab.gate.errors import BadRequest
 from homelab.gate.json_body import engine_bytes, load_body
 from homelab.gate.replies import anthropic_engine_error, engine_client_error
+from homelab.gate.requests import ROUTES, parse
 from tests.gate.conftest import client
 from tests.gate.test_gate_hostile import no_traceback, still_serves
 
@@ -161,3 +165,26 @@ def test_a_utf16_body_is_passed_through_as_utf8(engine, gate) -> None:
         )
     assert wide.status_code == 200, wide.text
     assert wide.json() == plain.json()
+
+
+def test_a_bound_of_0_is_charged_as_the_one_token_the_engine_makes() -> None:
+    body = b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}'
+    assert parse(ROUTES[CHAT], body).max_tokens == 1
+    assert parse(ROUTES["/completion"], b'{"prompt": "x", "n_predict": 0}').max_tokens == 1
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (CHAT, {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 0}),
+        ("/completion", {"prompt": "Say hi.", "n_predict": 0}),
+        ("/v1/messages", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 0}),
+    ],
+)
+def test_max_tokens_0_runs(engine, gate, path, body) -> None:
+    g = gate(engine)
+    with client(g.url) as c:
+        response = c.post(path, json=body)
+    assert response.status_code == 200, response.text
+    still_serves(g)

@@ -92,9 +92,50 @@ def prompt_values(route: Route) -> st.SearchStrategy[Any]:
     return MESSAGES
 
 
+def weighted(*choices: tuple[st.SearchStrategy[Any], int]) -> st.SearchStrategy[Any]:
+    """One of the strategies, each as often as its weight (``st.one_of`` picks its
+    branches about evenly, and the same strategy named twice counts once)."""
+    pool = [strategy for strategy, weight in choices for _ in range(weight)]
+    return st.sampled_from(pool).flatmap(lambda strategy: strategy)
+
+
+GOOD_ROLE = st.sampled_from(["user", "system", "assistant"])
+
+
+def valid_prompt(route: Route) -> st.SearchStrategy[Any]:
+    """A prompt the engine runs: text, token ids, two texts; a short chat."""
+    if route.text_prompt:
+        return st.one_of(
+            SMALL_TEXT,
+            st.lists(st.integers(1, 49151), min_size=1, max_size=6),
+            st.lists(SMALL_TEXT, min_size=2, max_size=2),
+        )
+    message = st.fixed_dictionaries({"role": GOOD_ROLE, "content": SMALL_TEXT})
+    chat = st.lists(message, min_size=1, max_size=3)
+    return st.one_of(SMALL_TEXT, chat) if route.path == "/v1/responses" else chat
+
+
+def near_valid(route: Route) -> st.SearchStrategy[dict[str, Any]]:
+    """A body that would run (small bounds, ``n`` 1-2, streamed or not), with at most one
+    field spoiled (a wrong type, a huge or negative number, garbage): most of these reach
+    the engine, which is where the gate's forwarding, capping and releasing are tried."""
+    fine: dict[str, st.SearchStrategy[Any]] = {name: st.integers(0, 4) for name in route.cap_fields}
+    fine.update(stream=st.booleans(), temperature=st.floats(0, 2))
+    if not route.anthropic:
+        fine["n"] = st.integers(1, 2)
+    base = st.fixed_dictionaries({route.prompt_field: valid_prompt(route)}, optional=fine)
+    names = [route.prompt_field, *fine, "id_slot", "stop", "model", "stream_options"]
+    spoiled = st.dictionaries(
+        st.sampled_from(names), st.one_of(NUMBER, JSON), min_size=1, max_size=1
+    )
+    spoil = weighted((st.just({}), 2), (spoiled, 1))
+    return st.tuples(base, spoil).map(lambda both: {**both[0], **both[1]})
+
+
 def bodies(route: Route) -> st.SearchStrategy[Any]:
-    """A request body for ``route``: mostly an object with the route's fields (each valid,
-    almost valid or garbage), sometimes another JSON value altogether."""
+    """A request body for ``route``: often one that would run with one field spoiled
+    (:func:`near_valid`), else an object with the route's fields each valid, almost valid
+    or garbage, sometimes another JSON value altogether."""
     optional: dict[str, st.SearchStrategy[Any]] = {name: NUMBER for name in route.cap_fields}
     optional.update(
         n=NUMBER,
@@ -111,7 +152,7 @@ def bodies(route: Route) -> st.SearchStrategy[Any]:
     missing = st.fixed_dictionaries({}, optional=optional)
     extra = st.dictionaries(TEXT, JSON, max_size=2)
     with_extra = st.tuples(shaped, extra).map(lambda both: {**both[1], **both[0]})
-    return st.one_of(shaped, shaped, with_extra, missing, JSON)
+    return weighted((near_valid(route), 4), (shaped, 1), (with_extra, 1), (missing, 1), (JSON, 1))
 
 
 def _encode(value: Any, how: str, cut: float) -> bytes:
@@ -143,11 +184,11 @@ def encoded(values: st.SearchStrategy[Any], hows: tuple[str, ...]) -> st.SearchS
 
 def raw_bodies(route: Route) -> st.SearchStrategy[bytes]:
     """Bodies as bytes: the route's bodies encoded every way, mangled, or random bytes."""
-    return st.one_of(
-        encoded(bodies(route), ENCODINGS),
-        encoded(bodies(route), MANGLINGS),
-        st.binary(max_size=64),
-        st.just(b""),
+    return weighted(
+        (encoded(bodies(route), ENCODINGS), 6),
+        (encoded(bodies(route), MANGLINGS), 2),
+        (st.binary(max_size=64), 1),
+        (st.just(b""), 1),
     )
 
 

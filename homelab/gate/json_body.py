@@ -96,7 +96,8 @@ def _finite_float(literal: str) -> float:
 
 def _int(literal: str) -> int:
     """An integer; one of more digits than a double's range holds (309) is refused: the
-    engine reads integers past 64 bits as doubles."""
+    engine reads integers past 64 bits as doubles. (A Python call per integer: a chat has
+    a few; a prompt of 100k token ids parses in 23 ms instead of 13.)"""
     if len(literal.lstrip("-")) > DOUBLE_DIGITS:
         raise _NumberOutOfRange(
             f"the number {literal[:20]}… ({len(literal)} digits) is beyond a double's range"

@@ -8,7 +8,7 @@ garbage as raw bytes. The property, for every example:
 - it is answered (a client deadline bounds each exchange: no hang);
 - its status is below 500, except the documented 502/503 refusals (:data:`DOCUMENTED`);
 - a 4xx carries an error body in the route's shape (OpenAI's, Anthropic's on
-  ``/v1/messages``), a 200 a JSON object or an SSE stream;
+  ``/v1/messages``), a 200 JSON or a whole SSE stream (its last event, or an error event);
 - nothing was logged at ERROR or with a traceback;
 - afterwards the gate holds no charge, runs and queues nothing, and still serves a good
   request.
@@ -37,6 +37,7 @@ from homelab.gate.requests import ROUTES
 from homelab.gate.runner import GateRunner
 from homelab.gate.server import PASSTHROUGH
 from homelab.gate.settings import GateSettings
+from homelab.gate.sse import LAST_EVENTS
 from tests.gate.conftest import SPLIT_FACTS, wait_for
 from tests.gate.fuzz_strategies import (
     bodies,
@@ -69,6 +70,9 @@ DOCUMENTED = {
 }
 """The 5xx the gate answers by design (an engine down or loading, an admission timeout,
 the connection cap); none is expected against a healthy engine, but none is a bug."""
+STREAM_ENDS = (b"[DONE]", b'"stop":true', b'"error"')
+"""How a stream ends besides :data:`~homelab.gate.sse.LAST_EVENTS`: an OpenAI stream's
+``[DONE]``, ``/completion``'s last chunk, an error event."""
 EXCHANGE_S = 120.0
 """The most one exchange may take on a loaded 2-core machine before it counts as a hang."""
 
@@ -104,8 +108,9 @@ def check_answer(answer: Answer, path: str) -> None:
         error = _error(answer, anthropic=anthropic)
         assert isinstance(error.get("message"), str) and error["message"], answer.body[:300]
     elif status == 200:
-        if answer.sse:
-            assert answer.events or answer.body.startswith(b":"), answer.body[:300]
+        if answer.sse:  # whole: its last event, or an error event saying why not
+            ends = (*STREAM_ENDS, *LAST_EVENTS)
+            assert any(end in answer.body for end in ends), answer.body[-300:]
         else:
             assert isinstance(answer.json(), dict | list), answer.body[:300]  # a list: prompts
     else:

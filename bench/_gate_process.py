@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from homelab.engine.supervision.facts import PlanFacts
@@ -32,8 +32,15 @@ class GateProcess:
     """
 
     def __init__(
-        self, engine_url: str, settings: dict[str, object], facts: PlanFacts | None
+        self,
+        engine_url: str,
+        settings: dict[str, object],
+        facts: PlanFacts | None,
+        *,
+        stderr: IO[bytes] | None = None,
     ) -> None:
+        """``stderr``: where the child's log goes (warnings and errors, tracebacks
+        included: Python's last-resort handler); None: this process's stderr."""
 
         payload = {
             "engine_url": engine_url,
@@ -44,6 +51,7 @@ class GateProcess:
             [sys.executable, str(Path(__file__).resolve()), json.dumps(payload)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            stderr=stderr,
             text=True,
             start_new_session=True,
         )

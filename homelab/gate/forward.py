@@ -28,14 +28,16 @@ from homelab.gate.engine_wait import post_when_up
 from homelab.gate.errors import BadRequest
 from homelab.gate.replies import (
     ENGINE_KEY_REFUSED,
+    anthropic_engine_error,
+    engine_client_error,
     engine_key_refused,
     error_reply,
     refusal_reply,
-    sse_engine_gone,
     sse_error,
 )
 from homelab.gate.requests import Asked, Route, completion_cap, forwarded_body, parse
-from homelab.gate.sse import Outcome, StreamTally, outcome_of
+from homelab.gate.sse import Outcome, outcome_of
+from homelab.gate.stream_relay import relay_stream
 from homelab.gate.waiting import AdmissionQueue, Refused, Ticket
 
 SSE_HEADERS = {
@@ -341,67 +343,25 @@ async def _forward(
         if upstream.status >= 400:
             gate.metrics.upstream_errors.labels(kind="status").inc()
         if upstream.content_type != "text/event-stream":
-            data = await upstream.read()
+            status, data = engine_client_error(upstream.status, await upstream.read())
             outcome.update(outcome_of(data))
+            kind = upstream.content_type
+            if status >= 400 and asked.route.anthropic:
+                data, kind = anthropic_engine_error(status, data), "application/json"
             if started is None:
-                return web.Response(
-                    status=upstream.status, body=data, content_type=upstream.content_type
-                )
+                return web.Response(status=status, body=data, content_type=kind)
             # an answer that is not a stream, after the keep-alives: pass it on as one event
-            await started.write(b"data: " + data.strip() + b"\n\n")
+            event = b"event: error\n" if status >= 400 and asked.route.anthropic else b""
+            await started.write(event + b"data: " + data.strip() + b"\n\n")
             await started.write_eof()
             return started
         response = started
         if response is None:
             response = web.StreamResponse(status=upstream.status, headers=SSE_HEADERS)
             await response.prepare(request)
-        tally = StreamTally()
-        charge = request.get(CHARGE_KEY)
-        chunks = upstream.content.iter_any()
-        try:
-            while True:
-                try:
-                    chunk = await anext(chunks)
-                except StopAsyncIteration:
-                    break
-                except aiohttp.ClientError as error:  # the engine's side: it died mid-answer
-                    await _engine_gone(gate, response, asked, tally, error)
-                    break
-                tally.feed(chunk)
-                await response.write(chunk)
-                if tally.ended and charge is not None:
-                    charge.delivered = True  # a client may close now: it has the answer
-            tally.feed(b"\n")
-        finally:  # the engine's count, even when the client left mid-stream
-            outcome.update(tally.outcome)
-        if tally.errors:
-            gate.metrics.upstream_errors.labels(kind="stream").inc(tally.errors)
-        await response.write_eof()
-        return response
+        return await relay_stream(gate, request, asked, upstream, response, outcome)
     except BaseException:
         upstream.close()  # drop the connection: llama-server cancels the task
         raise
     finally:
         upstream.release()
-
-
-async def _engine_gone(
-    gate: Gate,
-    response: web.StreamResponse,
-    asked: Asked,
-    tally: StreamTally,
-    error: aiohttp.ClientError,
-) -> None:
-    """The engine's stream broke off before its last event: end the client's stream with
-    an error event in the route's shape (a cut answer is said, never a bare truncated
-    body). After the last event a broken connection is nothing: the answer was whole."""
-    if tally.ended:
-        return
-    gate.metrics.upstream_errors.labels(kind="cut").inc()
-    message = (
-        f"The engine stopped in the middle of this answer ({type(error).__name__}); "
-        "what came before is all there is. Retry: a restarted engine answers again."
-    )
-    await response.write(
-        sse_engine_gone(message, path=asked.route.path, anthropic=asked.route.anthropic)
-    )

@@ -83,6 +83,61 @@ def refusal_reply(
     )
 
 
+ENGINE_CLIENT_MISTAKES = (
+    b"[json.exception.",
+    b"vector::_M_range_check",
+    b"input is not supported",
+)
+"""What llama-server (b11312) says in a 500 that is the client's mistake: its JSON library
+could not read a field (``[json.exception.type_error.302] type must be number, but is
+array``), a token id past the vocabulary (``/detokenize``: ``vector::_M_range_check``), an
+image or audio part sent to a model without a projector (``image input is not
+supported``)."""
+
+
+def engine_client_error(status: int, data: bytes) -> tuple[int, bytes]:
+    """An engine's error answer, with a 500 that is the client's mistake made a 400.
+
+    Why: llama-server (b11312) answers some client mistakes (:data:`ENGINE_CLIENT_MISTAKES`)
+    on ``/tokenize``, ``/detokenize``, ``/apply-template``, its count endpoints and the
+    completion routes with a 500 ``server_error`` (found by the gate fuzz): a client would
+    retry it, and a monitor count it as the server's fault. The message is kept."""
+    if status != 500 or not any(mistake in data[:300] for mistake in ENGINE_CLIENT_MISTAKES):
+        return status, data
+    try:
+        sent = json.loads(data)
+        message = str(sent["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        message = data.decode("utf-8", "replace")
+    body = error_body(400, message, "invalid_request_error", None, anthropic=False)
+    return 400, json.dumps(body).encode()
+
+
+def anthropic_engine_error(status: int, data: bytes) -> bytes:
+    """An engine's error answer on the Anthropic route, in Anthropic's shape.
+
+    Why: llama-server (b11312) answers a bad ``/v1/messages`` request with its OpenAI-shaped
+    error (``{"error": {"code", "message", "type"}}``); an Anthropic SDK reads
+    ``{"type": "error", "error": {"type", "message"}}`` and would report a garbled error
+    (found by the gate fuzz). Its message and kind are kept; a body that is no JSON error is
+    passed as the message."""
+    try:
+        sent = json.loads(data)
+    except ValueError:
+        sent = None
+    if isinstance(sent, dict) and sent.get("type") == "error":
+        return data  # already Anthropic's shape
+    error = sent.get("error") if isinstance(sent, dict) else None
+    if isinstance(error, dict):
+        message = str(error.get("message") or data.decode("utf-8", "replace"))
+        kind = str(error.get("type") or "")
+    else:
+        message, kind = data.decode("utf-8", "replace") or f"HTTP {status}", ""
+    if kind not in ANTHROPIC_KINDS:
+        kind = "invalid_request_error" if status < 500 else "server_error"
+    return json.dumps(error_body(status, message, kind, None, anthropic=True)).encode()
+
+
 def sse_error(message: str, kind: str, code: str, *, anthropic: bool) -> bytes:
     """An error event for a stream that already answered 200 (a queued stream timing out)."""
     body = error_body(503, message, kind, code, anthropic=anthropic)

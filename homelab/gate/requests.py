@@ -107,7 +107,9 @@ class Asked:
     body: dict[str, Any]
     stream: bool
     max_tokens: int | None
-    """The smallest completion bound the client sent; None: none (or unlimited)."""
+    """The smallest completion bound the client sent, at least 1 (llama-server generates
+    a token for ``max_tokens: 0``; charged 0 it was refused 413 as a prompt that "could
+    never run", found by the gate fuzz); None: none (or unlimited)."""
     conversation: str | None
     """Hash of the conversation's first messages (system + first user); None: no text."""
     id_slot: int | None
@@ -187,8 +189,8 @@ def parse(route: Route, raw: bytes) -> Asked:
         if value is not None:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise BadRequest(f"'{name}' must be a whole number, not {value!r}.")
-            if value >= 0:
-                bounds.append(value)
+            if value >= 0:  # 0 too generates one token in llama-server (b11312)
+                bounds.append(max(value, 1))
     id_slot = body.get("id_slot")
     n = 1 if route.anthropic else body.get("n", 1)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:

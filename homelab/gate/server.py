@@ -13,9 +13,16 @@ from aiohttp import web
 
 from homelab.gate.access_log import access_log
 from homelab.gate.core import Gate
+from homelab.gate.errors import BadRequest
 from homelab.gate.forward import complete
-from homelab.gate.replies import engine_key_refused, error_reply
-from homelab.gate.requests import ROUTES, Route
+from homelab.gate.json_body import engine_bytes, load_body
+from homelab.gate.replies import (
+    anthropic_engine_error,
+    engine_client_error,
+    engine_key_refused,
+    error_reply,
+)
+from homelab.gate.requests import ROUTES, Route, parse
 from homelab.gate.state import STATE_PATH
 from homelab.gate.trust import cors_headers, trust_middleware
 
@@ -87,9 +94,31 @@ def _completion(route: Route) -> Handler:
     return handle
 
 
+COUNTED = {r.count_path: r for r in ROUTES.values() if not r.text_prompt}
+"""The count endpoints passed through, by the path of the route whose bodies they count."""
+ANTHROPIC_PASSTHROUGH = "/v1/messages/count_tokens"
+"""The one passed-through endpoint of the Anthropic API: its errors in Anthropic's shape."""
+
+
 async def _passthrough(request: web.Request) -> web.StreamResponse:
+    """The engine's answer to the same request. A POST body must be JSON the engine can
+    read (:func:`~homelab.gate.json_body.load_body`): llama-server answers an empty,
+    truncated or non-JSON body, ``NaN`` or a number past a double with a 500
+    ``server_error`` (found by the gate fuzz), so the gate refuses those as a 400 (and a
+    count endpoint's body as its route would: ``messages`` missing was a 500); one in
+    UTF-16 or with a BOM (JSON Python reads) goes on as plain UTF-8; and the engine's 500
+    for a field of the wrong type is answered 400 (:func:`engine_client_error`)."""
     gate = request.app[GATE_KEY]
+    anthropic = request.path == ANTHROPIC_PASSTHROUGH
     body = await request.read() if request.can_read_body else None
+    route = COUNTED.get(request.path)
+    if request.method == "POST":
+        try:  # a count endpoint takes its route's bodies: checked as the route checks them
+            value = load_body(body or b"") if route is None else parse(route, body or b"").body
+            body = engine_bytes(body or b"", value)
+        except BadRequest as error:
+            gate.metrics.bad_requests.inc()
+            return error_reply(error.status, error.message, kind=error.kind, anthropic=anthropic)
     kind = request.headers.get("Content-Type", "")
     headers = {
         "Content-Type": kind if kind.isprintable() and kind.isascii() else "application/json"
@@ -100,9 +129,12 @@ async def _passthrough(request: web.Request) -> web.StreamResponse:
         ) as resp:
             if resp.status == 401:  # the engine refused the gate's key, not the client's
                 gate.metrics.upstream_errors.labels(kind="key").inc()
-                return engine_key_refused()
-            data = await resp.read()
-            return web.Response(status=resp.status, body=data, content_type=resp.content_type)
+                return engine_key_refused(anthropic=anthropic)
+            status, data = engine_client_error(resp.status, await resp.read())
+            kind = resp.content_type
+            if anthropic and status >= 400:
+                data, kind = anthropic_engine_error(status, data), "application/json"
+            return web.Response(status=status, body=data, content_type=kind)
     except (aiohttp.ClientError, TimeoutError) as error:
         gate.metrics.upstream_errors.labels(kind="unreachable").inc()
         return error_reply(
@@ -110,6 +142,7 @@ async def _passthrough(request: web.Request) -> web.StreamResponse:
             f"The engine did not answer: {error}",
             kind="server_error",
             code="engine_unreachable",
+            anthropic=anthropic,
         )
 
 

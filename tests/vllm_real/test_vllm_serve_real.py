@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.error
 from pathlib import Path
 
+import psutil
 import pytest
-from vllm_real_helpers import free_port, get, homelab, kill_tree, post, vllm_pids
+from vllm_real_helpers import engine_key, free_port, get, homelab, kill_tree, post, vllm_pids
 
 from homelab.gate.limits import UNIFIED_MARGIN
 from tests.factory.vllm_log import parse_vllm_log
@@ -61,9 +63,9 @@ def test_ready_means_health_and_the_startup_line(served) -> None:
     assert log.serving and log.version == "0.32.0" and log.kv_cache_device == "CPU"
 
 
-def _served_id(url: str) -> str:
+def _served_id(url: str, key: str | None = None) -> str:
     """The model id the server lists (``--served-model-name``: a clean id, not the path)."""
-    status, body = get(url + "/v1/models")
+    status, body = get(url + "/v1/models", key=key)
     assert status == 200, body
     (model,) = json.loads(body)["data"]
     return str(model["id"])
@@ -99,16 +101,30 @@ def test_the_gate_budget_comes_from_vllms_logged_pool(served) -> None:
     assert gate["state"]["budget_tokens"] == int(served["status"]["kv_tokens"] * UNIFIED_MARGIN)
 
 
-def test_prefix_caching_is_on_and_hits_after_a_shared_prefix(served, tiny_llama: Path) -> None:
+def test_the_engine_behind_the_gate_wants_its_own_key(served, module_env, tiny_llama: Path) -> None:
+    """vLLM reads the key homelab gives it from ``VLLM_API_KEY`` (never argv): its port
+    refuses ``/v1`` without it; the gate, holding it, serves."""
+    engine = served["status"]["engine"]["url"]
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        get(engine + "/v1/models")
+    assert refused.value.code == 401
+    key = engine_key(module_env)
+    assert key is not None and _served_id(engine, key) == _served_id(served["status"]["url"])
+    assert all(key not in " ".join(psutil.Process(p).cmdline()) for p in vllm_pids(tiny_llama))
+
+
+def test_prefix_caching_is_on_and_hits_after_a_shared_prefix(served, module_env) -> None:
     assert parse_vllm_log(_log(served)).prefix_caching is True  # the engine's config line
     engine = served["status"]["engine"]["url"]
-    model = _served_id(engine)
+    key = engine_key(module_env)  # the engine's own: this test reads its metrics directly
+    model = _served_id(engine, key)
     shared = " ".join(["The quick brown fox jumps over the lazy dog."] * 60)  # > 4 blocks of 128
     before = _hits(engine)
     for question in (" What is it?", " Who is it?"):
         post(
             engine + "/v1/completions",
             {"model": model, "prompt": shared + question, "max_tokens": 2},
+            key=key,
         )
     assert _hits(engine) - before >= 128  # at least one whole block read from the cache
 

@@ -53,17 +53,28 @@ def homelab(
     )
 
 
-def get(url: str, timeout: float = 30) -> tuple[int, str]:
-    with urllib.request.urlopen(url, timeout=timeout) as answer:
+def _auth(key: str | None) -> dict[str, str]:
+    return {} if key is None else {"Authorization": f"Bearer {key}"}
+
+
+def get(url: str, timeout: float = 30, key: str | None = None) -> tuple[int, str]:
+    """``key``: the engine's own (homelab gives the engine behind its gate one)."""
+    request = urllib.request.Request(url, headers=_auth(key))
+    with urllib.request.urlopen(request, timeout=timeout) as answer:
         return answer.status, answer.read().decode()
 
 
-def post(url: str, body: dict, timeout: float = 300) -> dict:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
+def post(url: str, body: dict, timeout: float = 300, key: str | None = None) -> dict:
+    headers = {"Content-Type": "application/json", **_auth(key)}
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
     with urllib.request.urlopen(request, timeout=timeout) as answer:
         return json.loads(answer.read())
+
+
+def engine_key(env: dict[str, str]) -> str | None:
+    """The key homelab gave the engine it serves behind its gate (its 0600 record)."""
+    record = Path(env["HOMELAB_STATE_DIR"]) / "engine.json"
+    return json.loads(record.read_text()).get("api_key")
 
 
 def vllm_pids(model_dir: Path) -> list[int]:

@@ -14,7 +14,7 @@ capture-pane, with no application work). Printed: the median and worst of each k
 its median's ratio to the baseline's.
 
 Keys: ``2``/``1`` (turn to the plan page and back, 80x24), ``/`` then escape (the filter
-shown and hidden), ``x`` with no engine (the footer line says why: a notification), a
+shown and hidden), ``x`` with no engine (the footer line says why), a
 letter typed into the filter (echoed in the field).
 
     PYTHONPATH=$PWD python3 bench/bench_tui_keys.py [--runs 15]

@@ -12,13 +12,17 @@ is its flows (:mod:`homelab.ui.flow`); what they share is ``app.state``
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from textual.app import ComposeResult, SystemCommand
+from textual.app import ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.css.query import NoMatches
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import DataTable, Input
 from textual.worker import Worker, WorkerState
@@ -36,7 +40,7 @@ from homelab.ui.server_flow import ServerFlow
 from homelab.ui.state import AppArgs, AppState
 from homelab.ui.widgets.card import CardPanel
 from homelab.ui.widgets.engine_setup import EngineSetupPanel
-from homelab.ui.widgets.keys import KeysFooter
+from homelab.ui.widgets.keys import KeysFooter, Said
 from homelab.ui.widgets.metrics import MetricsPanel
 from homelab.ui.widgets.models import ModelsMenu
 from homelab.ui.widgets.offline import OfflineBanner
@@ -50,6 +54,8 @@ if TYPE_CHECKING:
 
 REFRESH_S = 1.0
 """How often the card is sampled (and the engine asked); 0: the card is read once."""
+SAID_KEPT = 200
+"""What :attr:`HomelabApp.said` keeps (the newest)."""
 
 
 class HomelabApp(
@@ -93,6 +99,8 @@ class HomelabApp(
     def __init__(self, args: AppArgs) -> None:
         super().__init__()
         self.state = AppState(args)
+        self.said: deque[Said] = deque(maxlen=SAID_KEPT)
+        """What the app said (the footer line's messages), oldest first."""
         self._models_init()
         self._download_init()
         self._live_init()
@@ -180,6 +188,36 @@ class HomelabApp(
         yield SystemCommand(
             "Quit homelab", "Ask about a running engine first (q)", self.action_quit_app
         )
+
+    # -- saying why -------------------------------------------------------------------------
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """Said in the footer line of the screen on show, drawn in the same frame as the key
+        that caused it (a toast is mounted a frame or more later); a toast as well for an
+        error, or for what the footer cannot show whole."""
+        if threading.get_ident() != self._thread_id:  # a worker's thread: said on the loop's
+            self.call_from_thread(
+                self.notify, message, title=title, severity=severity, timeout=timeout
+            )
+            return
+        said = Said(message, title, severity)
+        self.said.append(said)
+        try:
+            footer: KeysFooter | None = self.screen.query_one(KeysFooter)
+        except (NoMatches, ScreenStackError):  # a dialog: no footer line on it
+            footer = None
+        if footer is not None:
+            footer.say(said, self.NOTIFICATION_TIMEOUT if timeout is None else timeout)
+        if footer is None or severity == "error" or not footer.fits(said, self.size.width):
+            super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
     # -- options ---------------------------------------------------------------------------
 

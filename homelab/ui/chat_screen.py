@@ -22,11 +22,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 from textual.worker import WorkerCancelled, WorkerFailed
 
 from homelab.errors import HomelabError
 from homelab.ui.messages import AnswerArrived, AnswerEnded
+from homelab.ui.widgets.keys import KeysFooter
 
 if TYPE_CHECKING:
     from textual.worker import Worker
@@ -94,7 +95,7 @@ class ChatScreen(ModalScreen[None]):
             )
             yield VerticalScroll(id="conversation")
             yield Input(placeholder="Ask the model… (enter sends)", id="chat-input")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#chat-input", Input).focus()

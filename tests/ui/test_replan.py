@@ -13,11 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from textual.widgets._footer import FooterKey
 
 from homelab.engine.supervision.process import alive
 from homelab.plan.vocabulary import summary_words
 from homelab.ui.app import make_app
+from homelab.ui.widgets.keys import KeysFooter
 from homelab.ui.widgets.models import ModelsMenu
 from tests.factory.clock import ManualClock
 from tests.factory.server_log import free_port
@@ -90,7 +90,7 @@ def test_R_after_the_desktop_grew_restarts_with_a_plan_made_on_the_card_now(
             warning = _growth_text(app)
             assert "kwin_wayland" in warning and "+700.00 MiB" in warning
             assert "R: re-plan on the card now and restart" in warning
-            footer = {(k.key, k.description) for k in app.query(FooterKey)}
+            footer = {(k.key, k.description) for k in app.query_one(KeysFooter).shown}
             assert ("R", "re-plan") in footer  # the key is in the footer too
 
             await pilot.press("R")
@@ -150,8 +150,8 @@ def test_R_without_an_engine_of_this_app_says_there_is_nothing_to_re_plan(
         async with app.run_test(size=(140, 45)) as pilot:
             await wait_until(pilot, lambda: app.state.card.report is not None)
             await pilot.press("R")
-            await wait_until(pilot, lambda: len(app._notifications) > 0)
-            titles = [n.title for n in app._notifications]
+            await wait_until(pilot, lambda: len(app.said) > 0)
+            titles = [n.title for n in app.said]
             assert "Nothing to re-plan" in titles
             assert app.state.running.supervisor is None
             await pilot.press("q")

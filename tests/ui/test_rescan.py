@@ -22,7 +22,7 @@ def _app(models_dir: Path):
 
 
 def _said(app) -> list[str]:
-    return [n.message for n in app._notifications]
+    return [n.message for n in app.said]
 
 
 def test_a_model_copied_in_shows_on_m_and_one_removed_goes(

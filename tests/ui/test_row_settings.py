@@ -21,7 +21,7 @@ def _app(models_dir: Path):
 
 
 def _said(app) -> list[str]:
-    return [n.message for n in app._notifications]
+    return [n.message for n in app.said]
 
 
 async def _pick(app, pilot, words: str, key: str) -> None:

@@ -33,7 +33,7 @@ def _server_text(app) -> str:
 
 
 def _said(app) -> list[str]:
-    return [n.message for n in app._notifications]
+    return [n.message for n in app.said]
 
 
 def _record(model: Path, facts) -> SimpleNamespace:

@@ -73,7 +73,8 @@ class EngineFlow(AppFlow):
             return
         if path is None:
             self.notify(
-                f"{entry.name} is not downloaded yet: `homelab pull` it first.",
+                f"{entry.name} is not downloaded yet: d downloads it (a quant to pick, with "
+                "the fit of each).",
                 title="Not downloaded",
                 severity="warning",
             )

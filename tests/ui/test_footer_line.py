@@ -172,3 +172,20 @@ def test_columns_that_fit() -> None:
     assert columns_that_fit([10, 10, 10], 30) == 3
     assert columns_that_fit([10, 10, 10], 29) == 2
     assert columns_that_fit([40], 10) == 1
+
+
+def test_s_on_a_preset_not_downloaded_says_d_downloads_it(models_dir: Path) -> None:
+    async def drive() -> None:
+        app = _app(models_dir)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            await pilot.press("slash", *"qwen3-8b", "enter")  # a preset: no file here
+            await wait_until(pilot, lambda: app.state.picked.plan is not None, 60)
+            assert app.state.picked.model_path is None
+            await pilot.press("s")
+            await pilot.pause()
+            line = _footer_lines(app)[0]
+            assert "Not downloaded: qwen3-8b" in line and "d downloads it" in line, line
+            assert "homelab pull" not in line
+
+    run(drive())

@@ -24,7 +24,11 @@ from homelab.errors import UsageError
 if TYPE_CHECKING:
     from homelab.engine.supervision.failure import EngineFailure
     from homelab.engine.supervision.readiness import EngineProfile
-    from homelab.gpu.report import GpuReport
+    from homelab.errors import HomelabError
+    from homelab.gguf.header import GgufModel
+    from homelab.gpu.report import CpuMemory, GpuReport
+    from homelab.plan.calibration import EngineVersion
+    from homelab.plan.judge import Fit
     from homelab.plan.options import PlanOptions
     from homelab.plan.workload import Workload
 
@@ -129,6 +133,22 @@ class EngineKind(Protocol):
         """Plan ``model`` on ``report``'s card as ``options`` say."""
         ...
 
+    def verdict(
+        self,
+        model: GgufModel | HomelabError,
+        label: str,
+        report: GpuReport,
+        options: PlanOptions,
+        *,
+        default_workload: Workload | None = None,
+        engine_version: EngineVersion = None,
+        ram: Callable[[], CpuMemory | None] | None = None,
+    ) -> Fit:
+        """A GGUF model's verdict on ``report``'s card (fits, how, or why not), planned as this
+        kind would serve it; never raises for the model's own trouble. Only a kind that
+        :attr:`loads_gguf` judges headers (:func:`gguf_kind`)."""
+        ...
+
     def executable(self) -> str:
         """The engine program's path. Raises EngineError when it is not installed."""
         ...
@@ -171,6 +191,12 @@ KINDS: dict[str, EngineKind] = {kind.name: kind for kind in (LlamaCpp(), Vllm())
 """Every engine kind, by its one name."""
 DEFAULT_ENGINE = LlamaCpp.name
 """The engine homelab plans for and runs unless told."""
+
+
+def gguf_kind() -> EngineKind:
+    """The kind that serves GGUF files: the one that judges a header's verdict (the models
+    menu, presets, a repo's quants, a model set)."""
+    return next(kind for kind in KINDS.values() if kind.loads_gguf)
 
 
 def engine_kind(name: str) -> EngineKind:

@@ -23,9 +23,9 @@ def judge_model(
     model: GgufModel | HomelabError, label: str, report: GpuReport, options: PlanOptions
 ) -> Fit:
     """A local GGUF's verdict, shown as ``label`` (never raises for the model's own trouble)."""
-    from homelab.plan.judge import judge
+    from homelab.engine.kinds import gguf_kind
 
-    return judge(model, label, report, options, engine_version=current_engine_version)
+    return gguf_kind().verdict(model, label, report, options, engine_version=current_engine_version)
 
 
 def benches(plan: Plan, model: GgufModel) -> list[dict[str, Any]]:

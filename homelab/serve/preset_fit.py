@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from homelab.engine.kinds import gguf_kind
 from homelab.engine.llamacpp.calibrate import current_engine_version
 from homelab.errors import HomelabError
 from homelab.gguf.header import GgufModel
@@ -32,7 +33,7 @@ from homelab.gpu.report import GpuReport
 from homelab.hub.preset_facts import lacks_expert_bytes, stand_in
 from homelab.hub.presets import Preset
 from homelab.plan.calibration import EngineVersion
-from homelab.plan.judge import Fit, judge
+from homelab.plan.judge import Fit
 from homelab.plan.options import PlanOptions
 
 MAX_FETCHES = 4
@@ -158,7 +159,7 @@ def _judge(
             )
         else:
             source = None
-    fit = judge(
+    fit = gguf_kind().verdict(
         header,
         preset.ref,
         report,

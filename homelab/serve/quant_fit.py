@@ -17,12 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from homelab.engine.kinds import gguf_kind
 from homelab.engine.llamacpp.calibrate import current_engine_version
 from homelab.errors import HomelabError
 from homelab.gpu.report import CpuMemory, GpuReport
 from homelab.plan.calibration import EngineVersion
 from homelab.plan.experts_rung import system_ram
-from homelab.plan.judge import Fit, judge
+from homelab.plan.judge import Fit
 from homelab.plan.options import PlanOptions
 
 if TYPE_CHECKING:
@@ -119,9 +120,11 @@ def _judge(
     if isinstance(resolved, (HubAuthError, HubNetworkError)):
         raise resolved
     if isinstance(resolved, HomelabError):
-        return QuantFit(choice, judge(resolved, choice.label, report, options))
+        return QuantFit(choice, gguf_kind().verdict(resolved, choice.label, report, options))
     model = resolved.model
-    fit = judge(model, resolved.display, report, options, engine_version=engine_version, ram=ram)
+    fit = gguf_kind().verdict(
+        model, resolved.display, report, options, engine_version=engine_version, ram=ram
+    )
     origins = sorted({p.origin for p in resolved.parts})
     bits = quant_bits(choice.tag) or header_bits(model)
     return QuantFit(choice, fit, "+".join(origins), resolved.bytes_fetched, bits)

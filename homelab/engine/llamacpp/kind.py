@@ -15,6 +15,7 @@ from homelab.engine.supervision.facts import PlanFacts
 if TYPE_CHECKING:
     from homelab.engine.kinds import Measured, OomReading, ServePlan
     from homelab.engine.supervision.readiness import EngineProfile
+    from homelab.plan.judge import Fit
 
 
 class LlamaCpp:
@@ -40,6 +41,32 @@ class LlamaCpp:
 
         return OomReading(
             oom.is_oom, oom.oom_lines, oom.heal_line, oom.prompt_cache_line, diagnose.strip_prefix
+        )
+
+    def verdict(
+        self,
+        model,
+        label,
+        report,
+        options,
+        *,
+        default_workload=None,
+        engine_version=None,
+        ram=None,
+    ) -> Fit:
+        """The planner's verdict (``engine_version``: the llama-server build whose stored
+        calibration applies, or a callable finding it when needed; None: no calibration)."""
+        from homelab.plan.experts_rung import system_ram
+        from homelab.plan.judge import judge
+
+        return judge(
+            model,
+            label,
+            report,
+            options,
+            default_workload=default_workload,
+            engine_version=engine_version,
+            ram=system_ram if ram is None else ram,
         )
 
     def plan(self, model, report, options, *, default_workload=None, remote=None) -> ServePlan:

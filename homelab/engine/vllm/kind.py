@@ -16,6 +16,7 @@ from homelab.errors import EngineError, UsageError
 if TYPE_CHECKING:
     from homelab.engine.kinds import Measured, OomReading, ServePlan
     from homelab.engine.supervision.readiness import EngineProfile
+    from homelab.plan.judge import Fit
 
 
 class Vllm:
@@ -35,6 +36,14 @@ class Vllm:
     restarts_in_place = False
     start_cost: str | None = "a first start takes minutes: weights, compile, CUDA graphs"
     oom: OomReading | None = None
+
+    def verdict(self, model, label, report, options, **_: Any) -> Fit:
+        """vLLM serves a Hub repo's weights, not a GGUF file: it judges no header (the menu,
+        presets and quants are judged by :func:`~homelab.engine.kinds.gguf_kind`)."""
+        raise UsageError(
+            f"vLLM does not judge GGUF headers ({label}).",
+            hint="Judge GGUF models with llama.cpp's kind; plan vLLM with `--engine vllm`.",
+        )
 
     def plan(self, model, report, options, *, default_workload=None) -> ServePlan:
         from homelab.engine.kinds import ServePlan

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,8 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.factory import write_gguf  # noqa: E402
-from tests.factory.server_log import free_port  # noqa: E402
+from tests.factory import write_gguf
+from tests.factory.server_log import free_port
 
 ARGS = {"ctx-size": "1024", "parallel": "1", "threads": "1", "cache-ram": "0"}
 BODY = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "temperature": 0}
@@ -109,7 +108,7 @@ class PerModel:
         argv += ["--port", str(port), "--alias", name]
         for key, value in ARGS.items():
             argv += [f"--{key}", value]
-        log = open(self.folder / f"{name}.log", "ab")  # noqa: SIM115
+        log = open(self.folder / f"{name}.log", "ab")
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
         wait_health(url, proc)
@@ -161,7 +160,7 @@ class Router:
         self.url = f"http://127.0.0.1:{port}"
         argv = [str(binary()), "--models-preset", str(ini), "--models-max", "2"]
         argv += ["--host", "127.0.0.1", "--port", str(port)]
-        log = open(folder / "router.log", "ab")  # noqa: SIM115
+        log = open(folder / "router.log", "ab")
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         wait_health(self.url, self.proc)
 
@@ -177,7 +176,9 @@ class Router:
 
     def kill(self, name: str) -> str:
         child = next(
-            c for c in psutil.Process(self.proc.pid).children() if f"{name}" in " ".join(c.cmdline())
+            c
+            for c in psutil.Process(self.proc.pid).children()
+            if f"{name}" in " ".join(c.cmdline())
         )
         child.kill()
         time.sleep(1.0)

@@ -196,6 +196,7 @@ class ModelPool:
             member.waiting -= 1
             self.metrics.waiting.labels(model=member.model.id).dec()
             self.metrics.wait_seconds.observe(time.monotonic() - started)
+            self.metrics.recent_waits_s.append(time.monotonic() - started)
 
     def release(self, member: Member) -> None:
         """A request of ``member``'s is answered (or gone)."""
@@ -258,6 +259,7 @@ class ModelPool:
             self.metrics.swaps.labels(model=member.model.id).inc()
             self.metrics.swap_seconds.observe(took)
             self.metrics.last_swap_s = took
+            self.metrics.recent_swaps_s.append(took)
 
     def _victims(self, member: Member) -> list[Member]:
         """The residents to unload for ``member`` to fit: idle ones first, then busy ones,

@@ -4,10 +4,12 @@ waited for its model to load. On a registry of their own, beside the admission's
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+RECENT = 256
 SWAP_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
@@ -69,6 +71,10 @@ class SetMetrics:
             self.inflight.labels(model=name)
             self.waiting.labels(model=name)
         self.last_swap_s: float | None = None
+        self.recent_swaps_s: deque[float] = deque(maxlen=RECENT)
+        """The latest swaps' seconds, oldest first (the bench's percentiles)."""
+        self.recent_waits_s: deque[float] = deque(maxlen=RECENT)
+        """The latest waits of requests whose model was not loaded, oldest first."""
 
     @staticmethod
     def count(counter: Counter, model: str) -> int:

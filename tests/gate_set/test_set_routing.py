@@ -168,3 +168,20 @@ def test_clients_thrashing_between_models_are_bounded_and_answered(
     assert len(under.engines.running) <= 1
     swaps = metric(under.url, "homelab_gate_model_swaps_total")
     assert 1 <= swaps <= len(names)
+
+
+def test_idle_models_unload_after_the_ttl_and_load_again_when_named(
+    set_gate, three_models: dict[str, Path]
+) -> None:
+    paths = {k: three_models[k] for k in ("smol", "llama")}
+    under = set_gate(paths, COSTS, TWO, ["smol", "llama"], idle_ttl_s=0.5)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if all(m["state"] == "unloaded" for m in under.pool.models_json()):
+            break
+        time.sleep(0.1)
+    assert not under.engines.running
+    assert metric(under.url, "homelab_gate_model_unloads_total") == 2
+    r = chat(under.url, "llama")
+    assert r.status_code == 200 and r.json()["model"] == "llama"
+    assert metric(under.url, "homelab_gate_model_swaps_total") == 1

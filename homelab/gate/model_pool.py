@@ -313,6 +313,7 @@ class ModelPool:
             member.state = "unloaded"
             raise
         gate = Gate(self.settings, engine.url, engine.facts, engine.key, self.gate_metrics)
+        await gate.ready_queue()  # its limits now, from its /props while it surely answers
         member.gate = gate
         member.state = "loaded"
         member.last_used = time.monotonic()

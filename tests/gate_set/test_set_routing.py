@@ -185,3 +185,28 @@ def test_idle_models_unload_after_the_ttl_and_load_again_when_named(
     r = chat(under.url, "llama")
     assert r.status_code == 200 and r.json()["model"] == "llama"
     assert metric(under.url, "homelab_gate_model_swaps_total") == 1
+
+
+def test_each_engine_of_the_set_has_its_own_key_and_one_killed_is_restarted(
+    set_gate, three_models: dict[str, Path]
+) -> None:
+    """Nobody goes around the gate to a set's engine (401 without its key); an engine killed
+    (SIGKILL) is restarted by its supervisor and its next request answered by it."""
+    import os
+    import signal
+
+    paths = {k: three_models[k] for k in ("smol", "llama")}
+    under = set_gate(paths, COSTS, TWO, ["smol", "llama"])
+    for supervisor in under.engines.running.values():
+        assert supervisor.url is not None
+        bare = httpx.get(f"{supervisor.url}/v1/models", timeout=30, trust_env=False)
+        assert bare.status_code == 401
+    victim = under.engines.running["llama"]
+    pid = victim.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    r = chat(under.url, "llama")
+    assert r.status_code == 200, r.text
+    assert r.json()["model"] == "llama"
+    assert victim.pid != pid
+    assert chat(under.url, "smol").json()["model"] == "smol"

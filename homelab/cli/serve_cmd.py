@@ -34,6 +34,7 @@ from homelab.cli.serve_output import (
     signals_interrupt,
     watch_status,
 )
+from homelab.cli.serve_set_cmd import add_set_arguments, run_serve_set
 from homelab.cli.stop_status import register_stop_status, worded, worded_transition
 from homelab.cli.vllm_cmd import add_engine_option
 from homelab.errors import ExitCode, HomelabError, UsageError
@@ -53,9 +54,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     serve.add_argument(
         "model",
+        nargs="?",
         help="a .gguf file, a preset name (`homelab presets`), or REPO[:QUANT] / REPO/FILE.gguf "
         "(downloaded first when not in the HF cache); with --engine vllm a model folder or cached repo",
     )
+    add_set_arguments(serve)
     add_plan_arguments(serve)
     add_rpc_argument(serve)
     add_engine_option(serve)
@@ -173,6 +176,13 @@ def run_serve(args: argparse.Namespace) -> int:
     from homelab.serve.request import ServeRequest
     from homelab.serve.session import ServeSession
 
+    if args.models is not None or args.more_models:
+        try:
+            return run_serve_set(args)
+        except HomelabError as error:
+            raise worded(error) from None
+    if args.model is None:
+        raise UsageError("name a model to serve (or several, or --models)")
     if args.dry_run:
         return _dry_run(args)
     try:

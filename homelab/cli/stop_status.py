@@ -113,6 +113,10 @@ def run_stop(args: argparse.Namespace) -> int:
     try:
         now = running(store)
         _say_set_aside(now)
+        from homelab.cli.status_set import stop_set
+
+        if stop_set(args.timeout) and now.nothing:
+            return int(ExitCode.OK)
         if now.nothing:
             print("no homelab engine is running")
             return int(ExitCode.OK)
@@ -149,6 +153,10 @@ def run_status(args: argparse.Namespace) -> int:
         for e in now.unrecorded
     ]
     record = now.record
+    from homelab.cli.status_set import say_set
+
+    if record is None and say_set(as_json=args.json):
+        return int(ExitCode.OK)
     if record is None:
         _say_no_record(now, unrecorded, as_json=args.json)
     elif args.json:

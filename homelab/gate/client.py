@@ -70,4 +70,20 @@ def describe_gate_state(state: dict[str, object]) -> list[str]:
                 f"{latest.get('conversation')} re-processed its prompt "
                 f"({latest.get('cached_tokens')} of {latest.get('prompt_tokens')} tokens cached)"
             )
+    models = state.get("models")
+    if isinstance(models, list):
+        lines += [_model_line(m) for m in models if isinstance(m, dict)]
     return lines
+
+
+def _model_line(model: dict[str, object]) -> str:
+    """One model of a set's gate: its state, requests in flight and waiting, swaps."""
+    aliases = model.get("aliases")
+    named = (
+        f" (also {', '.join(map(str, aliases))})" if isinstance(aliases, list) and aliases else ""
+    )
+    failure = f" · failed: {model['failure']}" if model.get("failure") else ""
+    return (
+        f"  {model.get('id')}{named}: {model.get('state')} · {model.get('in_flight')} in flight"
+        f" · {model.get('waiting')} waiting · {model.get('swaps')} swaps{failure}"
+    )

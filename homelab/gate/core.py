@@ -31,11 +31,13 @@ class Gate:
         engine_url: str,
         facts: PlanFacts | None,
         engine_key: str | None = None,
+        metrics: GateMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.facts = facts
         self.upstream = Upstream(engine_url, engine_key)
-        self.metrics = GateMetrics()
+        self.metrics = GateMetrics() if metrics is None else metrics
+        """The admission's metrics (a set of models shares one among its models' gates)."""
         self.reuse = ReuseBook()
         self.url: str | None = None
         self.queue: AdmissionQueue | None = None

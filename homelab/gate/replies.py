@@ -16,6 +16,7 @@ ANTHROPIC_KINDS = {
     "rate_limit_error": "rate_limit_error",
     "server_error": "api_error",
     "unavailable_error": "overloaded_error",
+    "not_found_error": "not_found_error",
 }
 
 

@@ -136,10 +136,9 @@ class GateRunner:
 
     async def _serve(self) -> None:
         self._stopping = asyncio.Event()
-        gate = Gate(self.settings, self.engine_url, self.facts, self._engine_key)
-        self._gate = gate
+        app = await self._open()
         runner = CappedRunner(  # bounded in time and number (homelab.gate.sockets)
-            build_app(gate),
+            app,
             max_connections=connection_cap(self.settings.max_connections),
             keepalive_timeout=self.settings.idle_timeout_s,
             handler_cancellation=True,
@@ -157,12 +156,26 @@ class GateRunner:
             host = (
                 self.settings.host if ":" not in self.settings.host else f"[{self.settings.host}]"
             )
-            self.url = gate.url = f"http://{host}:{port}"
+            self._listening(f"http://{host}:{port}")
             self._started.set()
             await self._stopping.wait()
         finally:
             await runner.cleanup()
-            await gate.close()
+            await self._close()
+
+    async def _open(self) -> web.Application:
+        """The gate's application (made on the gate's loop)."""
+        self._gate = Gate(self.settings, self.engine_url, self.facts, self._engine_key)
+        return build_app(self._gate)
+
+    def _listening(self, url: str) -> None:
+        self.url = url
+        if self._gate is not None:
+            self._gate.url = url
+
+    async def _close(self) -> None:
+        if self._gate is not None:
+            await self._gate.close()
 
     def _bind_error(self, error: OSError) -> GateError:
         where = f"{self.settings.host}:{self.settings.port}"

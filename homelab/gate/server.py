@@ -23,10 +23,12 @@ from homelab.gate.replies import (
     error_reply,
 )
 from homelab.gate.requests import ROUTES, Route, parse
+from homelab.gate.settings import GateSettings
 from homelab.gate.state import STATE_PATH
 from homelab.gate.trust import cors_headers, trust_middleware
 
 GATE_KEY: web.AppKey[Gate] = web.AppKey("gate", Gate)
+SETTINGS_KEY: web.AppKey[GateSettings] = web.AppKey("gate_settings", GateSettings)
 PASSTHROUGH = (
     ("GET", "/v1/models"),
     ("GET", "/models"),
@@ -44,10 +46,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def build_app(gate: Gate) -> web.Application:
     app = web.Application(
-        middlewares=[access_log, trust_middleware(gate.settings), _auth],
+        middlewares=[access_log, trust_middleware(gate.settings), auth],
         client_max_size=64 * 1024 * 1024,
     )
     app[GATE_KEY] = gate
+    app[SETTINGS_KEY] = gate.settings
     if gate.settings.allowed_origins:  # CORS only when a person allowed some origin
         app.on_response_prepare.append(cors_headers)
     for route in ROUTES.values():
@@ -61,8 +64,8 @@ def build_app(gate: Gate) -> web.Application:
 
 
 @web.middleware
-async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-    key = request.app[GATE_KEY].settings.api_key
+async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+    key = request.app[SETTINGS_KEY].api_key
     if key is not None and not _key_matches(request, key):
         return error_reply(
             401,
@@ -101,6 +104,10 @@ ANTHROPIC_PASSTHROUGH = "/v1/messages/count_tokens"
 
 
 async def _passthrough(request: web.Request) -> web.StreamResponse:
+    return await passthrough(request.app[GATE_KEY], request)
+
+
+async def passthrough(gate: Gate, request: web.Request) -> web.StreamResponse:
     """The engine's answer to the same request. A POST body must be JSON the engine can
     read (:func:`~homelab.gate.json_body.load_body`): llama-server answers an empty,
     truncated or non-JSON body, ``NaN`` or a number past a double with a 500
@@ -108,7 +115,6 @@ async def _passthrough(request: web.Request) -> web.StreamResponse:
     count endpoint's body as its route would: ``messages`` missing was a 500); one in
     UTF-16 or with a BOM (JSON Python reads) goes on as plain UTF-8; and the engine's 500
     for a field of the wrong type is answered 400 (:func:`engine_client_error`)."""
-    gate = request.app[GATE_KEY]
     anthropic = request.path == ANTHROPIC_PASSTHROUGH
     body = await request.read() if request.can_read_body else None
     route = COUNTED.get(request.path)

@@ -54,7 +54,14 @@ class GateState:
     alarms: tuple[ReprefillAlarm, ...] = ()
     """The latest re-prefill alarms, oldest first."""
     upstream_errors: int = 0
+    models: tuple[dict[str, object], ...] = ()
+    """A gate in front of a set of models: each model (id, aliases, state, in flight,
+    waiting, swaps, failure), in the set's order; empty for a gate of one engine."""
 
     def to_json(self) -> dict[str, object]:
         """The state as JSON values (``status --json``): every field, the alarms a list."""
-        return {**asdict(self), "alarms": [asdict(alarm) for alarm in self.alarms]}
+        return {
+            **asdict(self),
+            "alarms": [asdict(alarm) for alarm in self.alarms],
+            "models": [dict(model) for model in self.models],
+        }

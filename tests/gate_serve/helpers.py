@@ -15,11 +15,16 @@ PLAN = ["--vram", "8GiB", "--ctx", "512", "--parallel", "1"]
 
 def gate_processes() -> list[psutil.Process]:
     """The detached gate processes that keep this test's state folder."""
+    return processes_with(GATE_MODULE)
+
+
+def processes_with(word: str) -> list[psutil.Process]:
+    """The live processes of this test's state folder with ``word`` in their command line."""
     mine = str(state_dir())
     found = []
     for process in psutil.process_iter(["cmdline"]):
         try:
-            if GATE_MODULE not in (process.info["cmdline"] or []):
+            if word not in (process.info["cmdline"] or []):
                 continue
             if process.status() == psutil.STATUS_ZOMBIE:  # ended, not yet reaped
                 continue

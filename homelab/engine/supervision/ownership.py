@@ -32,7 +32,7 @@ from homelab.engine.supervision.identity import FoundEngine, find_engines
 from homelab.engine.supervision.process import EngineProcess
 from homelab.engine.supervision.record import EngineRecord
 from homelab.engine.supervision.state_file import SetAside, StateFile
-from homelab.errors import EngineError
+from homelab.errors import AlreadyServed, EngineError
 
 Decision = Literal["start", "adopt", "replace"]
 _TITLE = "Engine already running"
@@ -119,10 +119,18 @@ def decide(now: Running, model: str, *, asked: Asked | None = None, replace: boo
             title=_TITLE,
         )
     where = f"{record.engine} (pid {record.pid}) at {record.url}"
+    found = differences(record.facts, record.public_port, asked or Asked(), record.engine)
+    kept = record.keeper_alive() and record.supervisor_pid != os.getpid()
+    if kept and same_model(record.model, model) and not found:
+        raise AlreadyServed(
+            f"{Path(record.model).name} is already served at {record.public_url}, "
+            f"kept by homelab's keeper (pid {record.supervisor_pid})",
+            url=record.public_url,
+        )
     if record.supervised_by_other():
+        by = "kept by homelab's keeper" if kept else "supervised by homelab"
         raise EngineError(
-            f"{where} already serves {record.model}, "
-            f"supervised by homelab pid {record.supervisor_pid}",
+            f"{where} already serves {record.model}, {by} pid {record.supervisor_pid}",
             hint="use it as it is; `replace` restarts it with new settings, `stop` stops it",
             title=_TITLE,
         )
@@ -132,7 +140,6 @@ def decide(now: Running, model: str, *, asked: Asked | None = None, replace: boo
             hint="`replace` replaces it; `stop` stops it",
             title=_TITLE,
         )
-    found = differences(record.facts, record.public_port, asked or Asked(), record.engine)
     if found:
         runs, wanted = describe_differences(found)
         raise EngineError(
@@ -145,7 +152,8 @@ def decide(now: Running, model: str, *, asked: Asked | None = None, replace: boo
 
 
 def stop_engine(store: StateFile, record: EngineRecord, grace_s: float = 20.0) -> bool:
-    """Stop the recorded engine (SIGTERM to its group, wait, SIGKILL) and remove the record.
+    """Stop the recorded engine (SIGTERM to its group, wait, SIGKILL) and remove the record;
+    homelab's keeper of it first (:func:`stop_keeper`), which stops its gate and engine.
 
     A supervising homelab sees "stop requested" and ends instead of restarting.
     If that supervisor restarted the engine just before the mark landed, the
@@ -158,7 +166,7 @@ def stop_engine(store: StateFile, record: EngineRecord, grace_s: float = 20.0) -
     Raises:
         EngineError: the engine belongs to another user (not allowed to signal it).
     """
-    stopped = False
+    stopped = stop_keeper(record, grace_s)  # a keeper stops its gate and engine itself
     for _ in range(3):
         store.update(record.pid, stop_requested=True)
         if record.not_the_engine() is None:
@@ -169,6 +177,23 @@ def stop_engine(store: StateFile, record: EngineRecord, grace_s: float = 20.0) -
             return stopped
         record = following
     return stopped
+
+
+def stop_keeper(record: EngineRecord, grace_s: float = 20.0) -> bool:
+    """Stop homelab's keeper of ``record`` (SIGTERM to its group, wait, SIGKILL); it stops its
+    engine and its gate itself. True when a keeper ran. Nothing is signalled unless the
+    recorded pid is verifiably that keeper (its start time): a pid reused by another
+    program is left alone."""
+    pid, created = record.supervisor_pid, record.supervisor_create_time
+    if not record.kept or pid is None or created is None or pid == os.getpid():
+        return False
+    try:
+        proc = EngineProcess.adopt(pid, pgid=pid, create_time=created)  # its own session
+    except EngineError:
+        return False
+    proc.stop(grace_s)
+    proc.close()
+    return True
 
 
 def stop_found(engine: FoundEngine, grace_s: float = 20.0) -> bool:

@@ -34,8 +34,8 @@ def run_keeper(session: ServeSession, notice_fd: int) -> int:
     import os
 
     print(
-        f"kept by homelab's keeper (pid {os.getpid()}): it restarts the engine and the gate "
-        f"when they die; `homelab stop` stops them (its log: {log_path})",
+        f"left running (detached), kept by homelab's keeper (pid {os.getpid()}): it restarts "
+        f"the engine and the gate when they die; `homelab stop` stops them; log: {log_path}",
         flush=True,
     )
     keeper.announce(notice_fd, log_path)

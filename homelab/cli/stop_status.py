@@ -177,7 +177,7 @@ def _say_no_record(now: Running, unrecorded: list[dict[str, object]], *, as_json
         data: dict[str, object] = (
             {"running": True, "unrecorded": unrecorded} if unrecorded else {"running": False}
         )
-        print_json({**data, "keeper_end": None if note is None else note.to_json()})
+        print_json(data if note is None else {**data, "keeper_end": note.to_json()})
         return
     if note is not None:
         print("\n".join(end_lines(note)))

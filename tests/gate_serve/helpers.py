@@ -35,6 +35,21 @@ def processes_with(word: str) -> list[psutil.Process]:
     return found
 
 
+def kill_keeper() -> None:
+    """SIGKILL the keeper of the detached serve the record names and wait until it is gone
+    (what an adopting serve repairs: the keeper would restart a dead gate itself)."""
+    from homelab.engine.supervision.process import alive
+    from homelab.engine.supervision.state_file import StateFile
+
+    record = StateFile().read()
+    assert record is not None and record.kept and record.supervisor_pid is not None
+    psutil.Process(record.supervisor_pid).kill()
+    deadline = time.monotonic() + 30
+    while alive(record.supervisor_pid, record.supervisor_create_time):
+        assert time.monotonic() < deadline, "the keeper outlived its SIGKILL"
+        time.sleep(0.05)
+
+
 def wait_gates_gone(timeout_s: float = 10.0) -> bool:
     """True once no gate process of this test runs (they watch the engine record each second)."""
     deadline = time.monotonic() + timeout_s

@@ -119,34 +119,34 @@ def decide(now: Running, model: str, *, asked: Asked | None = None, replace: boo
             title=_TITLE,
         )
     where = f"{record.engine} (pid {record.pid}) at {record.url}"
-    found = differences(record.facts, record.public_port, asked or Asked(), record.engine)
     kept = record.keeper_alive() and record.supervisor_pid != os.getpid()
-    if kept and same_model(record.model, model) and not found:
-        raise AlreadyServed(
-            f"{Path(record.model).name} is already served at {record.public_url}, "
-            f"kept by homelab's keeper (pid {record.supervisor_pid})",
-            url=record.public_url,
-        )
-    if record.supervised_by_other():
-        by = "kept by homelab's keeper" if kept else "supervised by homelab"
+    if record.supervised_by_other() and not kept:
         raise EngineError(
-            f"{where} already serves {record.model}, {by} pid {record.supervisor_pid}",
+            f"{where} already serves {record.model}, "
+            f"supervised by homelab pid {record.supervisor_pid}",
             hint="use it as it is; `replace` restarts it with new settings, `stop` stops it",
             title=_TITLE,
         )
+    by = f", kept by homelab's keeper (pid {record.supervisor_pid})" if kept else ""
     if not same_model(record.model, model):
         raise EngineError(
-            f"{where} already serves another model: {record.model}",
+            f"{where} already serves another model: {record.model}{by}",
             hint="`replace` replaces it; `stop` stops it",
             title=_TITLE,
         )
+    found = differences(record.facts, record.public_port, asked or Asked(), record.engine)
     if found:
         runs, wanted = describe_differences(found)
         raise EngineError(
-            f"{where} already serves {Path(record.model).name}, but it runs with {runs}; "
+            f"{where} already serves {Path(record.model).name}{by}, but it runs with {runs}; "
             f"you asked {wanted}",
             hint="`replace` restarts it with the new settings; leave them out to use it as it is",
             title="Engine runs with other settings",
+        )
+    if kept:
+        raise AlreadyServed(
+            f"{Path(record.model).name} is already served at {record.public_url}{by}",
+            url=record.public_url,
         )
     return "adopt"
 

@@ -99,6 +99,18 @@ class EngineError(HomelabError):
     exit_code = ExitCode.ENGINE
 
 
+class AlreadyServed(HomelabError):
+    """The model asked for is served already, kept by homelab's keeper: not a failure (exit 0);
+    the message says where (a front-end prints it as news, not as an error)."""
+
+    title = "Already served"
+    exit_code = ExitCode.OK
+
+    def __init__(self, message: str, *, url: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.url = url
+
+
 class WorkerError(HomelabError):
     """An RPC worker (``homelab worker``, llama.cpp's rpc-server) did not answer as one."""
 

@@ -84,6 +84,7 @@ def main(argv: Sequence[str] | None = None, *, open_ui: Callable[..., int] | Non
     parser = build_parser(words[0] if words else None)
     args = parser.parse_args(words)
     args.open_ui = open_ui
+    args.words = words  # as typed: `serve --detach` hands them to its keeper
     if not getattr(args, "func", None):
         parser.print_help()
         return int(ExitCode.USAGE)

@@ -37,7 +37,7 @@ from homelab.cli.serve_output import (
 from homelab.cli.serve_set_cmd import add_set_arguments, run_serve_set
 from homelab.cli.stop_status import register_stop_status, worded, worded_transition
 from homelab.cli.vllm_cmd import add_engine_option
-from homelab.errors import ExitCode, HomelabError, UsageError
+from homelab.errors import AlreadyServed, ExitCode, HomelabError, UsageError
 
 if TYPE_CHECKING:
     from homelab.cli.pull_cmd import ProgressBar
@@ -74,6 +74,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--detach",
         action="store_true",
         help="leave the engine and its gate running when homelab exits (`homelab stop` stops them)",
+    )
+    serve.add_argument(  # serve's keeper itself (`--detach` starts it): not for people
+        "--keeper-fd", type=int, default=None, help=argparse.SUPPRESS
     )
     serve.add_argument(
         "--replace",
@@ -185,16 +188,24 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UsageError("name a model to serve (or several, or --models)")
     if args.dry_run:
         return _dry_run(args)
+    keeper = args.keeper_fd is not None
+    if args.detach and not keeper:  # the keeper serves; this returns once it is ready
+        import sys
+
+        from homelab.serve.keeper import launch
+
+        return launch(args.words, sys.stdout.buffer, sys.stderr.buffer)
     try:
         if args.start_timeout <= 0:
             raise UsageError("--start-timeout must be positive")
         request = ServeRequest(
             model=args.model,
             options=options_from_args(args),
-            detach=args.detach,
+            detach=args.detach or keeper,
             replace=args.replace,
             start_timeout_s=args.start_timeout,
             gate=gate_choices(args),
+            hold=keeper,
         )
         session = ServeSession(request)
     except HomelabError as error:
@@ -203,6 +214,10 @@ def run_serve(args: argparse.Namespace) -> int:
     session.subscribe(text)
     with signals_interrupt():
         try:
+            if keeper:
+                from homelab.cli.keeper_run import run_keeper
+
+                return run_keeper(session, args.keeper_fd)
             session.start()
             session.wait_ready()
             if args.detach:
@@ -218,6 +233,9 @@ def run_serve(args: argparse.Namespace) -> int:
             return int(ExitCode.OK)
         except KeyboardInterrupt:
             return _interrupted(session)
+        except AlreadyServed as served:
+            print(served.message, flush=True)
+            return int(ExitCode.OK)
         except HomelabError as error:
             raise worded(error) from None
         finally:

@@ -105,7 +105,12 @@ def _say_set_aside(now) -> None:
 def run_stop(args: argparse.Namespace) -> int:
     """``homelab stop``: stop the recorded engine, and any of homelab's engines that lost
     their record; 0 also when none runs."""
-    from homelab.engine.supervision.ownership import running, stop_engine, stop_found
+    from homelab.engine.supervision.ownership import (
+        running,
+        stop_engine,
+        stop_found,
+        stop_keeper,
+    )
     from homelab.engine.supervision.state_file import StateFile
     from homelab.serve.gate import stop_recorded_gate
 
@@ -122,9 +127,12 @@ def run_stop(args: argparse.Namespace) -> int:
             return int(ExitCode.OK)
         record = now.record
         if record is not None:
-            if stop_recorded_gate(record):
+            kept = stop_keeper(record, grace_s=args.timeout)  # it stops its gate and engine
+            if kept:
+                print(f"stopped: homelab's keeper pid {record.supervisor_pid}")
+            if stop_recorded_gate(record) or (kept and record.gate_url is not None):
                 print(f"stopped: the gate at {record.gate_url}")
-            stopped = stop_engine(store, record, grace_s=args.timeout)
+            stopped = stop_engine(store, record, grace_s=args.timeout) or kept
             what = "stopped" if stopped else "cleared (its engine had already exited)"
             print(
                 f"{what}: {_program(record.engine)} pid {record.pid} "
@@ -167,11 +175,20 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def _say_no_record(now: Running, unrecorded: list[dict[str, object]], *, as_json: bool) -> None:
-    """Status without a record: nothing runs, or engines homelab started that lost theirs."""
+    """Status without a record: nothing runs, or engines homelab started that lost theirs
+    (and why the last keeper stopped, when one did)."""
+    from homelab.cli.keeper_status import end_lines
+    from homelab.engine.supervision.restarts import read_end
+
+    note = read_end()
     if as_json:
-        print_json(
+        data: dict[str, object] = (
             {"running": True, "unrecorded": unrecorded} if unrecorded else {"running": False}
         )
+        print_json(data if note is None else {**data, "keeper_end": note.to_json()})
+        return
+    if note is not None:
+        print("\n".join(end_lines(note)))
     elif unrecorded:
         for e in now.unrecorded:
             print(f"an engine homelab started runs without a readable record: pid {e.pid}")
@@ -229,6 +246,7 @@ def _status_json(
     record: EngineRecord, seen: _Seen, unrecorded: list[dict[str, object]]
 ) -> dict[str, object]:
     """``homelab status --json``'s object."""
+    from homelab.cli.keeper_status import keeper_json, restarts_json
     from homelab.engine.kinds import logged_kv_tokens
     from homelab.serve.prove import launch_of
 
@@ -248,6 +266,8 @@ def _status_json(
         "ready_at": record.ready_at,
         "detached": record.detached,
         "supervisor_pid": seen.supervisor,
+        "keeper": keeper_json(record, seen.supervisor),
+        "restarts": restarts_json(record.restarts),
         "port_pinned": record.port_pinned,
         "plan": None if record.facts is None else record.facts.to_json(),
         "kv_tokens": None if seen.kind is None else logged_kv_tokens(seen.kind, record.log_path),
@@ -276,7 +296,9 @@ def _status_json(
 
 def _say_status(record: EngineRecord, seen: _Seen) -> None:
     """``homelab status``'s lines: the engine, its gate, its uptime and live line, its log."""
-    how = "detached" if record.detached else f"supervised by homelab pid {seen.supervisor}"
+    from homelab.cli.keeper_status import how_kept, restart_lines
+
+    how = how_kept(record, seen.supervisor)
     if not seen.running:
         print(f"{seen.program} is between restarts ({how}); last pid {record.pid}, {record.url}")
     else:
@@ -292,6 +314,8 @@ def _say_status(record: EngineRecord, seen: _Seen) -> None:
             print(f"  backend: {seen.backend}")
         if seen.line is not None:
             print(f"  {seen.line}")
+    for line in restart_lines(record.restarts):
+        print(f"  {line}")
     print(f"  log: {record.log_path}")
 
 

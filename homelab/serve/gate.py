@@ -226,6 +226,32 @@ class SessionGate:
                     self.retarget(record.facts)
                     self.stamp(engine_pid)
 
+    def exited(self) -> tuple[bool, int | None]:
+        """(the gate process this session holds has died, its exit code when known): a
+        keeper's look; a gate on a thread here, or none, has not."""
+        child, adopted = self._child, self._adopted
+        if child is not None and child.proc.poll() is not None:
+            return True, child.proc.returncode
+        if adopted is not None and not alive(*adopted):
+            return True, None
+        return False, None
+
+    def restart(
+        self, engine_url: str, facts: PlanFacts | None, engine_pid: int | None, key: str | None
+    ) -> None:
+        """Start the gate process again where clients find it (its public port), after it died.
+
+        Raises:
+            HomelabError: it could not listen again.
+        """
+        with self._life:
+            if self._stopped or self.url is None:
+                return
+            self._child = self._adopted = None
+            port = int(self.url.rsplit(":", 1)[1])
+            self.settings = replace(self._need(), port=port)
+        self.start(engine_url, facts, engine_pid, detached=True, key=key)
+
     @property
     def running(self) -> bool:
         """True while this session holds a gate (its own or an adopted one)."""
@@ -283,6 +309,9 @@ def stop_gate_process(pid: int, create_time: float | None, grace_s: float = STOP
 def stop_recorded_gate(record: EngineRecord) -> bool:
     """Stop the record's gate when it runs in a process of its own (a detached gate); a gate
     on a supervising homelab's thread ends with that homelab's session. True when stopped."""
+    from homelab.engine.supervision.ownership import stop_keeper
+
+    stop_keeper(record)  # first: a keeper would start the gate again
     if record.gate_pid is None or record.gate_create_time is None:
         return False
     if record.gate_pid in (record.supervisor_pid, os.getpid()):

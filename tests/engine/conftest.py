@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from homelab.engine.llamacpp.diagnose import llama_server_profile
@@ -44,6 +45,7 @@ class Engines:
             self._seen[pid] = create_time_of(pid)
 
     def kill_leftovers(self) -> list[int]:
+        _kill_keepers()  # first: a keeper would start a killed engine again
         left = []
         for pid, started in self._seen.items():
             if started is not None and alive(pid, started):
@@ -55,6 +57,16 @@ class Engines:
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(pid, os.WNOHANG)
         return left
+
+
+def _kill_keepers() -> None:
+    """SIGKILL the keepers of this test's state folder (a failed test's detached serve)."""
+    from tests.gate_serve.helpers import processes_with
+
+    for process in processes_with("--keeper-fd"):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+            process.wait(10)
 
 
 @pytest.fixture

@@ -113,8 +113,8 @@ def test_detach_adopt_status_replace_stop(smollm2_gguf: Path, engines) -> None:
 
     again = run_homelab("serve", str(smollm2_gguf), *PLAN, "--detach", "--no-gate")
     assert again.returncode == 0, again.stderr
-    assert "adopting the running detached llama-server" in again.stdout
-    assert StateFile().read().pid == pid  # adopted, not a second engine
+    assert f"already served at http://127.0.0.1:{port}" in again.stdout  # by its keeper
+    assert StateFile().read().pid == pid  # not a second engine
 
     status = run_homelab("status", "--json")
     data = json.loads(status.stdout)

@@ -15,11 +15,16 @@ PLAN = ["--vram", "8GiB", "--ctx", "512", "--parallel", "1"]
 
 def gate_processes() -> list[psutil.Process]:
     """The detached gate processes that keep this test's state folder."""
+    return processes_with(GATE_MODULE)
+
+
+def processes_with(word: str) -> list[psutil.Process]:
+    """The live processes of this test's state folder with ``word`` in their command line."""
     mine = str(state_dir())
     found = []
     for process in psutil.process_iter(["cmdline"]):
         try:
-            if GATE_MODULE not in (process.info["cmdline"] or []):
+            if word not in (process.info["cmdline"] or []):
                 continue
             if process.status() == psutil.STATUS_ZOMBIE:  # ended, not yet reaped
                 continue
@@ -28,6 +33,21 @@ def gate_processes() -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found
+
+
+def kill_keeper() -> None:
+    """SIGKILL the keeper of the detached serve the record names and wait until it is gone
+    (what an adopting serve repairs: the keeper would restart a dead gate itself)."""
+    from homelab.engine.supervision.process import alive
+    from homelab.engine.supervision.state_file import StateFile
+
+    record = StateFile().read()
+    assert record is not None and record.kept and record.supervisor_pid is not None
+    psutil.Process(record.supervisor_pid).kill()
+    deadline = time.monotonic() + 30
+    while alive(record.supervisor_pid, record.supervisor_create_time):
+        assert time.monotonic() < deadline, "the keeper outlived its SIGKILL"
+        time.sleep(0.05)
 
 
 def wait_gates_gone(timeout_s: float = 10.0) -> bool:

@@ -28,7 +28,7 @@ from homelab.paths import state_dir
 from tests.engine.supervisor_child import run_homelab, serve_on_a_free_port
 from tests.engine.test_supervisor_cli import Serving
 from tests.factory.server_log import free_port
-from tests.gate_serve.helpers import PLAN, chat, gate_processes, wait_gates_gone
+from tests.gate_serve.helpers import PLAN, chat, gate_processes, kill_keeper, wait_gates_gone
 
 pytestmark = pytest.mark.engine
 
@@ -87,8 +87,7 @@ def test_detached_gate_answers_is_adopted_and_stopped(smollm2_gguf: Path, engine
 
     again = run_homelab("serve", str(smollm2_gguf), *PLAN, "--detach")
     assert again.returncode == 0, again.stderr
-    assert "adopting the running detached llama-server" in again.stdout
-    assert f"adopting its gate: {public}" in again.stdout
+    assert f"already served at {public}, kept by homelab's keeper" in again.stdout
     after = StateFile().read()
     assert (after.pid, after.gate_pid) == (record.pid, gate.pid)  # neither started twice
     assert [p.pid for p in gate_processes()] == [gate.pid]
@@ -139,10 +138,10 @@ def test_no_gate_serves_the_engine_on_the_public_port(smollm2_gguf: Path, engine
     assert status["gate"] is None and status["url"] == f"http://127.0.0.1:{port}"
     assert status["engine"]["url"] == status["url"] and gate_processes() == []
     assert "no gate (the engine serves directly)" in run_homelab("status").stdout
-    # a serve that wants the gate adopts it as it is, and says it has none
+    # a serve that wants the gate finds it kept as it is (served directly, no gate)
     again = run_homelab("serve", str(smollm2_gguf), *PLAN, "--detach")
     assert again.returncode == 0, again.stderr
-    assert "no gate: the running engine has none" in again.stdout
+    assert f"already served at http://127.0.0.1:{port}, kept by" in again.stdout
     assert run_homelab("stop").returncode == 0
 
 
@@ -244,6 +243,7 @@ def test_serving_again_repairs_a_detached_gate_that_died(
     record = StateFile().read()
     engines.track(record.pid)
     public = f"http://127.0.0.1:{port}"
+    kill_keeper()  # else the keeper starts the gate again itself (tests/gate_serve/test_keeper.py)
     (gate,) = gate_processes()
     gate.kill()
     gate.wait(10)
@@ -256,7 +256,7 @@ def test_serving_again_repairs_a_detached_gate_that_died(
     assert f"its gate at {public} is gone: starting it again there" in again.stdout
     assert f"gate: {public} in front of the engine at {record.url}" in again.stdout
     after = StateFile().read()
-    (repaired,) = gate_processes()  # detached like the engine: it outlived this serve too
+    (repaired,) = gate_processes()  # the new keeper's gate process
     assert after.pid == record.pid and after.gate_pid == repaired.pid != gate.pid
     assert after.gate_url == public and after.gate_budget_tokens == record.gate_budget_tokens
     assert chat(public).status_code == 200

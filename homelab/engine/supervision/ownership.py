@@ -32,7 +32,7 @@ from homelab.engine.supervision.identity import FoundEngine, find_engines
 from homelab.engine.supervision.process import EngineProcess
 from homelab.engine.supervision.record import EngineRecord
 from homelab.engine.supervision.state_file import SetAside, StateFile
-from homelab.errors import EngineError
+from homelab.errors import AlreadyServed, EngineError
 
 Decision = Literal["start", "adopt", "replace"]
 _TITLE = "Engine already running"
@@ -119,16 +119,18 @@ def decide(now: Running, model: str, *, asked: Asked | None = None, replace: boo
             title=_TITLE,
         )
     where = f"{record.engine} (pid {record.pid}) at {record.url}"
-    if record.supervised_by_other():
+    kept = record.keeper_alive() and record.supervisor_pid != os.getpid()
+    if record.supervised_by_other() and not kept:
         raise EngineError(
             f"{where} already serves {record.model}, "
             f"supervised by homelab pid {record.supervisor_pid}",
             hint="use it as it is; `replace` restarts it with new settings, `stop` stops it",
             title=_TITLE,
         )
+    by = f", kept by homelab's keeper (pid {record.supervisor_pid})" if kept else ""
     if not same_model(record.model, model):
         raise EngineError(
-            f"{where} already serves another model: {record.model}",
+            f"{where} already serves another model: {record.model}{by}",
             hint="`replace` replaces it; `stop` stops it",
             title=_TITLE,
         )
@@ -136,16 +138,22 @@ def decide(now: Running, model: str, *, asked: Asked | None = None, replace: boo
     if found:
         runs, wanted = describe_differences(found)
         raise EngineError(
-            f"{where} already serves {Path(record.model).name}, but it runs with {runs}; "
+            f"{where} already serves {Path(record.model).name}{by}, but it runs with {runs}; "
             f"you asked {wanted}",
             hint="`replace` restarts it with the new settings; leave them out to use it as it is",
             title="Engine runs with other settings",
+        )
+    if kept:
+        raise AlreadyServed(
+            f"{Path(record.model).name} is already served at {record.public_url}{by}",
+            url=record.public_url,
         )
     return "adopt"
 
 
 def stop_engine(store: StateFile, record: EngineRecord, grace_s: float = 20.0) -> bool:
-    """Stop the recorded engine (SIGTERM to its group, wait, SIGKILL) and remove the record.
+    """Stop the recorded engine (SIGTERM to its group, wait, SIGKILL) and remove the record;
+    homelab's keeper of it first (:func:`stop_keeper`), which stops its gate and engine.
 
     A supervising homelab sees "stop requested" and ends instead of restarting.
     If that supervisor restarted the engine just before the mark landed, the
@@ -158,7 +166,7 @@ def stop_engine(store: StateFile, record: EngineRecord, grace_s: float = 20.0) -
     Raises:
         EngineError: the engine belongs to another user (not allowed to signal it).
     """
-    stopped = False
+    stopped = stop_keeper(record, grace_s)  # a keeper stops its gate and engine itself
     for _ in range(3):
         store.update(record.pid, stop_requested=True)
         if record.not_the_engine() is None:
@@ -169,6 +177,23 @@ def stop_engine(store: StateFile, record: EngineRecord, grace_s: float = 20.0) -
             return stopped
         record = following
     return stopped
+
+
+def stop_keeper(record: EngineRecord, grace_s: float = 20.0) -> bool:
+    """Stop homelab's keeper of ``record`` (SIGTERM to its group, wait, SIGKILL); it stops its
+    engine and its gate itself. True when a keeper ran. Nothing is signalled unless the
+    recorded pid is verifiably that keeper (its start time): a pid reused by another
+    program is left alone."""
+    pid, created = record.supervisor_pid, record.supervisor_create_time
+    if not record.kept or pid is None or created is None or pid == os.getpid():
+        return False
+    try:
+        proc = EngineProcess.adopt(pid, pgid=pid, create_time=created)  # its own session
+    except EngineError:
+        return False
+    proc.stop(grace_s)
+    proc.close()
+    return True
 
 
 def stop_found(engine: FoundEngine, grace_s: float = 20.0) -> bool:

@@ -18,6 +18,7 @@ from homelab.engine.supervision.facts import PlanFacts
 from homelab.engine.supervision.identity import verify
 from homelab.engine.supervision.ports import LOOPBACK
 from homelab.engine.supervision.process import EngineProcess, alive, create_time_of
+from homelab.engine.supervision.restarts import Restart, restarts_from_json
 
 if TYPE_CHECKING:
     from homelab.engine.supervision.ports import PortChoice
@@ -76,6 +77,16 @@ class EngineRecord:
     must send; None: it has none (no gate, or started before engines had keys). Kept here so
     a restart, a detached gate and a later adopter use the same key: the state file is
     written 0600. Out of ``repr``: never logged."""
+    kept: bool = False
+    """``supervisor_pid`` is homelab's keeper of a detached serve (:mod:`homelab.serve.keeper`),
+    not a serve in a terminal; with the keeper gone (SIGKILLed) it stays set, so ``status``
+    says the keeper is gone and the next ``serve`` of the model starts a new one."""
+    restarts: tuple[Restart, ...] = ()
+    """The keeper's latest restarts of the engine and the gate (oldest first)."""
+
+    def keeper_alive(self) -> bool:
+        """True while homelab's keeper of this engine runs (verifiably that process)."""
+        return self.kept and self.supervisor_alive()
 
     @property
     def public_url(self) -> str:
@@ -130,6 +141,7 @@ class EngineRecord:
         data: dict[str, object] = {f.name: getattr(self, f.name) for f in fields(self)}
         data["argv"] = list(self.argv)
         data["facts"] = None if self.facts is None else self.facts.to_json()
+        data["restarts"] = [r.to_json() for r in self.restarts]
         return {"version": VERSION, **data}
 
     @classmethod
@@ -163,6 +175,8 @@ class EngineRecord:
         if not all(isinstance(a, str) for a in argv):
             raise TypeError("argv must be a list of strings")
         values["argv"] = tuple(argv)
+        if "restarts" in values:
+            values["restarts"] = restarts_from_json(values["restarts"])
         if values.get("facts") is not None:
             values["facts"] = PlanFacts.from_json(values["facts"])
         engine = str(values["engine"])
@@ -204,6 +218,8 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "gate_pid": ((int, type(None)), False),
     "gate_create_time": ((*_NUMBER, type(None)), False),
     "api_key": ((str, type(None)), False),
+    "kept": ((bool,), False),
+    "restarts": ((list,), False),
 }
 
 

@@ -276,6 +276,14 @@ class EngineRecords:
     def __init__(self, store: StateFile | None) -> None:
         self.store = store
         self._recorded: int | None = None
+        self._carried: dict[str, object] = {}
+
+    def carry(self, pid: int | None, **fields: object) -> None:
+        """Put ``fields`` in engine ``pid``'s record now and in every record a restart writes
+        (a keeper's name and its restarts: a respawn must not drop them)."""
+        self._carried.update(fields)
+        if pid is not None:
+            self._write(self.store.update if self.store else None, pid, **fields)
 
     @property
     def path(self) -> Path | None:
@@ -284,6 +292,8 @@ class EngineRecords:
 
     def spawned(self, record: EngineRecord) -> None:
         """A new engine runs: record it."""
+        if self._carried:
+            record = replace(record, **self._carried)  # type: ignore[arg-type]
         if self._write(self.store.write if self.store else None, record) is not _FAILED:
             self._recorded = record.pid if self.store is not None else None
 

@@ -261,6 +261,12 @@ class Supervisor:
                 )
         self._ask(release=True)
 
+    def carry(self, **fields: object) -> None:
+        """Keep ``fields`` in the engine's record, now and after every restart (a keeper)."""
+        with self._lock:
+            proc = self._loop.proc
+        self._loop.records.carry(None if proc is None else proc.pid, **fields)
+
     def respec(self, spec: EngineSpec, *, restart: bool = False) -> None:
         """Run ``spec`` (a healed, smaller plan's argv and facts) from the next (re)start on;
         with ``restart``, the loop stops the running engine now and starts ``spec`` (a

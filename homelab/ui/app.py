@@ -31,6 +31,7 @@ from homelab.ui import backend
 from homelab.ui.chat_flow import ChatFlow
 from homelab.ui.download_flow import DownloadFlow
 from homelab.ui.engine_setup_flow import EngineSetupFlow
+from homelab.ui.kept_flow import KeptFlow
 from homelab.ui.live_flow import LiveFlow
 from homelab.ui.messages import CardFailed, CardRead, while_mounted
 from homelab.ui.models_flow import ModelsFlow
@@ -67,6 +68,7 @@ class HomelabApp(
     EngineSetupFlow,
     OfflineFlow,
     ChatFlow,
+    KeptFlow,
 ):
     """See the module docstring."""
 

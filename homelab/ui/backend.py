@@ -278,6 +278,17 @@ def stop_engine(session: ServeSession) -> None:
     session.close()
 
 
+def stop_kept(record: EngineRecord) -> None:
+    """Stop homelab's keeper of ``record`` (it stops its engine and gate) as ``homelab stop``
+    does: the keeper first, then whatever of the gate and the engine outlived it."""
+    from homelab.engine.supervision.ownership import stop_engine
+    from homelab.engine.supervision.state_file import StateFile
+    from homelab.serve.gate import stop_recorded_gate
+
+    stop_recorded_gate(record)
+    stop_engine(StateFile(), record)
+
+
 def leave_running(session: ServeSession) -> None:
     """Stop supervising; the engine keeps serving (the next homelab adopts it)."""
     if not session.let_go() and session.supervisor is not None:

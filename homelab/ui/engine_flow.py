@@ -25,6 +25,7 @@ from homelab.ui.log_feed import LogFeed
 from homelab.ui.messages import (
     EngineChanged,
     EngineFailed,
+    EngineKept,
     EngineLookedFor,
     EngineStarted,
     EngineStopped,
@@ -100,6 +101,8 @@ class EngineFlow(AppFlow):
                 question,
                 partial(self._say_and_start, f"Switching to {entry.name}…", start, stop_first=True),
             )
+            return
+        if self.start_over_kept(entry, picked, start):
             return
         record = _left_running()
         if record is not None and not record.supervised_by_other():
@@ -209,6 +212,9 @@ class EngineFlow(AppFlow):
 
         try:
             record = _left_running()
+            if record is not None and record.keeper_alive():  # not ours: shown as kept
+                self.post_message(EngineKept(record))
+                return
             if record is None or record.supervised_by_other():
                 return
             session = backend.adopt_engine(record, options, self._serve_event_arrived)
@@ -243,6 +249,7 @@ class EngineFlow(AppFlow):
         if self.state.running.log_feed is not None:
             self.state.running.log_feed.close()
         self.state.running = running = message.running
+        self.state.kept = None  # replaced, if one was kept
         assert running.supervisor is not None  # a started engine's
         self.state.health = Health(state=running.supervisor.state.value, note=message.note)
         self.query_one("#server", ServerPanel).clear_log()
@@ -260,6 +267,8 @@ class EngineFlow(AppFlow):
     def action_stop(self) -> None:
         """``x``: stop the engine, once the person said yes (it kills the process)."""
         running = self.state.running
+        if self.stop_kept():
+            return
         if not self.state.engine_alive():
             self.notify("No engine is running.", title="Nothing to stop")
             return

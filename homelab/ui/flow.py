@@ -11,6 +11,7 @@ its comment says).
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from textual.app import App
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 
     from homelab.plan.options import PlanOptions
     from homelab.ui.catalog import ModelEntry
+    from homelab.ui.state import Picked
+    from homelab.ui.widgets.server import ServerPanel
 
 
 class AppFlow(App[int]):
@@ -60,3 +63,11 @@ class AppFlow(App[int]):
     def plan_picked(self, entry: ModelEntry) -> Worker[None]: ...
     @abstractmethod
     def list_models(self, asked: bool = False) -> Worker[None]: ...
+
+    # KeptFlow: an engine homelab's keeper serves (shown, stopped, replaced after a yes)
+    @abstractmethod
+    def show_kept(self, panel: ServerPanel) -> bool: ...
+    @abstractmethod
+    def start_over_kept(self, entry: ModelEntry, picked: Picked, start: Callable) -> bool: ...
+    @abstractmethod
+    def stop_kept(self) -> bool: ...

@@ -19,6 +19,7 @@ from homelab.errors import HomelabError
 
 if TYPE_CHECKING:
     from homelab.agents.chat_stream import ChatDone
+    from homelab.engine.supervision.record import EngineRecord
     from homelab.engine.supervision.states import Transition
     from homelab.gpu.report import GpuReport
     from homelab.hub.download import PullProgress
@@ -144,6 +145,14 @@ class EngineBackend(Message, bubble=False):
     """What the llama-server found computes on (``CUDA (CUDA0: …)``, ``CPU only``)."""
 
     words: str | None
+
+
+@dataclass
+class EngineKept(Message, bubble=False):
+    """homelab's keeper serves ``record``'s engine (None: no longer; ``said``: why)."""
+
+    record: EngineRecord | None
+    said: str | None = None
 
 
 @dataclass

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from homelab.engine.kinds import Measured
     from homelab.engine.supervision.failure import EngineFailure
+    from homelab.engine.supervision.record import EngineRecord
     from homelab.engine.supervision.supervisor import Supervisor
     from homelab.errors import HomelabError
     from homelab.gpu.report import GpuReport
@@ -164,6 +165,10 @@ class AppState:
     agent_contracts: dict[tuple[str, str], str] = field(default_factory=dict)
     """The check's line per (URL, model file) already checked on its own: a restart or a
     re-plan of the same model is not probed again (its template, hence its line, is the same)."""
+    kept: EngineRecord | None = None
+    """The engine homelab's keeper serves (``serve --detach``), found at start and not this
+    app's to supervise; None: none. Written by the kept flow (and cleared when this app
+    starts its own engine)."""
     engine_backend: str | None = None
     """What the llama-server found computes on (its own ``--list-devices``), for the server
     panel. Written by the server flow's engine check; None: not asked yet, or it did not say."""

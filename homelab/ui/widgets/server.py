@@ -26,6 +26,7 @@ STATE_STYLE = {
     "stopped": "dim",
     "starting": "yellow",
     "ready": "bold green",
+    "kept": "bold green",
     "crashed": "bold red",
     "restarting": "yellow",
     "stopping": "yellow",

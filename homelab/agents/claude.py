@@ -4,7 +4,9 @@ Keys (Claude Code's env-vars reference, code.claude.com/docs/en/env-vars):
 ``ANTHROPIC_BASE_URL`` (the gate, no ``/v1``), ``ANTHROPIC_AUTH_TOKEN`` (sent as
 ``Authorization: Bearer``; a placeholder when the gate checks no key),
 ``ANTHROPIC_MODEL`` and ``ANTHROPIC_DEFAULT_{OPUS,SONNET,HAIKU}_MODEL`` (so background
-and sub-agent calls go to the same model), ``CLAUDE_CODE_MAX_CONTEXT_TOKENS`` (the window
+and sub-agent calls go to the same model; behind a set of models the haiku tier, and
+``ANTHROPIC_SMALL_FAST_MODEL`` which 2.1.328 reads first for that tier, name the set's small
+model: :mod:`homelab.agents.set_target`), ``CLAUDE_CODE_MAX_CONTEXT_TOKENS`` (the window
 of a model id it does not know, taken as given; without it 2.1.328 assumes 1,000,000),
 ``CLAUDE_CODE_AUTO_COMPACT_WINDOW`` only from 100,000 tokens (below that Claude Code reads
 it as 100,000: :mod:`homelab.agents.limits`; unset, the window is the compaction window)
@@ -74,10 +76,12 @@ def setup(target: AgentTarget) -> AgentSetup:
         "ANTHROPIC_MODEL": model,
         "ANTHROPIC_DEFAULT_OPUS_MODEL": model,
         "ANTHROPIC_DEFAULT_SONNET_MODEL": model,
-        "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": target.small_model or model,
         "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(target.context_tokens),
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(min(target.max_output_tokens, MAX_OUTPUT_TOKENS)),
     }
+    if target.small_model is not None:  # 2.1.328 asks it before the haiku tier's model
+        env["ANTHROPIC_SMALL_FAST_MODEL"] = target.small_model
     if target.context_tokens >= CLAUDE_MINIMUM_TOKENS:  # below it Claude Code overrides it
         env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = str(target.context_tokens)
     return AgentSetup(

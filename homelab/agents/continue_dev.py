@@ -14,6 +14,9 @@ as much again for compaction (cn 1.5.47's context check, seen in its bundle: inp
 ``contextLength − maxTokens − min(max(maxTokens, 0.2 × (contextLength − maxTokens)),
 15,000)``) and refuses to run at all ("max_tokens is larger than context_length") when that
 is not positive — which half the window, homelab's usual output bound, makes exactly 0.
+
+Behind a set of models (``homelab serve A B C``) the chat model is the set's agent model and
+a second block gives the set's FIM model the ``autocomplete`` role.
 """
 
 from __future__ import annotations
@@ -52,8 +55,31 @@ def config_yaml(target: AgentTarget) -> str:
         "    defaultCompletionOptions:",
         f"      contextLength: {target.context_tokens}",
         f"      maxTokens: {max_tokens(target)}",
+        *_autocomplete(target),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _autocomplete(target: AgentTarget) -> list[str]:
+    """A set's FIM model, for the ``autocomplete`` role (nothing without one)."""
+    fim = target.fim_model
+    if fim is None:
+        return []
+    lines = [
+        f"  - name: {quoted('homelab ' + fim + ' (autocomplete)')}",
+        "    provider: openai",
+        f"    model: {quoted(fim)}",
+        f"    apiBase: {quoted(target.openai_base)}",
+        f"    apiKey: {quoted(target.api_key or PLACEHOLDER_KEY)}",
+        "    roles:",
+        "      - autocomplete",
+    ]
+    if target.fim_context_tokens is not None:
+        lines += [
+            "    defaultCompletionOptions:",
+            f"      contextLength: {target.fim_context_tokens}",
+        ]
+    return lines
 
 
 def setup(target: AgentTarget) -> AgentSetup:

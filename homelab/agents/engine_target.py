@@ -11,14 +11,30 @@ agent will use, so a target that is handed out is one that answered).
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import httpx
 
 from homelab.agents.target import AgentTarget, target_for
 from homelab.engine.loopback import loopback_client
+from homelab.engine.supervision.facts import PlanFacts
 from homelab.engine.supervision.record import EngineRecord
+from homelab.engine.supervision.set_record import SetRecord
 from homelab.engine.supervision.state_file import StateFile
 from homelab.errors import EngineError
 from homelab.gate.key_file import key_path, stored_key
+
+
+class Served(Protocol):
+    """What a hand-off needs of what is served: an engine's record, or a set's main model."""
+
+    @property
+    def facts(self) -> PlanFacts | None: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def engine(self) -> str: ...
+
 
 _ANY_ADDRESS = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}
 
@@ -127,14 +143,21 @@ def engine_target(record: EngineRecord) -> AgentTarget:
     )
 
 
-def running_engine(store: StateFile | None = None) -> tuple[EngineRecord, AgentTarget]:
-    """The record of the engine homelab runs now and its target (see :func:`engine_target`).
+def running_engine(store: StateFile | None = None) -> tuple[Served, AgentTarget]:
+    """What homelab serves now and its target (see :func:`engine_target`): a set of models
+    (:func:`~homelab.agents.set_target.set_target`) or one engine, the one started last when
+    both run.
 
     Raises:
-        NoEngineError: homelab runs none.
+        NoEngineError: homelab serves nothing.
     """
+    from homelab.engine.supervision.set_record import read_set
+
     store = store if store is not None else StateFile()
     record = store.live()
+    served_set = read_set()
+    if served_set is not None and (record is None or served_set.started_at >= record.started_at):
+        return set_served(served_set)
     if record is None:
         raise NoEngineError(
             f"homelab runs no engine right now (no live record in {store.path})",
@@ -144,6 +167,13 @@ def running_engine(store: StateFile | None = None) -> tuple[EngineRecord, AgentT
     return record, engine_target(record)
 
 
+def set_served(record: SetRecord) -> tuple[Served, AgentTarget]:
+    """The set ``record`` describes and its target, reached at its gate with homelab's key."""
+    from homelab.agents.set_target import set_target
+
+    return set_target(record, local_url(record.gate_url), stored_key())
+
+
 def running_target(store: StateFile | None = None) -> AgentTarget:
-    """The target of the engine homelab runs now (see :func:`running_engine`)."""
+    """The target of what homelab serves now (see :func:`running_engine`)."""
     return running_engine(store)[1]

@@ -11,11 +11,12 @@ from pathlib import Path
 
 from homelab.agents.catalog import agent_kind, prepare
 from homelab.agents.contract import Verdict, check
+from homelab.agents.engine_target import Served
 from homelab.agents.limits import agent_limit
+from homelab.agents.set_target import SetServed, set_note
 from homelab.agents.setup import AgentSetup
 from homelab.agents.shortfall import Shortfall, plan_offer, shortfall
 from homelab.agents.target import AgentTarget
-from homelab.engine.supervision.record import EngineRecord
 from homelab.errors import ExitCode
 from homelab.plan.options import PlanOptions
 
@@ -55,6 +56,8 @@ class HandOff:
             "url": target.base_url,
             "gated": target.gated,
             "model": target.model,
+            "small_model": target.small_model,
+            "fim_model": target.fim_model,
             "engine": target.engine,
             "context_tokens": target.context_tokens,
             "context_source": target.context.source,
@@ -74,7 +77,7 @@ class HandOff:
 
 def hand_off(
     name: str,
-    record: EngineRecord,
+    record: Served,
     target: AgentTarget,
     options: PlanOptions,
     *,
@@ -95,7 +98,11 @@ def hand_off(
     setup = prepare(name, target)
     short = shortfall(name, kind.title, target, record.facts)
     if short is not None:
-        offer = plan_offer(name, kind.title, record.model, record.engine, options)
+        offer = (
+            (None, set_note(name, record.model, target))
+            if isinstance(record, SetServed)
+            else plan_offer(name, kind.title, record.model, record.engine, options)
+        )
         short = shortfall(name, kind.title, target, record.facts, offer)
     verdict = check(name, target, timeout_s) if probe else None
     return HandOff(name, kind.title, setup, short, verdict)

@@ -119,6 +119,12 @@ class AgentTarget:
     gate_max_tokens: int | None = None
     """The gate's ``max_tokens_cap`` (the most one answer generates there); None: no gate,
     or a record that does not say (the default was assumed)."""
+    small_model: str | None = None
+    """A set's small model (Claude Code's small-fast one); None: the same model serves all."""
+    fim_model: str | None = None
+    """A set's autocomplete (FIM) model; None: there is none."""
+    fim_context_tokens: int | None = None
+    """The tokens one request to the FIM model holds; None: not known."""
 
     @property
     def context_tokens(self) -> int:
@@ -140,6 +146,8 @@ class AgentTarget:
         return (
             f"{self.base_url} ({where}) · {self.model} · {self.context_tokens:,} tokens per "
             f"request ({self.context.source}) · answers up to {self.max_output_tokens:,}"
+            + (f" · small model {self.small_model}" if self.small_model else "")
+            + (f" · autocomplete {self.fim_model}" if self.fim_model else "")
         )
 
 

@@ -364,6 +364,14 @@ class ModelPool:
                 "waiting": member.waiting,
                 "swaps": self.metrics.count(self.metrics.swaps, ident),
                 "failure": member.failure,
+                "ceiling_tokens": _ceiling(member),
             }
             for ident, member in ((i, self.members[i]) for i in self.order)
         ]
+
+
+def _ceiling(member: Member) -> int | None:
+    """The most tokens one request to ``member`` may be charged (its gate's limits from its
+    engine); None while it is not loaded or its engine has not said."""
+    queue = None if member.gate is None else member.gate.queue
+    return None if queue is None else queue.limits.ceiling_tokens

@@ -25,6 +25,11 @@ from homelab.plan.planner import Plan
 
 Status = Literal["resident", "swaps", "does_not_fit"]
 
+RAM = "RAM"
+"""The device name of system RAM as a card's plan uses it: routed experts kept there
+(``--n-cpu-moe``), summed over the residents against the RAM free (not ``CPU``: a plan
+without a card, all in system RAM, names its one device that)."""
+
 
 @dataclass(frozen=True, slots=True)
 class DeviceCost:
@@ -60,10 +65,11 @@ class PricedModel:
 
     @property
     def costs(self) -> tuple[DeviceCost, ...]:
-        """Its bytes per device, from the plan's own shares."""
+        """Its bytes per device, from the plan's own shares; with routed experts kept in
+        system RAM, their side there too (:data:`RAM`), when the RAM free was known."""
         if self.plan is None:
             return ()
-        return tuple(
+        cards = tuple(
             DeviceCost(
                 share.device.llama_name,
                 share.weights,
@@ -73,6 +79,12 @@ class PricedModel:
             )
             for share in self.plan.devices
         )
+        ram = self.plan.ram
+        need = None if ram is None or ram.usable is None else ram.side.total
+        if need is None:
+            return cards
+        compute = min(ram.side.compute, need) if ram is not None else 0
+        return (*cards, DeviceCost(RAM, need - compute, 0, compute, 0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +121,11 @@ class SetPlacement:
 
 
 def place_set(priced: Sequence[PricedModel], devices: Mapping[str, DeviceBudget]) -> SetPlacement:
-    """Place ``priced`` (in priority order) on ``devices`` (llama-server's name → budget)."""
+    """Place ``priced`` (in priority order) on ``devices`` (llama-server's name → budget);
+    the models' experts in system RAM are summed against the RAM free (:func:`ram_budget`)."""
+    ram = ram_budget(priced)
+    if ram is not None and RAM not in devices:
+        devices = {**devices, RAM: ram}
     free = {name: budget.usable for name, budget in devices.items()}
     residents: list[PricedModel] = []
     places: list[tuple[PricedModel, Status, str]] = []
@@ -170,3 +186,23 @@ def _alone_why(model: PricedModel) -> str:
     if model.plan is None:
         return f"does not fit even alone: {model.problem or 'no plan could be made'}"
     return "does not fit on the card even alone (its plan keeps layers in system RAM)"
+
+
+def ram_budget(priced: Sequence[PricedModel]) -> DeviceBudget | None:
+    """System RAM's budget for the experts the set keeps there: the RAM free when the first
+    such plan was made, less its headroom (each plan alone was weighed against the same);
+    None when no model keeps experts in RAM, or the RAM free was not known."""
+    for model in priced:
+        ram = None if model.plan is None else model.plan.ram
+        if ram is not None and ram.available is not None:
+            return DeviceBudget(
+                kind="cpu",
+                name="system RAM",
+                total=ram.available,
+                reserved=0,
+                desktop=0,
+                other=0,
+                headroom=ram.headroom,
+                display_active=False,
+            )
+    return None

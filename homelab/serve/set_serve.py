@@ -10,19 +10,20 @@ ids) lets ``homelab status`` find the gate and show every model.
 
 from __future__ import annotations
 
-import json
-import os
-import time
 from dataclasses import dataclass
-from pathlib import Path
 
+from homelab.engine.supervision.set_record import (
+    SetMember,
+    forget_set,
+    new_record,
+    read_set_json,
+    write_set,
+)
 from homelab.gate.model_pool import ModelPool, SetModel
 from homelab.gate.set_runner import SetGateRunner
 from homelab.gate.settings import GateSettings
 from homelab.serve.model_set import PlannedSet
 from homelab.serve.set_engines import EngineRecipe, SupervisedEngines
-
-SET_RECORD = "model-set.json"
 
 
 @dataclass
@@ -43,7 +44,7 @@ class RunningSet:
             self.runner.stop()
         finally:
             self.engines.stop_all()
-            _forget_record()
+            forget_set()
 
 
 def set_parts(
@@ -95,50 +96,35 @@ def start_set(
     except BaseException:
         running.stop()
         raise
-    _write_record(running)
+    _write_record(running, settings)
     return running
-
-
-def record_path() -> Path:
-    from homelab.paths import state_dir
-
-    return state_dir() / SET_RECORD
 
 
 def read_set_record() -> dict[str, object] | None:
     """The running set's record, when its process still runs; None otherwise."""
-    import psutil
-
-    try:
-        data = json.loads(record_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    record: dict[str, object] = data
-    pid = record.get("pid")
-    if not isinstance(pid, int) or not psutil.pid_exists(pid):
-        return None
-    return record
+    return read_set_json()
 
 
-def _write_record(running: RunningSet) -> None:
-    path = record_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = {
-        "pid": os.getpid(),
-        "gate_url": running.url,
-        "models": [m.priced.id for m in running.planned.models],
-        "residents": list(running.residents),
-        "started_at": time.time(),
-    }
-    path.write_text(json.dumps(data), encoding="utf-8")
+def set_members(planned: PlannedSet) -> tuple[SetMember, ...]:
+    """Each model of ``planned`` as the record keeps it (its workload, bytes and facts)."""
+    from homelab.engine.llamacpp.kind import plan_facts
+
+    return tuple(
+        SetMember(
+            model.priced.id,
+            model.entry.aliases,
+            model.workload.name,
+            {cost.device: cost.total for cost in model.priced.costs},
+            None if model.priced.plan is None else plan_facts(model.priced.plan),
+            None if model.priced.plan is None else model.priced.plan.model_path,
+        )
+        for model in planned.models
+    )
 
 
-def _forget_record() -> None:
-    try:
-        data = json.loads(record_path().read_text(encoding="utf-8"))
-        if isinstance(data, dict) and data.get("pid") == os.getpid():
-            record_path().unlink()
-    except (OSError, ValueError):
-        pass
+def _write_record(running: RunningSet, settings: GateSettings) -> None:
+    write_set(
+        new_record(
+            running.url, set_members(running.planned), running.residents, settings.max_tokens_cap
+        )
+    )

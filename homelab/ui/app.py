@@ -38,6 +38,7 @@ from homelab.ui.models_flow import ModelsFlow
 from homelab.ui.offline_flow import OfflineFlow
 from homelab.ui.replan_flow import ReplanFlow
 from homelab.ui.server_flow import ServerFlow
+from homelab.ui.set_flow import SetFlow
 from homelab.ui.state import AppArgs, AppState
 from homelab.ui.widgets.card import CardPanel
 from homelab.ui.widgets.engine_setup import EngineSetupPanel
@@ -69,6 +70,7 @@ class HomelabApp(
     OfflineFlow,
     ChatFlow,
     KeptFlow,
+    SetFlow,
 ):
     """See the module docstring."""
 
@@ -149,6 +151,7 @@ class HomelabApp(
         self.start_card()
         self.list_models()
         self.check_engine()
+        self.start_set_watch()
         if self.state.args.adopt:
             self.state.looking = True
             self._show_engine()
@@ -267,7 +270,13 @@ class HomelabApp(
             return
         plan = running.plan or self.state.picked.plan
         planned = running.plan is None
-        self.query_one("#card", CardPanel).show(card.report, card.budgets, plan, planned)
+        served = self.state.served_set
+        held = served.resident_bytes() if served is not None and running.plan is None else None
+        if held:  # a set of models holds the card: its residents, not the picked preview
+            plan = None
+        self.query_one("#card", CardPanel).show(
+            card.report, card.budgets, plan, planned, held or None
+        )
 
     # -- errors from workers ---------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from homelab.ui.messages import (
 )
 from homelab.ui.models_flow import model_name
 from homelab.ui.screens import ConfirmScreen, QuitScreen
+from homelab.ui.set_flow import set_refusal
 from homelab.ui.state import LOOKING, Health, Running
 from homelab.ui.what_runs import (
     left_running_question,
@@ -71,6 +72,10 @@ class EngineFlow(AppFlow):
             return
         if self.state.looking:
             self.notify(LOOKING, title="A moment")
+            return
+        refusal = set_refusal(self.state.served_set)
+        if refusal is not None and not self.state.engine_alive():
+            self.notify(refusal, title="A set of models runs", severity="warning", timeout=10)
             return
         if path is None:
             self.notify(

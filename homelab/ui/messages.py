@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from homelab.plan.budget import DeviceBudget
     from homelab.plan.planner import Plan
     from homelab.serve import events as ev
+    from homelab.serve.set_view import SetView
     from homelab.ui.catalog import Judgement, ModelEntry
     from homelab.ui.state import Preview, Running
 
@@ -224,3 +225,10 @@ class AnswerEnded(Message, bubble=False):
     turn: int
     done: ChatDone | None = None
     error: HomelabError | None = None
+
+
+@dataclass
+class SetRead(Message, bubble=False):
+    """One look for a set of models homelab serves (None: none runs)."""
+
+    view: SetView | None

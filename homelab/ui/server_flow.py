@@ -169,6 +169,9 @@ class ServerFlow(AppFlow):
     def _show_engine(self) -> None:
         panel = self.query_one("#server", ServerPanel)
         health, running = self.state.health, self.state.running
+        if running.supervisor is None and self.state.served_set is not None:
+            panel.show_set(self.state.served_set)
+            return
         if running.supervisor is None and self.show_kept(panel):
             return
         if running.supervisor is None:

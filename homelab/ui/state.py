@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from homelab.polling import Clock
     from homelab.serve.prepare import Prepared
     from homelab.serve.session import ServeSession
+    from homelab.serve.set_view import SetView
     from homelab.ui.catalog import ModelEntry
     from homelab.ui.log_feed import LogFeed
 
@@ -172,6 +173,11 @@ class AppState:
     engine_backend: str | None = None
     """What the llama-server found computes on (its own ``--list-devices``), for the server
     panel. Written by the server flow's engine check; None: not asked yet, or it did not say."""
+
+    served_set: SetView | None = None
+    """A set of models homelab serves (``homelab serve A B C``, its own process): shown in
+    the card bar and the server panel, never adopted, stopped or started beside. Written by
+    the set flow's look."""
 
     def engine_alive(self) -> bool:
         """An engine of this app is supervised and not stopped."""

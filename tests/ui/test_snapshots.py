@@ -74,3 +74,32 @@ def test_narrow_page(
 
     app = _app("rtx3090_wayland", relative_models, monkeypatch)
     assert snap_compare(app, terminal_size=SIZES["80x24"], run_before=show)
+
+
+def test_main_screen_with_a_set_of_models(
+    relative_models: Path, snap_compare, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A set of models served beside the TUI (a fixed view, as its gate would say): the card
+    bar gives each resident model its own part, the server panel lists every model."""
+    from homelab.serve.set_view import SetModelView, SetView
+    from homelab.ui.messages import SetRead
+
+    view = SetView(
+        "http://127.0.0.1:8080",
+        4242,
+        (
+            SetModelView("qwen3-coder", "loaded", 1, 0, 2, None, {"CUDA0": 14 * GiB}),
+            SetModelView("qwen2.5-coder-1.5b", "loaded", 0, 0, 0, None, {"CUDA0": 2 * GiB}),
+            SetModelView("gemma-3-4b", "unloaded", 0, 0, 1, None, {"CUDA0": 5 * GiB}),
+        ),
+        True,
+    )
+
+    async def show(pilot) -> None:
+        await pick_smollm2(pilot)
+        pilot.app.post_message(SetRead(view))
+        await pilot.pause()
+        await pilot.pause()
+
+    app = _app("rtx3090_wayland", relative_models, monkeypatch)
+    assert snap_compare(app, terminal_size=SIZES["120x40"], run_before=show)

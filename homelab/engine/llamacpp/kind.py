@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from homelab.engine.kinds import Measured, OomReading, ServePlan
     from homelab.engine.supervision.readiness import EngineProfile
     from homelab.plan.judge import Fit
+    from homelab.plan.planner import Plan
 
 
 class LlamaCpp:
@@ -91,16 +92,7 @@ class LlamaCpp:
             if remote is None
             else remote,
         )
-        s, alloc = plan.settings, plan.candidate.allocation
-        facts = PlanFacts(
-            slots=s.n_seq,
-            ctx_total=alloc.n_ctx,
-            ctx_per_slot=alloc.ctx_per_slot,
-            kv_tokens=alloc.n_ctx,
-            unified=s.unified,
-            cache_type_k=s.type_k,
-            cache_type_v=s.type_v,
-        )
+        facts = plan_facts(plan)
         pinned = any(d.device.pin and d.device.cuda for d in plan.devices)
         if pinned:
             _refuse_an_engine_without_a_gpu()
@@ -215,3 +207,17 @@ def _hf_args(resolved: Any) -> tuple[str, ...]:
         return ("-hf", f"{ref.repo}:{choice.tag}")
     filename = choice.primary.path if choice is not None else ref.filename
     return ("-hfr", str(ref.repo), "-hff", str(filename))
+
+
+def plan_facts(plan: Plan) -> PlanFacts:
+    """What llama.cpp's ``plan`` gives its engine (slots, context, KV cells, cache types)."""
+    s, alloc = plan.settings, plan.candidate.allocation
+    return PlanFacts(
+        slots=s.n_seq,
+        ctx_total=alloc.n_ctx,
+        ctx_per_slot=alloc.ctx_per_slot,
+        kv_tokens=alloc.n_ctx,
+        unified=s.unified,
+        cache_type_k=s.type_k,
+        cache_type_v=s.type_v,
+    )

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from homelab.plan.planner import Plan
     from homelab.plan.split import DeviceShare
 
+SetHeld = list[tuple[str, dict[str, int]]]
+"""A set's resident models: (id, bytes per llama.cpp device) each."""
+
 BAR_WIDTH = 50
 """Cells of the stacked bar before the panel has a width; then it is as wide as the panel."""
 
@@ -77,9 +80,43 @@ def segments(budget: DeviceBudget, share: DeviceShare | None) -> list[tuple[str,
     return [(name, sizes[name]) for name, _colour in SEGMENTS]
 
 
+MODEL_COLOURS = ("green", "cyan", "dodger_blue1", "orchid1", "gold1", "spring_green2")
+"""Each resident model of a set, in the list's order (a seventh takes the first's again)."""
+MODEL = "model:"
+"""The prefix of a set's model's part (its id follows): never one of the fixed parts."""
+
+
+def colours_of(parts: list[tuple[str, int]]) -> dict[str, str]:
+    """The fixed parts' colours and one per model of a set."""
+    colours = dict(SEGMENTS)
+    models = [name for name, _size in parts if name.startswith(MODEL)]
+    for i, name in enumerate(models):
+        colours[name] = MODEL_COLOURS[i % len(MODEL_COLOURS)]
+    return colours
+
+
+def set_segments(budget: DeviceBudget, held: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The bar's parts with each model of a set (id, bytes on this device) where one
+    engine's weights, KV and compute go."""
+    parts = segments(budget, None)
+    fixed = [(name, size) for name, size in parts if name not in ENGINE_PARTS]
+    models = [(MODEL + ident, size) for ident, size in held if size > 0]
+    free = max(0, dict(parts)["free"] - sum(size for _name, size in models))
+    head = [p for p in fixed if p[0] not in ("headroom", "free")]
+    return [*head, *models, ("headroom", budget.headroom), ("free", free)]
+
+
+def device_name(report: GpuReport, budgets: list[DeviceBudget], budget: DeviceBudget) -> str:
+    """The llama.cpp device a card's budget is (``CUDA0``), ``CPU`` for system RAM."""
+    if budget.kind == "cpu":
+        return "CPU"
+    i = budgets.index(budget)
+    return f"CUDA{report.devices[i].index}" if i < len(report.devices) else budget.name
+
+
 def bar(parts: list[tuple[str, int]], total: int, width: int = BAR_WIDTH) -> Text:
     """The stacked bar: each part gets cells in proportion (a non-zero part at least one)."""
-    colours = dict(SEGMENTS)
+    colours = colours_of(parts)
     cells: list[tuple[str, int]] = []
     for name, size in parts:
         if size > 0:
@@ -109,14 +146,15 @@ ENGINE_PARTS = ("weights", "KV", "compute")
 def legend(parts: list[tuple[str, int]], planned: bool) -> Text:
     """Each part's name and size; the free part named as what it is (the words of
     :mod:`homelab.plan.vocabulary`): usable after headroom, or spare once a plan is in."""
-    colours = dict(SEGMENTS)
-    engine = any(size > 0 for name, size in parts if name in ENGINE_PARTS)
+    colours = colours_of(parts)
+    engine = any(size > 0 for name, size in parts if name in ENGINE_PARTS or MODEL in name)
     text = Text()
     for i, (name, size) in enumerate(p for p in parts if p[1] > 0):
         if i:
             text.append("  ")
         text.append("■ ", style=colours[name])
         label = f"{name} (plan)" if planned and name in ENGINE_PARTS else name
+        label = label.removeprefix(MODEL)
         if name == "free":
             label = SPARE if engine else USABLE
         text.append(f"{label} {format_bytes(size)}")
@@ -142,7 +180,9 @@ class CardPanel(Vertical):
 
     def on_mount(self) -> None:
         self.border_title = "card"
-        self._shown: tuple[GpuReport, list[DeviceBudget], Plan | None, bool] | None = None
+        self._shown: (
+            tuple[GpuReport, list[DeviceBudget], Plan | None, bool, SetHeld | None] | None
+        ) = None
 
     def on_resize(self) -> None:
         """The bars drawn again as wide as the panel is now."""
@@ -154,10 +194,16 @@ class CardPanel(Vertical):
             self.show(*self._shown)
 
     def show(
-        self, report: GpuReport, budgets: list[DeviceBudget], plan: Plan | None, planned: bool
+        self,
+        report: GpuReport,
+        budgets: list[DeviceBudget],
+        plan: Plan | None,
+        planned: bool,
+        held: SetHeld | None = None,
     ) -> None:
-        """Render ``report`` with one budget per card; ``plan`` fills the engine's part."""
-        self._shown = (report, budgets, plan, planned)
+        """Render ``report`` with one budget per card; ``plan`` fills the engine's part, or
+        ``held`` (a set of models: each resident's id and bytes per device) one part each."""
+        self._shown = (report, budgets, plan, planned, held)
         box = self.query_one("#card-text", Static)
         width = box.content_region.width or BAR_WIDTH
         text = Text()
@@ -179,6 +225,9 @@ class CardPanel(Vertical):
         for budget in [*budgets, *(b for b in remote if b.name not in names)]:
             share = share_for(plan, budget)
             parts = segments(budget, share)
+            if held is not None:
+                device = device_name(report, budgets, budget)
+                parts = set_segments(budget, [(i, b.get(device, 0)) for i, b in held])
             text.append(f"{budget.name}  {format_bytes(budget.total)}\n", style="bold")
             text.append_text(bar(parts, budget.total, width))
             text.append("\n")

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from homelab.engine.llamacpp.actuals import ActualRow
     from homelab.engine.supervision.failure import EngineFailure
+    from homelab.serve.set_view import SetView
 
 STATE_STYLE = {
     "stopped": "dim",
@@ -33,6 +34,8 @@ STATE_STYLE = {
     "gave up": "bold red",
     "failed": "bold red",
 }
+SET_STYLE = {"loaded": "green", "loading": "yellow", "unloading": "yellow", "unloaded": "dim"}
+"""A set's model's line, by its state."""
 LOG_LINES = 500
 """Log lines kept (and shown); older ones drop out."""
 
@@ -119,6 +122,26 @@ class ServerPanel(Vertical):
         log = self.query_one("#log", Log)
         if log.is_vertical_scroll_end:  # the panel's height changes: keep the newest in view
             self.call_after_refresh(log.scroll_end, animate=False)
+
+    def show_set(self, view: SetView) -> None:
+        """A set of models homelab serves (not this app's engine): its URL and each model's
+        state, as its gate says."""
+        text = Text()
+        text.append("set", style=STATE_STYLE["ready"] if view.answering else "yellow")
+        text.append(f"  {len(view.models)} models (homelab pid {view.pid})\n")
+        text.append(f"URL {view.url}/v1", style="bold")
+        if not view.answering:
+            text.append("\nits gate does not answer", style="red")
+        for model in view.models:
+            style = SET_STYLE.get(model.state or "", "")
+            text.append(f"\n  {model.line()}", style=style)
+        text.append("\n`homelab stop` stops the set", style="dim italic")
+        if text == self._state_text:
+            return
+        self._state_text = text
+        for line in self.screen.query(StatusLine):
+            line.update(status_text("set", f"{view.url}/v1", None, STATE_STYLE["ready"]))
+        self.query_one("#server-state", Static).update(text)
 
     def show_actuals(self, rows: Sequence[ActualRow] | None) -> None:
         """Predicted vs actual memory after boot, one line per part (the session's Actuals)."""

@@ -341,4 +341,6 @@ def run_app(
         result = app.run()
     finally:
         app.shutdown_engine()
+    if app.state.left_note:
+        print(app.state.left_note)
     return int(result or 0)

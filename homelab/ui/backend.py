@@ -10,7 +10,7 @@ read, the session's own methods). Every function may block and runs in a worker 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -289,11 +289,27 @@ def stop_kept(record: EngineRecord) -> None:
     stop_engine(StateFile(), record)
 
 
-def leave_running(session: ServeSession) -> None:
-    """Stop supervising; the engine keeps serving (the next homelab adopts it)."""
-    if not session.let_go() and session.supervisor is not None:
-        session.supervisor.release()
+def leave_running(session: ServeSession, card: Sequence[str] = ()) -> str:
+    """Stop supervising; the engine keeps serving, handed to homelab's keeper (which
+    restarts it and its gate) when it was ready; what was done, in words. ``card``: how the
+    keeper reads the card (``--gpu-snapshot FILE`` / ``--vram SIZE``, as this app does)."""
+    from homelab.serve.hand_over import hand_to_keeper
+
+    supervisor = session.supervisor
+    released = session.let_go()
+    if not released and supervisor is not None:
+        supervisor.release()
     session.close()
+    facts = None if supervisor is None else supervisor.spec.facts
+    public = None if supervisor is None else (session.public_url or supervisor.url)
+    if supervisor is None or not released or facts is None or public is None:
+        return "left running (the next homelab adopts it; homelab stop stops it)"
+    port = int(public.rsplit(":", 1)[1].split("/")[0])
+    engine = session.request.options.engine.name
+    handed = hand_to_keeper(supervisor.spec.model, engine, facts, port, card)
+    if handed.kept:
+        return handed.said
+    return f"left running without a keeper ({handed.said}); homelab stop stops it"
 
 
 def public_url(session: ServeSession | None) -> str | None:

@@ -349,8 +349,13 @@ class EngineFlow(AppFlow):
     def leave_and_exit(self) -> None:
         session = self.state.running.session
         assert session is not None  # asked only while an engine of this app is alive
+        args, card = self.state.args, []
+        if args.gpu_snapshot is not None:
+            card = ["--gpu-snapshot", str(args.gpu_snapshot)]
+        elif args.vram is not None:
+            card = ["--vram", str(args.vram)]
         try:
-            backend.leave_running(session)
+            self.state.left_note = backend.leave_running(session, card)
         except HomelabError as error:
             self.post_message(EngineFailed(error))
             return

@@ -71,7 +71,8 @@ class QuitScreen(ModalScreen[str]):
         with Vertical():
             yield Static(
                 f"{self.what} is running.\n\nStop it, or leave it running? "
-                "(the next `homelab` adopts an engine left running; `homelab stop` stops it)"
+                "(left running, homelab's keeper restarts it and its gate after a crash; "
+                "`homelab stop` stops it)"
             )
             with Horizontal():
                 yield Button("Stop it (s)", id="stop", variant="error")

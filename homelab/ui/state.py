@@ -170,6 +170,9 @@ class AppState:
     """The engine homelab's keeper serves (``serve --detach``), found at start and not this
     app's to supervise; None: none. Written by the kept flow (and cleared when this app
     starts its own engine)."""
+    left_note: str | None = None
+    """What quitting with "leave running" did (handed to a keeper, or why not), printed
+    once the app has ended."""
     engine_backend: str | None = None
     """What the llama-server found computes on (its own ``--list-devices``), for the server
     panel. Written by the server flow's engine check; None: not asked yet, or it did not say."""

@@ -7,12 +7,15 @@ llama-server runs them); each test picks SmolLM2 with a small chat plan (ctx 409
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import httpx
 import pytest
 
 from homelab.engine.supervision.process import alive
+from homelab.engine.supervision.state_file import StateFile
 from homelab.ui.app import make_app
 from homelab.ui.widgets.models import ModelsMenu
 from tests.factory.server_log import free_port
@@ -140,9 +143,13 @@ def test_quit_with_an_engine_running_can_stop_it(models_dir: Path, engine_pids) 
     run(drive())
 
 
-def test_quit_leaving_the_engine_running_and_the_next_app_adopts_it(
+def test_quit_leaving_the_engine_running_hands_it_to_a_keeper_the_next_app_shows(
     models_dir: Path, engine_pids
 ) -> None:
+    """ "Leave running" hands the engine (and its gate) to homelab's keeper, which adopts
+    them as they run (the same pid, the same URL) and restarts them after a crash; the next
+    app shows it kept (never adopts it: two supervisors would fight) and ``x`` stops it
+    through the keeper."""
     state: dict[str, object] = {}
 
     async def first() -> None:
@@ -154,24 +161,33 @@ def test_quit_leaving_the_engine_running_and_the_next_app_adopts_it(
             await pilot.press("q")
             await wait_until(pilot, lambda: app.screen.__class__.__name__ == "QuitScreen")
             await pilot.press("l")
-            await wait_until(pilot, lambda: not app.is_running, timeout=60)
+            await wait_until(pilot, lambda: not app.is_running, timeout=120)
         app.shutdown_engine()  # what run_app does: must leave a released engine alone
+        state["left"] = app.state.left_note
 
     async def second() -> None:
         app = _app(models_dir, free_port())
         async with app.run_test(size=(140, 45)) as pilot:
-            await wait_until(pilot, lambda: app.state.health.state == "ready", timeout=60)
-            assert app.state.running.supervisor.pid == state["pid"]
+            await wait_until(pilot, lambda: app.state.kept is not None, timeout=60)
+            assert app.state.running.supervisor is None  # not adopted: the keeper's
             assert str(state["url"]) in str(app.query_one("#server-state").render())
             await pilot.press("x", "y")  # stop it? yes
-            await wait_until(pilot, lambda: app.state.health.state == "stopped", timeout=60)
+            await wait_until(pilot, lambda: app.state.kept is None, timeout=60)
             await pilot.press("q")
 
     run(first())
-    assert alive(int(state["pid"]))  # left running
-    assert isinstance(_chat(str(state["url"])), str)
-    run(second())
-    assert not alive(int(state["pid"]))
+    assert "kept by homelab's keeper" in str(state["left"]), state["left"]
+    record = StateFile().read()
+    try:
+        assert record is not None and record.kept and record.keeper_alive()
+        assert record.pid == state["pid"]  # adopted as it ran, not started again
+        assert isinstance(_chat(str(state["url"])), str)
+        run(second())
+        assert not alive(int(state["pid"]))
+        assert not record.keeper_alive()
+    finally:
+        if record is not None and record.supervisor_pid and record.keeper_alive():
+            os.kill(record.supervisor_pid, signal.SIGTERM)
 
 
 def test_switch_stops_the_first_engine_and_starts_the_second(

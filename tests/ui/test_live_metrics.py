@@ -8,11 +8,15 @@ once the engine is ready and stops when it stops.
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from homelab.engine.supervision.state_file import StateFile
 from tests.factory.server_log import free_port
 from tests.ui.helpers import run, wait_until
 from tests.ui.test_engine_flows import _app, _chat, _pick_small_plan, _start_and_wait_ready
@@ -103,7 +107,8 @@ def test_quit_with_the_status_poller_running_never_raises(models_dir: Path, engi
 
 
 def test_an_adopted_keyed_engine_still_fills_the_panel(models_dir: Path, engine_pids) -> None:
-    """The engine behind the gate has its own key; the next app, which adopts it, polls its
+    """The engine behind the gate has its own key; the next app, which adopts it (its keeper
+    gone), polls its
     ``/slots`` and ``/metrics`` with the key from the engine's record (else 401s, no slots)."""
     state: dict[str, object] = {}
 
@@ -133,6 +138,14 @@ def test_an_adopted_keyed_engine_still_fills_the_panel(models_dir: Path, engine_
             await pilot.press("q")
 
     run(first())
+    # "leave running" handed it to a keeper; with the keeper gone (killed) the next app
+    # adopts the engine itself, and must poll it with the key
+    record = StateFile().read()
+    assert record is not None and record.kept and record.supervisor_pid is not None
+    os.kill(record.supervisor_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while record.keeper_alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
     refused = httpx.get(f"{state['engine']}/slots", timeout=10, trust_env=False)
     assert refused.status_code == 401, refused.text
     run(second())

@@ -1,0 +1,65 @@
+"""An engine a TUI leaves running, handed to homelab's keeper.
+
+Quitting the TUI with "leave running" released the engine (and its gate process) from the
+app's supervisor; without more, nothing would restart either after a crash. Here a keeper
+is started for it exactly as ``homelab serve MODEL --detach`` starts one
+(:func:`homelab.serve.keeper.launch`), with the running engine's own facts as the plan
+request (its total context, slots, cache types, unified pool, engine and public port), so
+the keeper's session finds the engine left running with the settings asked for and adopts
+it (with its gate) instead of starting another. What the keeper said is kept for the
+person; a keeper that refuses (the card changed so that the same settings no longer fit,
+say) leaves the engine running as it was, unkept, and says why.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from homelab.engine.supervision.facts import PlanFacts
+
+
+@dataclass(frozen=True)
+class HandOver:
+    """How the hand-over went: ``kept`` (a keeper now keeps it) and its last words."""
+
+    kept: bool
+    said: str
+
+
+def keeper_words(
+    model: str, engine: str, facts: PlanFacts, port: int, card: Sequence[str] = ()
+) -> list[str]:
+    """``serve`` words that plan ``model`` with the running engine's own settings (``card``:
+    how the card is read, e.g. ``--gpu-snapshot FILE``)."""
+    words = ["serve", model, "--engine", engine, "--port", str(port)]
+    words += ["--ctx", str(facts.ctx_total), "--parallel", str(facts.slots)]
+    if facts.cache_type_k:
+        words += ["--cache-type-k", facts.cache_type_k]
+    if facts.cache_type_v:
+        words += ["--cache-type-v", facts.cache_type_v]
+    if facts.unified:
+        words.append("--kv-unified")
+    return [*words, *card]
+
+
+def hand_to_keeper(
+    model: str, engine: str, facts: PlanFacts, port: int, card: Sequence[str] = ()
+) -> HandOver:
+    """Start a keeper that adopts the engine left running on ``port`` (see the module)."""
+    from homelab.serve.keeper import launch
+
+    out, err = io.BytesIO(), io.BytesIO()
+    code = launch(keeper_words(model, engine, facts, port, card), out, err)
+    lines = [
+        line
+        for line in (out.getvalue() + err.getvalue()).decode(errors="replace").splitlines()
+        if line.strip()
+    ]
+    kept = [line for line in lines if "kept by homelab's keeper" in line]
+    if code == 0 and kept:
+        return HandOver(True, kept[-1].strip())
+    return HandOver(False, lines[-1].strip() if lines else f"the keeper exited with {code}")

@@ -91,6 +91,13 @@ def wrapped(text: str, width: int, rows: int) -> tuple[list[str], bool]:
     return lines, cut
 
 
+def _rows(keys: list[ShownKey], width: int) -> list[list[ShownKey]]:
+    if not keys:
+        return []
+    n = columns_that_fit([k.cells for k in keys], width)
+    return [keys[i : i + n] for i in range(0, len(keys), n)]
+
+
 class KeysFooter(Widget):
     """See the module docstring."""
 
@@ -130,9 +137,9 @@ class KeysFooter(Widget):
         shown = self.active_keys()
         if shown != self.shown:
             width = self.size.width or self.app.size.width
-            rows = len(self._key_rows(width))
+            rows = len(self.key_rows(width))
             self.shown = shown
-            self.refresh(layout=len(self._key_rows(width)) != rows)
+            self.refresh(layout=len(self.key_rows(width)) != rows)
 
     def active_keys(self) -> list[ShownKey]:
         """The screen's keys to show now, one per action (the first key bound to it), and the
@@ -180,15 +187,18 @@ class KeysFooter(Widget):
         lines = wrapped(self.said.line, max(width - 2, 1), SAY_ROWS)[0]
         return lines + [""] * (SAY_ROWS - len(lines))
 
-    def _key_rows(self, width: int) -> list[list[ShownKey]]:
-        if not self.shown:
-            return []
-        n = columns_that_fit([k.cells for k in self.shown], width)
-        rows = [self.shown[i : i + n] for i in range(0, len(self.shown), n)]
+    def key_rows(self, width: int) -> list[list[ShownKey]]:
+        """The keys in rows of equal columns; the command palette's key (ctrl+p, Textual's
+        own) is left out where it alone would take a row of a narrow screen."""
+        rows = _rows(self.shown, width)
+        if self.shown and self.shown[-1].key == self.app.COMMAND_PALETTE_BINDING:
+            without = _rows(self.shown[:-1], width)
+            if len(without) < len(rows):
+                rows = without
         return rows[:MAX_ROWS]
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return len(self._said_lines(width)) + len(self._key_rows(width)) or 1
+        return len(self._said_lines(width)) + len(self.key_rows(width)) or 1
 
     def render(self) -> RenderResult:
         width = self.size.width or self.app.size.width
@@ -200,10 +210,11 @@ class KeysFooter(Widget):
             style = self.get_component_rich_style(f"keys-footer--said{severity}")
         for line in self._said_lines(width):
             lines.append(Text(f" {line}".ljust(width) if said else "", style=style))
-        rows = self._key_rows(width)
+        rows = self.key_rows(width)
         if rows:
             n = len(rows[0])
-            columns = [max(k.cells for k in self.shown[i::n]) for i in range(n)]
+            keys = [k for row in rows for k in row]
+            columns = [max(k.cells for k in keys[i::n]) for i in range(n)]
             for row in rows:
                 lines.append(self._key_row(row, columns))
         return Text("\n", end="").join(lines)

@@ -124,7 +124,7 @@ class GateProtocol(RequestHandler):
             raise ConnectionError("Response is sent already, cannot send an error answer")
         if status >= 500:
             name = type(exc).__name__ if exc is not None else "error"
-            log.error("the gate failed on a request: %s", name, exc_info=exc)
+            log.error(f"the gate failed on a request ({name})", exc_info=exc)  # a kind each
             text = "The gate failed on this request (its log says why); retry."
             kind = "server_error"
         else:

@@ -208,3 +208,13 @@ def test_every_error_is_json_even_with_a_key_required(engine, gate) -> None:
     auth = b"Authorization: Bearer " + b"k" * 32
     openai_error(answer(g.url, b"GET", b"/nope", auth), 404)
     json.loads(answer(g.url, b"PROPFIND", CHAT.encode(), auth).body)
+
+
+@pytest.mark.parametrize("path", [CHAT, "/v1/messages", "/tokenize"])
+def test_a_body_past_64_mib_is_a_json_413(gate_url, path) -> None:
+    body = b'{"prompt": "' + b"x" * (64 * 1024 * 1024 + 16) + b'"}'
+    a = answer(gate_url, b"POST", path.encode(), b"Content-Type: application/json", body=body)
+    if path == "/v1/messages":
+        anthropic_error(a, 413)
+    else:
+        assert openai_error(a, 413)["code"] == "body_too_large"

@@ -1,5 +1,6 @@
-"""The detached gate's log: rotated at a size bound, and its warnings and errors
-rate-limited, each kind to a few a minute.
+"""The gate's log: the detached gate's file, rotated at a size bound; the foreground
+gate's lines in the serve's terminal; in both, warnings and errors rate-limited, each kind
+to a few a minute, one line each (a traceback only with the first of a kind in a window).
 
 Why: a gate people expose to their LAN meets floods — a thousand idle sockets against the
 open-file limit, a client sending garbage in a loop — and each refused connection must not
@@ -11,11 +12,17 @@ error of one kind (its logger and message template) passes :data:`PER_WINDOW` ti
 how many, and only the first of a kind in a window keeps its traceback. The request lines
 (INFO, one per request: :mod:`homelab.gate.access_log`) are never held back: the size
 bound is what keeps them from filling the disk.
+
+The gate's own errors and aiohttp's (its server's, under ``homelab.gate.server``; its
+event loop's, under ``homelab.gate.loop``: :mod:`homelab.gate.runner`) all go through
+:class:`RateLimit`: a gate on a thread of ``homelab serve`` printed aiohttp's traceback
+for every request it could not parse, ~10 lines each, into the person's terminal.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable
 from logging.handlers import RotatingFileHandler
@@ -67,6 +74,38 @@ class RateLimit(logging.Filter):
             seen[2] = 0
         seen[1] = int(seen[1]) + 1
         return True
+
+
+GATE_LOGGERS = ("homelab.gate", "aiohttp")
+"""What the terminal is told of: the gate's own loggers and its library's."""
+TERMINAL_FORMAT = "homelab gate %(levelname)s: %(message)s"
+
+
+class _Terminal(logging.StreamHandler):
+    """Writes to the ``sys.stderr`` of the moment (a TUI redirects it while it runs)."""
+
+    @property
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: object) -> None:
+        pass
+
+
+def log_to_terminal() -> logging.Handler:
+    """Send the gate's warnings and errors to stderr, one line each, rate-limited (the
+    foreground gate, on a thread of ``homelab serve``). Idempotent; returns the handler."""
+    for handler in logging.getLogger(GATE_LOGGERS[0]).handlers:
+        if isinstance(handler, _Terminal):
+            return handler
+    handler = _Terminal()
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter(TERMINAL_FORMAT))
+    handler.addFilter(RateLimit())
+    for name in GATE_LOGGERS:
+        logging.getLogger(name).addHandler(handler)
+    return handler
 
 
 def log_to_file(

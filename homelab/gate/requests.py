@@ -195,6 +195,8 @@ def parse(route: Route, raw: bytes) -> Asked:
     n = 1 if route.anthropic else body.get("n", 1)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise BadRequest(f"'n' must be a whole number of at least 1, not {n!r}.")
+    if n > 1 and any(_empty(prompt) for prompt in prompts):
+        raise BadRequest(EMPTY_WITH_N)
     return Asked(
         route=route,
         body=body,
@@ -225,6 +227,27 @@ def _prompts(route: Route, body: dict[str, Any]) -> tuple[Any, ...]:
     elif not isinstance(value, list) or not value:
         raise BadRequest(f"The request needs a non-empty '{field}' list.")
     return ()
+
+
+EMPTY_WITH_N = (
+    "An empty prompt cannot have 'n' above 1: the engine would never answer it. "
+    "Send some text, or 'n': 1."
+)
+"""Why: llama-server (b11312) answers an empty prompt by releasing its slot at once, but
+for ``n`` > 1 the other ``n − 1`` completions wait on slots of their own for that prompt to
+be processed (``SLOT_STATE_WAIT_OTHER``), which never happens: the request never answers
+and those slots stay busy ("processing", 0 prompt tokens) until the client leaves. Found by
+the gate fuzz (issue 22). Whether ``""`` is empty to the engine depends on the model (one
+that adds a BOS token gets one), so the gate refuses it for every model: a prompt with no
+text asked for several completions has no use worth a hung slot."""
+
+
+def _empty(prompt: Any) -> bool:
+    """A text prompt with nothing in it: ``""``, no token ids, or llama-server's prompt
+    object with an empty ``prompt_string`` and no media."""
+    if isinstance(prompt, dict) and not prompt.get("multimodal_data"):
+        prompt = prompt.get("prompt_string", "")
+    return prompt == "" or prompt == []
 
 
 def _is_token(value: Any) -> bool:

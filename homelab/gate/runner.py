@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import threading
+from typing import Any
 
 from aiohttp import web
 
@@ -24,6 +26,8 @@ from homelab.gate.settings import GateSettings
 from homelab.gate.sockets import CappedRunner, connection_cap
 from homelab.gate.state import GateState
 
+SERVER_LOG = logging.getLogger("homelab.gate.server")
+LOOP_LOG = logging.getLogger("homelab.gate.loop")
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 RETARGET_TIMEOUT_S = 15.0
@@ -124,6 +128,7 @@ class GateRunner:
 
     def _main(self) -> None:
         loop = asyncio.new_event_loop()
+        loop.set_exception_handler(_loop_error)  # the gate's log, not asyncio's traceback
         self._loop = loop
         try:
             loop.run_until_complete(self._serve())
@@ -143,6 +148,7 @@ class GateRunner:
             keepalive_timeout=self.settings.idle_timeout_s,
             handler_cancellation=True,
             access_log=None,
+            logger=SERVER_LOG,  # aiohttp's server errors: the gate's rate-limited log
             shutdown_timeout=SHUTDOWN_GRACE_S,
         )
         await runner.setup()
@@ -191,6 +197,15 @@ class GateRunner:
             f"The gate cannot listen on {where}: {error.strerror or error}.",
             hint="Check the gate's host and port settings.",
         )
+
+
+def _loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """An error on the gate's event loop (a callback that raised, a socket it could not
+    accept): one line of the gate's log, its traceback rate-limited with the rest."""
+    error = context.get("exception")
+    kind = type(error).__name__ if error is not None else "no exception"
+    text = f"{context.get('message', 'event loop error')} ({kind})"  # its own kind
+    LOOP_LOG.error(text, exc_info=error)
 
 
 async def _state(gate: Gate) -> GateState:

@@ -15,6 +15,7 @@ from homelab.gate.access_log import access_log
 from homelab.gate.core import Gate
 from homelab.gate.errors import BadRequest
 from homelab.gate.forward import complete
+from homelab.gate.http_errors import anthropic_path, json_errors
 from homelab.gate.json_body import engine_bytes, load_body
 from homelab.gate.replies import (
     anthropic_engine_error,
@@ -46,7 +47,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def build_app(gate: Gate) -> web.Application:
     app = web.Application(
-        middlewares=[access_log, trust_middleware(gate.settings), auth],
+        middlewares=[access_log, json_errors, trust_middleware(gate.settings), auth],
         client_max_size=64 * 1024 * 1024,
     )
     app[GATE_KEY] = gate
@@ -56,7 +57,10 @@ def build_app(gate: Gate) -> web.Application:
     for route in ROUTES.values():
         app.router.add_post(route.path, _completion(route))
     for method, path in PASSTHROUGH:
-        app.router.add_route(method, path, _passthrough)
+        if method == "GET":  # takes HEAD too (the GET's headers), as the gate's own GETs
+            app.router.add_get(path, _passthrough)
+        else:
+            app.router.add_route(method, path, _passthrough)
     app.router.add_get("/health", _health)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get(STATE_PATH, _state)
@@ -73,7 +77,7 @@ async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
             "(or 'x-api-key: KEY').",
             kind="authentication_error",
             code="invalid_api_key",
-            anthropic=request.path == "/v1/messages",
+            anthropic=anthropic_path(request.path),
         )
     return await handler(request)
 
@@ -116,6 +120,7 @@ async def passthrough(gate: Gate, request: web.Request) -> web.StreamResponse:
     UTF-16 or with a BOM (JSON Python reads) goes on as plain UTF-8; and the engine's 500
     for a field of the wrong type is answered 400 (:func:`engine_client_error`)."""
     anthropic = request.path == ANTHROPIC_PASSTHROUGH
+    method = "GET" if request.method == "HEAD" else request.method  # aiohttp drops the body
     body = await request.read() if request.can_read_body else None
     route = COUNTED.get(request.path)
     if request.method == "POST":
@@ -131,7 +136,7 @@ async def passthrough(gate: Gate, request: web.Request) -> web.StreamResponse:
     }
     try:
         async with gate.upstream.aux.request(
-            request.method, gate.upstream.url + request.path_qs, data=body, headers=headers
+            method, gate.upstream.url + request.path_qs, data=body, headers=headers
         ) as resp:
             if resp.status == 401:  # the engine refused the gate's key, not the client's
                 gate.metrics.upstream_errors.labels(kind="key").inc()

@@ -24,6 +24,7 @@ from homelab.gate.access_log import access_log
 from homelab.gate.admission import Refusal
 from homelab.gate.errors import BadRequest
 from homelab.gate.forward import complete
+from homelab.gate.http_errors import json_errors
 from homelab.gate.model_pool import FAILED_HOLD_S, LoadFailed, Member, ModelPool
 from homelab.gate.replies import error_reply, refusal_reply
 from homelab.gate.requests import ROUTES, Route, parse
@@ -43,7 +44,7 @@ LISTED = ("/v1/models", "/models")
 def build_set_app(pool: ModelPool) -> web.Application:
     settings = pool.settings
     app = web.Application(
-        middlewares=[access_log, trust_middleware(settings), auth],
+        middlewares=[access_log, json_errors, trust_middleware(settings), auth],
         client_max_size=64 * 1024 * 1024,
     )
     app[POOL_KEY] = pool

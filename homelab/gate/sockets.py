@@ -23,6 +23,8 @@ from typing import Any, cast
 
 from aiohttp import web
 
+from homelab.gate.http_errors import GateProtocol
+
 RESERVED_FDS = 128
 """Descriptors kept for everything else: the engine's connections, logs, the listener."""
 UNLIMITED_FDS = 65536
@@ -72,7 +74,8 @@ class _Refuse(asyncio.Protocol):
 
 
 class _Capped:
-    """The listener's protocol factory: aiohttp's server while under the cap."""
+    """The listener's protocol factory: aiohttp's server (its handler answering its errors
+    in JSON: :class:`~homelab.gate.http_errors.GateProtocol`) while under the cap."""
 
     def __init__(self, server: web.Server, cap: int) -> None:
         self.server, self.cap = server, cap
@@ -80,7 +83,8 @@ class _Capped:
     def __call__(self) -> asyncio.BaseProtocol:
         if len(self.server.connections) >= self.cap:
             return _Refuse()
-        return self.server()
+        # aiohttp's handler with JSON error answers (what web.Server() makes, as its class)
+        return GateProtocol(self.server, loop=self.server._loop, **self.server._kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.server, name)

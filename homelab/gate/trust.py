@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from homelab.gate.http_errors import anthropic_path
 from homelab.gate.replies import error_reply
 from homelab.gate.settings import GateSettings, is_loopback_host
 
@@ -56,7 +57,7 @@ def trust_middleware(settings: GateSettings) -> Middleware:
 
     @web.middleware
     async def trust(request: web.Request, handler: Handler) -> web.StreamResponse:
-        anthropic = request.path == "/v1/messages"
+        anthropic = anthropic_path(request.path)
         host = request.headers.get("Host")
         if not host_allowed(settings, host):
             return error_reply(
@@ -78,11 +79,16 @@ def trust_middleware(settings: GateSettings) -> Middleware:
                 code="forbidden_origin",
                 anthropic=anthropic,
             )
-        if origin is not None and request.method == "OPTIONS":
+        if origin is not None and request.method == "OPTIONS" and _routed(request):
             return web.Response(status=204, headers=_preflight(request))
         return await handler(request)
 
     return trust
+
+
+def _routed(request: web.Request) -> bool:
+    """Whether a route has the request's path (a preflight for any other is a 404)."""
+    return not isinstance(request.match_info.http_exception, web.HTTPNotFound)
 
 
 def _preflight(request: web.Request) -> dict[str, str]:

@@ -144,8 +144,10 @@ class SessionGate:
                 self.url, self.ceiling, budget = child.url, child.ceiling, child.budget
                 limit, pid, created = child.max_concurrent, child.pid, child.create_time
             else:
+                from homelab.gate.log_file import log_to_terminal
                 from homelab.gate.runner import GateRunner
 
+                log_to_terminal()  # its errors: one line each, rate-limited, never a flood
                 runner = GateRunner(settings, engine_url, facts, key)
                 self.url = runner.start()
                 self._runner = runner

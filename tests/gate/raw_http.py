@@ -57,11 +57,20 @@ def exchange(
     head = b"POST %s HTTP/1.1\r\nHost: %s\r\n" % (path.encode(), host)
     head += b"".join(name + b": " + value + b"\r\n" for name, value in headers)
     head += b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+    return parse_answer(send_raw(url, head + body, timeout_s=timeout_s))
+
+
+def send_raw(url: str, request: bytes, *, timeout_s: float = 120.0) -> bytes:
+    """Send ``request`` (the whole HTTP request, as bytes) and read until the gate closes.
+
+    Raises:
+        NoAnswer: the gate did not close within ``timeout_s``.
+    """
     deadline = time.monotonic() + timeout_s
     data = b""
-    with socket.create_connection(where, timeout=timeout_s) as s:
+    with socket.create_connection(address(url), timeout=timeout_s) as s:
         try:
-            s.sendall(head + body)
+            s.sendall(request)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the gate may answer and close before it read a refused body: read it
         while True:
@@ -78,12 +87,12 @@ def exchange(
             if not chunk:
                 break
             data += chunk
-    return parse_answer(data)
+    return data
 
 
 def parse_answer(data: bytes) -> Answer:
     head, sep, rest = data.partition(b"\r\n\r\n")
-    if not sep or not head.startswith(b"HTTP/1.1 "):
+    if not sep or not head.startswith((b"HTTP/1.1 ", b"HTTP/1.0 ")):
         raise NoAnswer(f"not an HTTP answer: {data[:200]!r}")
     lines = head.split(b"\r\n")
     status = int(lines[0].split(b" ", 2)[1])

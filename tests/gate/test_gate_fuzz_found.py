@@ -15,6 +15,11 @@ the real gate and llama-server (SmolLM2, loopback), plus the parts alone.
 - ``max_tokens: 0`` (llama-server generates one token for it) was charged 0 completion
   tokens, which the gate reads as "the prompt fills the ceiling": a 413 saying the prompt
   "could never run". Now a bound of 0 counts as 1 and the request runs.
+- An empty prompt with ``n`` > 1 on ``/completion`` or ``/v1/completions`` (``""``,
+  ``[""]``, ``{"prompt_string": ""}``) is never answered by llama-server (b11312): it
+  releases the prompt's own slot at once, and the other ``n − 1`` completions wait on
+  their slots for a prompt that is never processed ("processing", 0 prompt tokens) until
+  the client leaves. Found at 1,000 examples. Now a 400 before admission.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from homelab.gate.errors import BadRequest
 from homelab.gate.json_body import engine_bytes, load_body
 from homelab.gate.replies import anthropic_engine_error, engine_client_error
 from homelab.gate.requests import ROUTES, parse
-from tests.gate.conftest import client
+from tests.gate.conftest import busy_slots, client
 from tests.gate.test_gate_hostile import no_traceback, still_serves
 
 CHAT = "/v1/chat/completions"
@@ -187,4 +192,38 @@ def test_max_tokens_0_runs(engine, gate, path, body) -> None:
     with client(g.url) as c:
         response = c.post(path, json=body)
     assert response.status_code == 200, response.text
+    still_serves(g)
+
+
+EMPTY_WITH_N = [
+    ("/completion", {"prompt": "", "n": 2, "n_predict": 1}),
+    ("/completion", {"prompt": [""], "n": 2, "stream": True}),
+    ("/completion", {"prompt": {"prompt_string": ""}, "n": 2}),
+    ("/v1/completions", {"prompt": "", "n": 2, "max_tokens": 1}),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), EMPTY_WITH_N)
+def test_an_empty_prompt_with_n_above_1_is_refused_by_parse(path, body) -> None:
+    with pytest.raises(BadRequest, match="empty prompt cannot have 'n' above 1"):
+        parse(ROUTES[path], json.dumps(body).encode())
+
+
+def test_an_empty_prompt_alone_or_a_blank_one_still_parses() -> None:
+    route = ROUTES["/completion"]
+    assert parse(route, b'{"prompt": "", "n": 1}').tasks == 1
+    assert parse(route, b'{"prompt": " ", "n": 2}').tasks == 2
+    assert parse(route, b'{"prompt": {"prompt_string": "", "multimodal_data": ["x"]}, "n": 2}')
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize(("path", "body"), EMPTY_WITH_N)
+def test_an_empty_prompt_with_n_above_1_is_a_400_before_admission(engine, gate, path, body) -> None:
+    g = gate(engine)
+    with client(g.url, timeout=30.0) as c:  # the engine never answered it: a hang
+        response = c.post(path, json=body)
+    assert response.status_code == 400, response.text
+    assert "'n' above 1" in response.json()["error"]["message"]
+    assert g.state().admitted == 0
+    assert busy_slots(engine) == []
     still_serves(g)

@@ -23,6 +23,7 @@ import pytest
 from homelab.engine.supervision.process import alive
 from homelab.engine.supervision.set_record import set_record_path
 from tests.engine.supervisor_child import run_homelab, serve_on_a_free_port
+from tests.gate_serve.helpers import processes_with
 from tests.gate_serve.test_keeper import _until, keepers  # noqa: F401  (its keepers fixture)
 from tests.gate_set.conftest import chat
 
@@ -141,3 +142,29 @@ def test_a_stale_or_torn_set_record_is_never_a_running_set() -> None:
     set_record_path().write_text('{"pid": 1, "gate_url": "http://127.0.0.1:9", "mem', "utf-8")
     assert _status() == {"running": False}
     assert "no homelab engine is running" in run_homelab("stop").stdout
+
+
+def test_a_killed_keeper_takes_its_engines_and_serve_starts_the_set_again(
+    three_models: dict[str, Path],
+    keepers,  # noqa: F811
+) -> None:
+    paths = [str(three_models[k]) for k in ("smol", "llama", "qwen3")]
+    served, port = serve_on_a_free_port(*paths, *PLAN, "--detach")
+    assert served.returncode == 0, served.stdout + served.stderr
+    keeper = _status()["keeper"]["pid"]
+    engines = [(e.pid, e.create_time()) for e in _engines(keeper).values()]
+    assert len(engines) == 2
+    os.kill(keeper, signal.SIGKILL)
+    _until(lambda: not any(alive(*e) for e in engines), "its engines gone with it")
+    status = _status()
+    assert status["running"] is False and status["stale_model_set"]["pid"] == keeper
+    assert f"the keeper (pid {keeper})" in run_homelab("status").stdout
+
+    again = run_homelab("serve", *paths, *PLAN, "--port", str(port), "--detach")
+    assert again.returncode == 0 and "already served" not in again.stdout, again
+    new = _status()["keeper"]["pid"]
+    assert new != keeper
+    assert chat(f"http://127.0.0.1:{port}", "tiny-qwen3").status_code == 200
+    stopped = run_homelab("stop")
+    assert stopped.returncode == 0 and f"keeper pid {new}" in stopped.stdout, stopped
+    assert not processes_with("--keeper-fd")

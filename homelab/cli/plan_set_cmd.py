@@ -73,6 +73,7 @@ def set_lines(planned) -> list[str]:
     model's bytes and verdict, the residents' sum against the usable memory, the swaps."""
     placement = planned.placement
     lines = []
+    several_cards = sum(1 for name in placement.devices if name.startswith("CUDA")) > 1
     for name, b in placement.devices.items():
         lines.append(
             f"{b.name} ({name}): {format_bytes(b.total)} − reserved {format_bytes(b.reserved)}"
@@ -82,7 +83,9 @@ def set_lines(planned) -> list[str]:
         )
     for n, (model, member) in enumerate(zip(planned.models, placement.members, strict=True), 1):
         shape = f"{model.workload.name}, {model.slots} × {_per_slot(model)} tokens"
-        lines.append(f"{n}. {member.model.id} ({shape}): {_VERDICT[member.model.verdict]}")
+        cards = member.model.cards
+        on = f", on {' + '.join(cards)}" if several_cards and cards else ""
+        lines.append(f"{n}. {member.model.id} ({shape}): {_VERDICT[member.model.verdict]}{on}")
         for c in member.model.costs:
             lines.append(
                 f"   weights {format_bytes(c.weights)} + KV {format_bytes(c.kv)} + compute "
@@ -103,6 +106,8 @@ def set_lines(planned) -> list[str]:
             f"({format_bytes(b.usable - used)} left)"
         )
     for member in placement.members:
+        if member.moved:
+            lines.append(f"On another card: {member.model.id}: {member.why}")
         if member.status != "resident":
             word = "Swaps" if member.status == "swaps" else "Does not fit"
             lines.append(f"{word}: {member.model.id}: {member.why}")
@@ -156,6 +161,8 @@ def set_data(planned) -> dict[str, Any]:
                 "slots": model.slots,
                 "ctx_per_slot": None if alloc is None else alloc.ctx_per_slot,
                 "verdict": member.model.verdict,
+                "cards": list(member.model.cards),
+                "moved": member.moved,
                 "status": member.status,
                 "evicts": list(member.evicts),
                 "why": member.why,

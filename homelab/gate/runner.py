@@ -82,6 +82,12 @@ class GateRunner:
         assert self.url is not None
         return self.url
 
+    @property
+    def serving(self) -> bool:
+        """True while the gate's thread runs (started and not stopped, nor ended by a fault)."""
+        thread = self._thread
+        return thread is not None and thread.is_alive() and not self._stopped
+
     def stop(self) -> None:
         """Stop listening, close every connection, join the thread. Idempotent."""
         with self._lock:

@@ -9,7 +9,10 @@ with the device's usable memory, the fixed costs counted once for the whole set.
 
 The resident set is built in the list's order (the first listed is the most wanted): each
 model that fits alone joins when it fits beside those already in, so a model is never left
-out for one listed after it. The rest swap: each with the residents it would evict to load,
+out for one listed after it. On a machine of several cards, a model that does not fit
+beside the residents on the card its own plan chose (the freest) is tried on each other
+card, planned alone there (:attr:`PricedModel.elsewhere`), and joins on the first where it
+fits beside the residents there. The rest swap: each with the residents it would evict to load,
 least recently used first. Offline there is no use yet, so the least recently used is the
 least wanted: the list's order reversed.
 """
@@ -57,6 +60,17 @@ class PricedModel:
     plan: Plan | None
     problem: str | None = None
     """Why there is no plan (the planner's own words), when there is none."""
+    elsewhere: tuple[PricedModel, ...] = ()
+    """The same model planned alone on each other card of a several-card machine (its plan
+    on one card only): where the placement tries it when it does not fit beside the
+    residents on the card its own plan chose."""
+
+    @property
+    def cards(self) -> tuple[str, ...]:
+        """The cards its plan puts it on (llama-server's names, ``CUDA1``); none in RAM."""
+        if self.plan is None:
+            return ()
+        return tuple(s.device.llama_name for s in self.plan.devices if s.device.cuda)
 
     @property
     def verdict(self) -> str:
@@ -96,6 +110,9 @@ class Member:
     evicts: tuple[str, ...] = ()
     """The residents (ids, evicted first to last) it unloads to load; swaps only."""
     why: str = ""
+    moved: bool = False
+    """Resident on another card than its own plan chose (it did not fit beside the
+    residents there): ``model`` is its plan on that card."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,17 +151,23 @@ def place_set(priced: Sequence[PricedModel], devices: Mapping[str, DeviceBudget]
             places.append((model, "does_not_fit", _alone_why(model)))
             continue
         short = _short(model, free)
-        if not short:
-            residents.append(model)
-            for cost in model.costs:
+        chosen: PricedModel | None = model
+        why = "fits beside the models listed before it"
+        if short:
+            chosen = next((o for o in model.elsewhere if not _short(o, free)), None)
+            why = f"{short}; on {', '.join(chosen.cards) if chosen else ''} it fits beside them"
+        if chosen is not None:
+            residents.append(chosen)
+            for cost in chosen.costs:
                 free[cost.device] -= cost.total
-            places.append((model, "resident", "fits beside the models listed before it"))
+            places.append((chosen, "resident", why))
         else:
             places.append((model, "swaps", short))
     members: list[Member] = []
     for model, status, why in places:
         if status != "swaps":
-            members.append(Member(model, status, why=why))
+            moved = status == "resident" and not any(model is p for p in priced)
+            members.append(Member(model, status, why=why, moved=moved))
             continue
         evicts = _evictions(model, residents, free)
         gone = ", ".join(evicts)

@@ -44,7 +44,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -112,6 +112,27 @@ def launch(words: Sequence[str], out: IO[bytes], err: IO[bytes]) -> int:
     return code if code > 0 else int(ExitCode.OK if code == 0 else ExitCode.FAILURE)
 
 
+def go_quiet(notice_fd: int, log_path: Path, url: str | None, stop_asked: threading.Event) -> None:
+    """The keeper is ready: say so on the notice pipe (the launching serve returns), send its
+    words to its rotated log from now on, and let SIGTERM / SIGINT set ``stop_asked``."""
+    from homelab.gate.log_file import log_to_file
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    log_to_file(log_path)
+    sys.stdout = sys.stderr = _LogWriter()
+    with open(os.devnull, "wb") as null:
+        os.dup2(null.fileno(), 1)
+        os.dup2(null.fileno(), 2)
+    with contextlib.suppress(OSError):
+        os.write(notice_fd, json.dumps({"ready": True, "url": url}).encode() + b"\n")
+    os.close(notice_fd)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop_asked.set())
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    logger.info("keeping %s (pid %d)", url, os.getpid())
+
+
 class _LogWriter(io.TextIOBase):
     """``print`` after the keeper went to its log: each line one log line (rotated)."""
 
@@ -161,24 +182,8 @@ class Keeper:
 
     def announce(self, notice_fd: int, log_path: Path) -> None:
         """Ready: the launching serve may return; from now on the keeper's words go to its log."""
-        from homelab.gate.log_file import log_to_file
-
         self.session.bus.flush()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        log_to_file(log_path)
-        sys.stdout = sys.stderr = _LogWriter()
-        with open(os.devnull, "wb") as null:
-            os.dup2(null.fileno(), 1)
-            os.dup2(null.fileno(), 2)
-        url = self.session.public_url
-        with contextlib.suppress(OSError):
-            os.write(notice_fd, json.dumps({"ready": True, "url": url}).encode() + b"\n")
-        os.close(notice_fd)
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: self.stop_asked.set())
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        logger.info("keeping %s (pid %d)", url, os.getpid())
+        go_quiet(notice_fd, log_path, self.session.public_url, self.stop_asked)
 
     def keep(self) -> int:
         """Keep the engine and its gate until SIGTERM or until the supervisor gives up; the
@@ -246,3 +251,53 @@ class Keeper:
         facts = supervisor.spec.facts
         gate.restart(supervisor.url or "", facts, supervisor.pid, supervisor.spec.api_key)
         logger.info("the gate listens again at %s", gate.url)
+
+
+class SetKeeper:
+    """The keeper's side of a set of models (``serve A B C --detach``): the same process and
+    notice as one model's (:func:`launch`, :func:`go_quiet`), keeping the set's gate and its
+    engines.
+
+    The set's gate runs on a thread of the keeper (its :class:`~homelab.gate.model_pool.
+    ModelPool` loads and unloads the engines), and each engine is spawned with the
+    parent-death signal. So a keeper that is killed takes the gate and every engine with it:
+    nothing is orphaned, the record's keeper is gone (its start time says so) and the next
+    ``serve`` of the set starts it anew. Adopting a set's engines would mean adopting each
+    one's key, port and load state into a new pool for engines that a set loads on demand
+    anyway: the residents' reload is the whole cost of starting again.
+    """
+
+    def __init__(self) -> None:
+        self.restarts: tuple[Restart, ...] = ()
+        self.stop_asked = threading.Event()
+        self._lock = threading.Lock()
+        self.noted: Callable[[tuple[Restart, ...]], None] | None = None
+        """Told the restarts after each one (the set's record is rewritten with them)."""
+
+    def crashed(self, model: str, transition: Transition) -> None:
+        """A set's engine crashed (its supervisor restarts it): noted, the model named."""
+        failure = transition.failure
+        why = f"{model}: {'crashed' if failure is None else failure.title}"
+        code = None if failure is None else failure.returncode
+        with self._lock:
+            self.restarts = with_restart(self.restarts, Restart("engine", transition.at, why, code))
+            restarts = self.restarts
+        logger.warning("restarting %s's engine: %s", model, why)
+        if self.noted is not None:
+            with contextlib.suppress(OSError):
+                self.noted(restarts)
+
+    def keep(self, serving: Callable[[], bool], stop: Callable[[], None]) -> int:
+        """Keep the set until SIGTERM (0), or until its gate ended by a fault (the engine's
+        exit code, a note left for ``status``); ``stop`` stops the gate and every engine."""
+        while not self.stop_asked.wait(WATCH_S):
+            if not serving():
+                why = "the gate of the set of models ended unasked"
+                logger.error("%s: stopping its engines", why)
+                with contextlib.suppress(OSError):
+                    write_end(KeeperEnd("a set of models", time.time(), why, self.restarts))
+                stop()
+                return int(ExitCode.ENGINE)
+        logger.info("stopping (asked)")
+        stop()
+        return int(ExitCode.OK)

@@ -37,6 +37,8 @@ class SetModel:
     """Its engine's command line, as ``homelab plan`` shows it; empty when no plan was made."""
     offline: str | None = None
     """A preset planned from its own facts: why the Hub could not be had."""
+    elsewhere_argv: tuple[tuple[str, ...], ...] = ()
+    """The command line of each of ``priced.elsewhere`` (the model on another card)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +85,18 @@ def plan_set(
     models = tuple(_priced(entry, card, options) for entry in entries)
     check_names([(m.priced.id, m.entry.aliases) for m in models], where)
     devices = _devices(models, card, options)
-    return PlannedSet(models, place_set([m.priced for m in models], devices))
+    placement = place_set([m.priced for m in models], devices)
+    placed = zip(models, placement.members, strict=True)
+    chosen = tuple(_on_its_card(m, member.model) for m, member in placed)
+    return PlannedSet(chosen, placement)
+
+
+def _on_its_card(model: SetModel, placed: PricedModel) -> SetModel:
+    """``model`` as the placement put it: on another card, with that card's plan and argv."""
+    for other, argv in zip(model.priced.elsewhere, model.elsewhere_argv, strict=True):
+        if other is placed:
+            return replace(model, priced=placed, argv=argv, elsewhere_argv=())
+    return model
 
 
 def _priced(entry: ModelEntry, card: GpuReport, options: PlanOptions) -> SetModel:
@@ -113,7 +126,34 @@ def _priced(entry: ModelEntry, card: GpuReport, options: PlanOptions) -> SetMode
     except HomelabError as error:
         raise _named(error, entry) from None
     ident = entry.id or _served_id(argv) or entry.model
-    return SetModel(entry, PricedModel(ident, plan), workload, slots, argv, offline)
+    priced = PricedModel(ident, plan)
+    others = _elsewhere(entry, named, card, asked, priced)
+    priced = replace(priced, elsewhere=tuple(o for o, _ in others))
+    return SetModel(
+        entry, priced, workload, slots, argv, offline, tuple(argv for _, argv in others)
+    )
+
+
+def _elsewhere(
+    entry: ModelEntry, named: Named, card: GpuReport, options: PlanOptions, priced: PricedModel
+) -> list[tuple[PricedModel, tuple[str, ...]]]:
+    """``priced`` planned alone on each other card of ``card``, where it fits there: when no
+    card was asked (``--gpu``) and its own plan holds it whole on one card."""
+    if options.card.gpu is not None or priced.verdict != "fits" or len(priced.cards) != 1:
+        return []
+    out = []
+    for device in card.devices:
+        if f"CUDA{device.index}" in priced.cards:
+            continue
+        pinned = replace(options, card=replace(options.card, gpu=device.index))
+        try:
+            plan, argv, _ = _plan_one(entry, named, card, pinned)
+        except HomelabError:
+            continue
+        other = PricedModel(priced.id, plan)
+        if other.verdict == "fits":
+            out.append((other, argv))
+    return out
 
 
 def _plan_one(
@@ -158,8 +198,9 @@ def _devices(
     the card the planner would pick when no model could be planned at all."""
     devices: dict[str, DeviceBudget] = {}
     for model in models:
-        for share in () if model.priced.plan is None else model.priced.plan.devices:
-            devices.setdefault(share.device.llama_name, share.device.budget)
+        for priced in (model.priced, *model.priced.elsewhere):
+            for share in () if priced.plan is None else priced.plan.devices:
+                devices.setdefault(share.device.llama_name, share.device.budget)
     if not devices:  # the device one model's plan would take: the card asked, else the freest
         from homelab.plan.budget import device_budget, pick_device
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from homelab.engine.engine_key import new_engine_key
 from homelab.engine.supervision.ports import LOOPBACK
+from homelab.engine.supervision.readiness import EngineProfile
+from homelab.engine.supervision.states import State, Transition
 from homelab.engine.supervision.supervisor import EngineSpec, RestartPolicy, Supervisor
 from homelab.errors import EngineError
 from homelab.gate.model_pool import LoadedEngine
@@ -37,6 +39,9 @@ class EngineRecipe:
     """Its command line as its plan gives it (any ``--port``; the program's name first)."""
     model_path: str
     plan: Plan | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    """What its environment adds (``CUDA_DEVICE_ORDER=PCI_BUS_ID`` when its plan pins a card,
+    so that ``--device CUDAn`` is NVML's GPU n)."""
 
 
 def with_port(argv: Sequence[str], executable: str, port: int) -> tuple[str, ...]:
@@ -71,11 +76,14 @@ class SupervisedEngines:
         *,
         start_timeout_s: float = 600.0,
         log_dir: Path | None = None,
+        on_crash: Callable[[str, Transition], None] | None = None,
     ) -> None:
         self.recipes = dict(recipes)
         self.executable = executable
         self.start_timeout_s = start_timeout_s
         self.log_dir = log_dir
+        self.on_crash = on_crash
+        """Told each crash of a model's engine (its supervisor restarts it): the keeper's note."""
         self.running: dict[str, Supervisor] = {}
 
     async def load(self, model: str) -> LoadedEngine:
@@ -91,11 +99,12 @@ class SupervisedEngines:
         for ident in list(self.running):
             self._stop(ident)
 
-    def _start(self, model: str) -> LoadedEngine:
+    def recipe_of(self, model: str, port: int, key: str | None) -> tuple[EngineSpec, EngineProfile]:
+        """What ``model``'s engine is started with on ``port``: its argv (its plan's, the
+        card it pins included) and its profile (the environment its plan adds)."""
         from homelab.engine.llamacpp.diagnose import llama_server_profile
 
         recipe = self.recipes[model]
-        key, port = new_engine_key(), free_port()
         spec = EngineSpec(
             argv=with_port(recipe.argv, self.executable, port),
             model=recipe.model_path,
@@ -105,7 +114,16 @@ class SupervisedEngines:
             api_key=key,
         )
         profile = llama_server_profile(recipe.plan, Path(recipe.model_path).name)
+        if recipe.env:
+            profile = replace(profile, env={**profile.env, **recipe.env})
+        return spec, profile
+
+    def _start(self, model: str) -> LoadedEngine:
+        key, port = new_engine_key(), free_port()
+        spec, profile = self.recipe_of(model, port, key)
         supervisor = Supervisor(spec, profile, policy=LOAD_POLICY, log_dir=self.log_dir)
+        if self.on_crash is not None:
+            supervisor.subscribe(self._crashed(model))
         supervisor.start()
         try:
             supervisor.wait_ready(self.start_timeout_s)
@@ -120,6 +138,13 @@ class SupervisedEngines:
         if url is None:
             raise EngineError(f"{model}: its engine is ready but has no URL")
         return LoadedEngine(url, key, None)
+
+    def _crashed(self, model: str) -> Callable[[Transition], None]:
+        def changed(transition: Transition) -> None:
+            if transition.state is State.CRASHED and self.on_crash is not None:
+                self.on_crash(model, transition)
+
+        return changed
 
     def _stop(self, model: str) -> None:
         supervisor = self.running.pop(model, None)

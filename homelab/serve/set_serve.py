@@ -10,18 +10,25 @@ ids) lets ``homelab status`` find the gate and show every model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
+from homelab.engine.supervision.restarts import Restart
 from homelab.engine.supervision.set_record import (
     SetMember,
+    SetRecord,
     forget_set,
     new_record,
+    read_set,
     read_set_json,
     write_set,
 )
+from homelab.engine.supervision.states import Transition
+from homelab.errors import AlreadyServed, EngineError
 from homelab.gate.model_pool import ModelPool, SetModel
 from homelab.gate.set_runner import SetGateRunner
 from homelab.gate.settings import GateSettings
+from homelab.plan.planner import Plan
 from homelab.serve.model_set import PlannedSet
 from homelab.serve.set_engines import EngineRecipe, SupervisedEngines
 
@@ -32,6 +39,7 @@ class RunningSet:
     runner: SetGateRunner
     engines: SupervisedEngines
     residents: tuple[str, ...]
+    record: SetRecord | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
@@ -46,6 +54,16 @@ class RunningSet:
             self.engines.stop_all()
             forget_set()
 
+    def serving(self) -> bool:
+        """True while the set's gate runs."""
+        return self.runner.serving
+
+    def note_restarts(self, restarts: tuple[Restart, ...]) -> None:
+        """Rewrite the record with its keeper's restarts (``status`` shows them)."""
+        if self.record is not None:
+            self.record = replace(self.record, restarts=restarts)
+            write_set(self.record)
+
 
 def set_parts(
     planned: PlannedSet,
@@ -59,10 +77,19 @@ def set_parts(
         models.append(SetModel(model.priced.id, model.entry.aliases, costs))
         if plan is not None and model.argv:
             recipes[model.priced.id] = EngineRecipe(
-                model.priced.id, model.argv, plan.model_path, plan
+                model.priced.id, model.argv, plan.model_path, plan, pinning_env(plan)
             )
     budgets = {name: budget.usable for name, budget in planned.placement.devices.items()}
     return models, budgets, recipes
+
+
+def pinning_env(plan: Plan) -> dict[str, str]:
+    """What a set's engine's environment adds, as one model's serve adds it: its plan pins a
+    card (``--device CUDAn``), so CUDA must number the cards as NVML does."""
+    from homelab.plan.devices import CUDA_ORDER_ENV
+
+    pinned = any(d.device.pin and d.device.cuda for d in plan.devices)
+    return dict(CUDA_ORDER_ENV) if pinned else {}
 
 
 def start_set(
@@ -72,8 +99,11 @@ def start_set(
     idle_ttl_s: float | None = None,
     start_timeout_s: float = 600.0,
     executable: str | None = None,
+    kept: bool = False,
+    on_crash: Callable[[str, Transition], None] | None = None,
 ) -> RunningSet:
-    """The gate listening and the placement's residents loaded.
+    """The gate listening and the placement's residents loaded; ``kept``: this process is
+    the set's keeper (the record says so); ``on_crash``: told each engine's crash.
 
     Raises:
         HomelabError: the gate cannot listen, or a resident's engine failed to start.
@@ -82,7 +112,9 @@ def start_set(
 
     models, budgets, recipes = set_parts(planned)
     program = executable or engine_kind("llama.cpp").executable()
-    engines = SupervisedEngines(recipes, program, start_timeout_s=start_timeout_s)
+    engines = SupervisedEngines(
+        recipes, program, start_timeout_s=start_timeout_s, on_crash=on_crash
+    )
 
     def pool() -> ModelPool:
         return ModelPool(models, budgets, engines, settings, idle_ttl_s=idle_ttl_s)
@@ -96,8 +128,61 @@ def start_set(
     except BaseException:
         running.stop()
         raise
-    _write_record(running, settings)
+    running.record = new_record(
+        running.url,
+        set_members(planned),
+        residents,
+        settings.max_tokens_cap,
+        kept=kept,
+    )
+    write_set(running.record)
     return running
+
+
+def served_already(planned: PlannedSet) -> None:
+    """Before a set starts: what runs decides, as it does for one model.
+
+    Raises:
+        AlreadyServed: this same set (its ids and files) is kept by homelab's keeper.
+        EngineError: another set runs, this set in another homelab's foreground serve, or
+            one model's engine runs.
+    """
+    from homelab.engine.supervision.ownership import running
+    from homelab.engine.supervision.state_file import StateFile
+
+    record = read_set()
+    if record is not None:
+        by = (
+            f"kept by homelab's keeper (pid {record.pid})"
+            if record.kept
+            else f"served by homelab pid {record.pid}"
+        )
+        where = f"{record.gate_url}/v1, {by}"
+        wanted = tuple(
+            (m.priced.id, m.priced.plan and m.priced.plan.model_path) for m in planned.models
+        )
+        runs = tuple((m.id, m.model) for m in record.members)
+        if wanted != runs:
+            raise EngineError(
+                f"another set of models is served at {where}: {', '.join(record.ids)}",
+                hint="`stop` stops it; then serve this set",
+                title="Engine already running",
+            )
+        if not record.kept:
+            raise EngineError(
+                f"this set of models is already served at {where}",
+                hint="use it as it is; `stop` stops it",
+                title="Engine already running",
+            )
+        raise AlreadyServed(f"this set of models is already served at {where}", url=record.gate_url)
+    now = running(StateFile())
+    if now.record is not None:
+        rec = now.record
+        raise EngineError(
+            f"{rec.engine} (pid {rec.pid}) at {rec.public_url} already serves {rec.model}",
+            hint="`stop` stops it; then serve the set",
+            title="Engine already running",
+        )
 
 
 def read_set_record() -> dict[str, object] | None:
@@ -119,12 +204,4 @@ def set_members(planned: PlannedSet) -> tuple[SetMember, ...]:
             None if model.priced.plan is None else model.priced.plan.model_path,
         )
         for model in planned.models
-    )
-
-
-def _write_record(running: RunningSet, settings: GateSettings) -> None:
-    write_set(
-        new_record(
-            running.url, set_members(running.planned), running.residents, settings.max_tokens_cap
-        )
     )

@@ -102,8 +102,12 @@ def decide(now: Running, model: str, *, asked: Asked | None = None, replace: boo
 
     Raises:
         EngineError: something runs that cannot be adopted as asked (another model,
-            other settings, another supervisor, no record) and ``replace`` was not set.
+            other settings, another supervisor, no record) and ``replace`` was not set; or
+            a set of models runs (never replaced by one model's serve).
     """
+    from homelab.engine.supervision.set_record import refuse_beside_set
+
+    refuse_beside_set()
     if now.nothing:
         return "start"
     if replace:

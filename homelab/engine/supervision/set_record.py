@@ -11,6 +11,7 @@ not be planned: it is listed but never loads).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -18,8 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from homelab.engine.supervision.facts import PlanFacts
+from homelab.engine.supervision.restarts import Restart, restarts_from_json
 
 SET_RECORD = "model-set.json"
+MAX_RECORD_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,13 @@ class SetRecord:
     gate_max_tokens: int | None = None
     """The gate's ``max_tokens_cap``; None: an older record (the default is assumed)."""
     started_at: float = 0.0
+    create_time: float | None = None
+    """The kernel's start time of ``pid``: a recycled pid is never taken for the set's serve;
+    None: an older record (then the pid alone is trusted, as before)."""
+    kept: bool = False
+    """True when homelab's keeper (``serve --detach``) serves the set: ``pid`` is the keeper."""
+    restarts: tuple[Restart, ...] = ()
+    """The engines it restarted after a crash (the latest), each ``why`` naming the model."""
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -110,6 +120,9 @@ class SetRecord:
             "residents": list(self.residents),
             "gate_max_tokens": self.gate_max_tokens,
             "started_at": self.started_at,
+            "create_time": self.create_time,
+            "kept": self.kept,
+            "restarts": [r.to_json() for r in self.restarts],
         }
 
     @classmethod
@@ -125,7 +138,11 @@ class SetRecord:
         members = tuple(m for m in (SetMember.from_json(x) for x in raw or ()) if m is not None)
         residents = data.get("residents")
         cap = data.get("gate_max_tokens")
-        started = data.get("started_at")
+        started, created = data.get("started_at"), data.get("create_time")
+        try:
+            restarts = restarts_from_json(data.get("restarts", []))
+        except (TypeError, ValueError):
+            restarts = ()
         return cls(
             pid,
             url,
@@ -135,6 +152,11 @@ class SetRecord:
             else (),
             cap if isinstance(cap, int) and not isinstance(cap, bool) else None,
             float(started) if isinstance(started, (int, float)) else 0.0,
+            float(created)
+            if isinstance(created, int | float) and not isinstance(created, bool)
+            else None,
+            data.get("kept") is True,
+            restarts,
         )
 
 
@@ -145,19 +167,45 @@ def set_record_path() -> Path:
 
 
 def read_set_json() -> dict[str, object] | None:
-    """The record as written, when its serve still runs; None otherwise."""
-    import psutil
-
-    try:
-        data = json.loads(set_record_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    pid = data.get("pid")
-    if not isinstance(pid, int) or not psutil.pid_exists(pid):
+    """The record as written, when its serve still runs; None otherwise (no record, a torn
+    one, or its pid gone or now another process: the start time recorded tells)."""
+    data = _read_raw()
+    if data is None or not _serve_alive(data):
         return None
     return data
+
+
+def stale_set() -> SetRecord | None:
+    """A record whose serve is gone (a keeper killed, a serve that could not clean up): what
+    ``status`` says once, and what the next serve of a set writes over; None otherwise."""
+    data = _read_raw()
+    if data is None or _serve_alive(data):
+        return None
+    return SetRecord.from_json(data)
+
+
+def _read_raw() -> dict[str, object] | None:
+    try:
+        with open(set_record_path(), "rb") as handle:
+            raw = handle.read(MAX_RECORD_BYTES + 1)
+        if len(raw) > MAX_RECORD_BYTES:
+            return None
+        data = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _serve_alive(data: dict[str, object]) -> bool:
+    """The record's pid runs and is the process that wrote it (its start time, when kept)."""
+    from homelab.engine.supervision.process import alive
+
+    pid, created = data.get("pid"), data.get("create_time")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    if isinstance(created, bool) or not isinstance(created, int | float):
+        created = None
+    return alive(pid, None if created is None else float(created))
 
 
 def read_set() -> SetRecord | None:
@@ -167,9 +215,12 @@ def read_set() -> SetRecord | None:
 
 
 def write_set(record: SetRecord) -> None:
+    """Write the record atomically (a reader sees it whole or not at all)."""
     path = set_record_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record.to_json()), encoding="utf-8")
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temp.write_text(json.dumps(record.to_json()), encoding="utf-8")
+    os.replace(temp, path)
 
 
 def forget_set() -> None:
@@ -182,11 +233,53 @@ def forget_set() -> None:
         pass
 
 
+def refuse_beside_set() -> None:
+    """One model's serve while a set runs: refused, as another model's engine is.
+
+    Raises:
+        EngineError: a set of models runs (its gate, its pid, its ids named).
+    """
+    from homelab.errors import EngineError
+
+    record = read_set()
+    if record is None:
+        return
+    by = "kept by homelab's keeper" if record.kept else "served by homelab"
+    raise EngineError(
+        f"a set of models ({', '.join(record.ids)}) is served at {record.gate_url}/v1, "
+        f"{by} (pid {record.pid})",
+        hint="use one of its models by name there; `stop` stops the set",
+        title="Engine already running",
+    )
+
+
+def forget_stale() -> None:
+    """Remove the record when its serve is gone (a keeper killed, or stopped just now)."""
+    data = _read_raw()
+    if data is not None and not _serve_alive(data):
+        with contextlib.suppress(OSError):
+            set_record_path().unlink()
+
+
 def new_record(
     gate_url: str,
     members: tuple[SetMember, ...],
     residents: tuple[str, ...],
     gate_max_tokens: int | None,
+    *,
+    kept: bool = False,
 ) -> SetRecord:
-    """This process's record of the set it serves."""
-    return SetRecord(os.getpid(), gate_url, members, residents, gate_max_tokens, time.time())
+    """This process's record of the set it serves (``kept``: this process is its keeper)."""
+    from homelab.engine.supervision.process import create_time_of
+
+    pid = os.getpid()
+    return SetRecord(
+        pid,
+        gate_url,
+        members,
+        residents,
+        gate_max_tokens,
+        time.time(),
+        create_time_of(pid),
+        kept,
+    )

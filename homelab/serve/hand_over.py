@@ -17,9 +17,11 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from homelab.engine.supervision.facts import PlanFacts
+    from homelab.serve.session import ServeSession
 
 
 @dataclass(frozen=True)
@@ -63,3 +65,25 @@ def hand_to_keeper(
     if code == 0 and kept:
         return HandOver(True, kept[-1].strip())
     return HandOver(False, lines[-1].strip() if lines else f"the keeper exited with {code}")
+
+
+def leave_to_keeper(session: ServeSession, card: Sequence[str] = ()) -> str:
+    """Let ``session``'s engine (and its gate) go, then hand them to a keeper when the engine
+    was ready and its facts are known (else they are left running, unkept, for the next
+    homelab to adopt); what was done, in words. ``card``: how the keeper reads the card
+    (``--gpu-snapshot FILE`` / ``--vram SIZE``, as the caller did)."""
+    supervisor = session.supervisor
+    released = session.let_go()
+    if not released and supervisor is not None:
+        supervisor.release()
+    session.close()
+    facts = None if supervisor is None else supervisor.spec.facts
+    public = None if supervisor is None else (session.public_url or supervisor.url)
+    port = None if public is None else urlsplit(public).port
+    if supervisor is None or not released or facts is None or port is None:
+        return "left running (the next homelab adopts it; homelab stop stops it)"
+    engine = session.request.options.engine.name
+    handed = hand_to_keeper(supervisor.spec.model, engine, facts, port, card)
+    if handed.kept:
+        return handed.said
+    return f"left running without a keeper ({handed.said}); homelab stop stops it"

@@ -290,26 +290,11 @@ def stop_kept(record: EngineRecord) -> None:
 
 
 def leave_running(session: ServeSession, card: Sequence[str] = ()) -> str:
-    """Stop supervising; the engine keeps serving, handed to homelab's keeper (which
-    restarts it and its gate) when it was ready; what was done, in words. ``card``: how the
-    keeper reads the card (``--gpu-snapshot FILE`` / ``--vram SIZE``, as this app does)."""
-    from homelab.serve.hand_over import hand_to_keeper
+    """Stop supervising; the engine keeps serving, handed to homelab's keeper; what was done,
+    in words (:func:`homelab.serve.hand_over.leave_to_keeper`)."""
+    from homelab.serve.hand_over import leave_to_keeper
 
-    supervisor = session.supervisor
-    released = session.let_go()
-    if not released and supervisor is not None:
-        supervisor.release()
-    session.close()
-    facts = None if supervisor is None else supervisor.spec.facts
-    public = None if supervisor is None else (session.public_url or supervisor.url)
-    if supervisor is None or not released or facts is None or public is None:
-        return "left running (the next homelab adopts it; homelab stop stops it)"
-    port = int(public.rsplit(":", 1)[1].split("/")[0])
-    engine = session.request.options.engine.name
-    handed = hand_to_keeper(supervisor.spec.model, engine, facts, port, card)
-    if handed.kept:
-        return handed.said
-    return f"left running without a keeper ({handed.said}); homelab stop stops it"
+    return leave_to_keeper(session, card)
 
 
 def public_url(session: ServeSession | None) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from homelab.engine.supervision.restarts import Restart
 from homelab.engine.supervision.set_record import SetRecord, read_set
 
 RESIDENT_STATES = ("loaded", "loading", "unloading")
@@ -58,6 +59,10 @@ class SetView:
     models: tuple[SetModelView, ...]
     answering: bool
     """The gate answered its state (False: every model's state is unknown)."""
+    kept: bool = False
+    """``pid`` is homelab's keeper (``serve A B C --detach``), not a serve in a terminal."""
+    restarts: tuple[Restart, ...] = ()
+    """The keeper's latest restarts of the set's engines (oldest first)."""
 
     def resident_bytes(self) -> list[tuple[str, dict[str, int]]]:
         """(id, bytes per device) of each model holding memory now, in the list's order."""
@@ -85,7 +90,7 @@ def set_view(record: SetRecord, state: dict[str, object] | None, url: str) -> Se
                 dict(member.device_bytes),
             )
         )
-    return SetView(url, record.pid, tuple(views), state is not None)
+    return SetView(url, record.pid, tuple(views), state is not None, record.kept, record.restarts)
 
 
 def served_set() -> SetView | None:

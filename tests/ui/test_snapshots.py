@@ -80,7 +80,9 @@ def test_main_screen_with_a_set_of_models(
     relative_models: Path, snap_compare, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A set of models served beside the TUI (a fixed view, as its gate would say): the card
-    bar gives each resident model its own part, the server panel lists every model."""
+    bar gives each resident model its own part, the server panel lists every model and says
+    the set is kept by homelab's keeper, with its last restart."""
+    from homelab.engine.supervision.restarts import Restart
     from homelab.serve.set_view import SetModelView, SetView
     from homelab.ui.messages import SetRead
 
@@ -93,6 +95,8 @@ def test_main_screen_with_a_set_of_models(
             SetModelView("gemma-3-4b", "unloaded", 0, 0, 1, None, {"CUDA0": 5 * GiB}),
         ),
         True,
+        kept=True,  # serve A B C --detach: its keeper restarted an engine once
+        restarts=(Restart("engine", 1_700_000_000.0, "exited", -9),),
     )
 
     async def show(pilot) -> None:

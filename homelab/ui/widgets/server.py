@@ -128,13 +128,16 @@ class ServerPanel(Vertical):
         state, as its gate says."""
         text = Text()
         text.append("set", style=STATE_STYLE["ready"] if view.answering else "yellow")
-        text.append(f"  {len(view.models)} models (homelab pid {view.pid})\n")
+        who = "homelab's keeper" if view.kept else "homelab"
+        text.append(f"  {len(view.models)} models ({who} pid {view.pid})\n")
         text.append(f"URL {view.url}/v1", style="bold")
         if not view.answering:
             text.append("\nits gate does not answer", style="red")
         for model in view.models:
             style = SET_STYLE.get(model.state or "", "")
             text.append(f"\n  {model.line()}", style=style)
+        if view.restarts:
+            text.append(f"\nlast restart: {view.restarts[-1].describe()}", style="yellow")
         text.append("\n`homelab stop` stops the set", style="dim italic")
         if text == self._state_text:
             return

@@ -5,12 +5,15 @@ Readiness here is a plain httpx loop, independent of the code under test.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
+import psutil
 import pytest
 
 from tests.factory.server_log import free_port
@@ -53,12 +56,33 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
             )
         try:
             if httpx.get(f"{url}/health", timeout=5, trust_env=False).status_code == 200:
+                _assert_ours(url, proc, log)
                 return
         except httpx.TransportError:
             pass
         time.sleep(0.25)
     pytest.fail(
         f"llama-server not ready in {START_TIMEOUT_S} s:\n{log.read_text(errors='replace')[-3000:]}"
+    )
+
+
+def _assert_ours(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    """The 200 came from this llama-server, not from another program that took the port
+    between ``free_port()`` and the engine's bind (seen once with test runs side by side:
+    a test then SIGSTOPped its own engine, which had exited, and read the other's health)."""
+    port = urlsplit(url).port
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        with contextlib.suppress(psutil.Error):
+            listening = psutil.Process(proc.pid).net_connections(kind="tcp")
+            if any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in listening):
+                return
+        time.sleep(0.1)
+    pytest.fail(
+        f"{url} answered, but not from this llama-server (pid {proc.pid}): another program "
+        f"took port {port}:\n{log.read_text(errors='replace')[-2000:]}"
     )
 
 

@@ -22,7 +22,8 @@ from textual.timer import Timer
 from textual.widget import Widget
 
 MAX_ROWS = 3
-"""Rows the keys may take; past them the last row ends in an ellipsis."""
+"""Rows the keys may take (the app's 13 keys need 3 at 80 columns); keys past them are not
+drawn (they still act)."""
 SAY_ROWS = 1
 """Rows of the line that says why, always there (blank while nothing is said), so that saying
 something changes no layout; a longer message ends in an ellipsis there and is shown whole as
@@ -145,20 +146,20 @@ class KeysFooter(Widget):
         """The screen's keys to show now, one per action (the first key bound to it), and the
         command palette's last."""
         keys: list[ShownKey] = []
+        palette: list[ShownKey] = []
         actions: set[str] = set()
-        palette = None
         for _node, binding, enabled, _tip in self.screen.active_bindings.values():
-            if binding.key == self.app.COMMAND_PALETTE_BINDING and self.app.ENABLE_COMMAND_PALETTE:
-                palette = ShownKey(
-                    binding.key, self.app.get_key_display(binding), binding.description, enabled
-                )
+            is_palette = binding.key == self.app.COMMAND_PALETTE_BINDING
+            if is_palette and not self.app.ENABLE_COMMAND_PALETTE:
                 continue
-            if not binding.show or binding.action in actions:
+            if not is_palette and (not binding.show or binding.action in actions):
                 continue
             actions.add(binding.action)
-            display = self.app.get_key_display(binding)
-            keys.append(ShownKey(binding.key, display, binding.description, enabled))
-        return keys + ([palette] if palette is not None else [])
+            shown = ShownKey(
+                binding.key, self.app.get_key_display(binding), binding.description, enabled
+            )
+            (palette if is_palette else keys).append(shown)
+        return keys + palette
 
     def say(self, said: Said, timeout_s: float) -> None:
         """Show ``said`` over the keys until ``timeout_s`` pass or something else is said."""
